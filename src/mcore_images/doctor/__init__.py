@@ -1,0 +1,131 @@
+"""`mcore-images doctor`: diagnose a Megatron-Core environment and name the fix for each problem.
+
+Runs anywhere with Python >= 3.11 and the standard library: on a laptop, in our images, in
+someone else's. Nothing here imports torch or megatron-core at module level; each check imports
+what it inspects when it runs, so one broken package shows up as one finding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from mcore_images.doctor.model import (
+    REGISTRY,
+    Check,
+    Context,
+    exit_code,
+    run_checks,
+    stdout_to_stderr,
+    to_json,
+    to_table,
+)
+
+CHECK_MODULES = (
+    "checks_stack",
+    "checks_megatron",
+    "checks_bridge",
+    "checks_te",
+    "checks_apex",
+    "checks_nccl",
+    "checks_env",
+    "checks_build",
+)
+
+
+def load_checks() -> dict[str, Check]:
+    """Import the check modules (stdlib-only at module level) so they register, in report order."""
+    import importlib
+
+    for name in CHECK_MODULES:
+        importlib.import_module(f"mcore_images.doctor.{name}")
+    return REGISTRY
+
+
+def select(checks: dict[str, Check], only: Sequence[str] | None) -> list[Check]:
+    """`--only te` picks every te.* check; an id that matches nothing is a usage error."""
+    if not only:
+        return list(checks.values())
+    chosen: list[Check] = []
+    for wanted in only:
+        hits = [c for cid, c in checks.items() if cid == wanted or cid.startswith(wanted + ".")]
+        if not hits:
+            raise SystemExit(f"doctor: unknown check '{wanted}'; `mcore-images doctor --list` shows the ids")
+        chosen += [c for c in hits if c not in chosen]
+    return chosen
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the `doctor` subcommand to the mcore-images command line."""
+    parser = sub.add_parser(
+        "doctor",
+        help="diagnose this environment and name the fix for each problem",
+        description=__doc__.splitlines()[0],
+    )
+    configure(parser)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print findings as JSON (for certify and CI)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="ID",
+        help="run only this check, or every check under a prefix (repeatable): --only te",
+    )
+    parser.add_argument(
+        "--hf-config",
+        type=Path,
+        metavar="PATH",
+        help="HF config.json (or its folder): can mbridge / Megatron-Bridge convert it?",
+    )
+    parser.add_argument("--list", action="store_true", help="list the checks and exit")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the checks; exit 0 when none failed, 1 when one failed or crashed, 2 when the doctor cannot run."""
+    try:
+        checks = select(load_checks(), getattr(args, "only", None))
+    except SystemExit as error:
+        print(error, file=sys.stderr)
+        return 2
+    except Exception as error:  # the doctor itself is broken: say so in one line
+        print(f"doctor: cannot load checks: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
+    if getattr(args, "list", False):
+        for item in checks:
+            print(f"{item.id:28} {item.severity.value:5} {item.summary}")
+        return 0
+    ctx = Context(hf_config=getattr(args, "hf_config", None))
+    as_json = getattr(args, "json", False)
+    restore = stdout_to_stderr() if as_json else None
+    try:
+        findings = run_checks(ctx, checks)
+    finally:
+        if restore:
+            restore()
+    if as_json:
+        meta = {
+            "python": platform.python_version(),
+            "executable": sys.executable,
+            "host": platform.node(),
+            "hf_config": ctx.hf_config,
+            "pythonpath": os.environ.get("PYTHONPATH", ""),
+        }
+        print(to_json(findings, meta))
+    else:
+        print(to_table(findings))
+    return exit_code(findings)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m mcore_images.doctor`: the doctor on its own, without the rest of the command line."""
+    parser = argparse.ArgumentParser(prog="mcore-images doctor", description=__doc__.splitlines()[0])
+    configure(parser)
+    args = parser.parse_args(argv)
+    return int(args.func(args))

@@ -1,0 +1,84 @@
+"""megatron-core itself: found the way verl looks for it, new enough, importable, and only once."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mcore_images.doctor import probes
+from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip
+from mcore_images.versions import at_least
+
+MIN_MCORE = "0.13.0"  # verl asserts megatron-core >= 0.13.0
+
+
+def import_fix(error: str) -> str:
+    """Name the fix for the import errors we have met."""
+    if "No module named 'triton'" in error:
+        return "pip install triton (megatron-core imports it unconditionally)"
+    if "No module named 'torch'" in error:
+        return "install torch first (a CUDA build, >= 2.6)"
+    if "undefined symbol" in error:
+        return "a compiled extension was built against another torch: rebuild it against the installed torch"
+    return "reinstall megatron-core in this environment: pip install --force-reinstall megatron-core"
+
+
+@check(
+    "megatron.core",
+    Status.FAIL,
+    "pip install 'megatron-core>=0.13.0', or put a Megatron-LM checkout on PYTHONPATH",
+)
+def megatron_core(ctx: Context) -> Outcome:
+    """megatron.core is found (importlib.util.find_spec, as verl checks), is >= 0.13.0, and imports."""
+    where = probes.locate("megatron.core")
+    if where is None:
+        return trip("megatron.core not found: importlib.util.find_spec('megatron.core') is None")
+    version = probes.mcore_version(where)
+    if version and not at_least(version, MIN_MCORE):
+        return trip(
+            f"megatron-core {version} at {where} is older than {MIN_MCORE} (verl asserts >= {MIN_MCORE})",
+            f"pip install -U 'megatron-core>={MIN_MCORE}'",
+            version=version,
+            path=where,
+        )
+    if error := probes.import_error(ctx, "megatron.core"):
+        return trip(
+            f"megatron-core {version} found at {where} but `import megatron.core` fails: {error}",
+            import_fix(error),
+            version=version,
+            path=where,
+        )
+    return ok(f"megatron-core {version} imports from {where}", version=version, path=where)
+
+
+def megatron_copies(paths: list[str]) -> list[Path]:
+    """Distinct megatron/core packages reachable from sys.path, in the order Python searches them."""
+    copies: list[Path] = []
+    for entry in paths:
+        candidate = Path(entry or ".") / "megatron" / "core"
+        if (candidate / "__init__.py").is_file() and candidate.resolve() not in [c.resolve() for c in copies]:
+            copies.append(candidate)
+    return copies
+
+
+@check(
+    "megatron.shadow",
+    Status.FAIL,
+    "keep one copy: remove the Megatron-LM checkout from PYTHONPATH, or pip uninstall megatron-core",
+)
+def megatron_shadow(ctx: Context) -> Outcome:
+    """Only one megatron/core on sys.path: a PYTHONPATH checkout silently shadows the pip copy (verl #82)."""
+    copies = megatron_copies(list(sys.path))
+    if not copies:
+        return skip("no megatron/core directory on sys.path")
+    versions = {str(c): probes.mcore_version(c) or "?" for c in copies}
+    if len(copies) > 1:
+        pythonpath = ctx.environ.get("PYTHONPATH", "")
+        shadows = ", ".join(f"{c} ({versions[str(c)]})" for c in copies[1:])
+        return trip(
+            f"{len(copies)} copies of megatron/core: {copies[0]} ({versions[str(copies[0])]}) is "
+            f"imported and hides {shadows}",
+            copies=versions,
+            PYTHONPATH=pythonpath,
+        )
+    return ok(f"one megatron/core: {copies[0]}", copies=versions)

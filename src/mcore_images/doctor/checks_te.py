@@ -1,0 +1,135 @@
+"""Transformer Engine: its torch extension loads, its CUDA wheel matches torch, one cuDNN in the process."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from mcore_images.doctor import probes
+from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip, warn
+
+ABI_FIX = (
+    "TE's torch extension was built against another torch: rebuild it against the installed one "
+    "(pip install --no-build-isolation --force-reinstall transformer-engine-torch==<TE version>)"
+)
+
+
+def te_dists() -> dict[str, str]:
+    return probes.dists_matching(r"transformer-engine(-cu\d+|-torch)?")
+
+
+@check("te.import", Status.FAIL, ABI_FIX)
+def te_import(ctx: Context) -> Outcome:
+    """transformer_engine.pytorch imports; an 'undefined symbol' there is a torch ABI mismatch."""
+    where = probes.locate("transformer_engine")
+    dists = te_dists()
+    if where is None:
+        return warn(
+            "Transformer Engine is not installed: megatron-core falls back to its local spec "
+            "(no fused attention, no FP8, no context parallelism)",
+            "pip install transformer-engine-cu<CUDA major> and build transformer-engine-torch "
+            "against this torch",
+            dists=dists,
+        )
+    if error := probes.import_error(ctx, "transformer_engine.pytorch"):
+        if "undefined symbol" in error:
+            return trip(f"torch ABI mismatch: {error}", ABI_FIX, dists=dists)
+        if re.search(r"lib(nccl|cudnn|cudart|cublas)\S*\.so", error):
+            return trip(
+                f"TE cannot load a CUDA library: {error}",
+                "put torch's nvidia/*/lib folders on "
+                "LD_LIBRARY_PATH (or install the matching nvidia-* wheels)",
+                dists=dists,
+            )
+        return trip(
+            f"import transformer_engine.pytorch fails: {error}",
+            "install TE's runtime dependencies and a torch extension built for this torch",
+            dists=dists,
+        )
+    version = getattr(probes.imported(ctx, "transformer_engine"), "__version__", "?")
+    return ok(f"transformer_engine {version} and its torch extension import", dists=dists, path=where)
+
+
+@check(
+    "te.cuda-wheel",
+    Status.FAIL,
+    "install the TE core wheel for torch's CUDA major: "
+    "pip install transformer-engine-cu<major>==<TE version> and uninstall the other",
+)
+def te_cuda_wheel(ctx: Context) -> Outcome:
+    """The transformer_engine_cuXX wheel matches torch's CUDA major."""
+    wheels = {name: v for name, v in te_dists().items() if re.fullmatch(r"transformer-engine-cu\d+", name)}
+    if not wheels:
+        return skip("no transformer-engine-cuXX wheel installed (TE absent or built from source)")
+    facts = probes.torch_facts()
+    if facts is None or facts.cuda is None:
+        return skip(f"{', '.join(wheels)} installed but no CUDA torch to match")
+    major = facts.cuda.split(".")[0]
+    wrong = sorted(name for name in wheels if name != f"transformer-engine-cu{major}")
+    if wrong:
+        return trip(
+            f"torch {facts.version} uses CUDA {facts.cuda} but {', '.join(wrong)} is installed",
+            f"pip uninstall {' '.join(wrong)} && pip install transformer-engine-cu{major}",
+            wheels=wheels,
+        )
+    return ok(
+        f"transformer-engine-cu{major} {wheels[f'transformer-engine-cu{major}']} matches torch's CUDA "
+        f"{facts.cuda}",
+        wheels=wheels,
+    )
+
+
+def cudnn_copies(ctx: Context) -> dict[str, int | None]:
+    """Every libcudnn.so* main library mapped into this process → its cudnnGetVersion()."""
+    paths = probes.loaded_libraries(ctx, r"libcudnn\.so(\.\d+)*")
+    return {path: probes.library_version(path, "cudnnGetVersion", by_reference=False) for path in paths}
+
+
+def cudnn_text(code: int | None) -> str:
+    if code is None:
+        return "?"
+    return f"{code // 10000}.{code % 10000 // 100}.{code % 100}" if code >= 90000 else str(code)
+
+
+@check(
+    "te.cudnn",
+    Status.FAIL,
+    "make TE load torch's cuDNN: export CUDNN_HOME=<site-packages>/nvidia/cudnn "
+    "(CUDNN_PATH works too), or remove the system libcudnn",
+)
+def te_cudnn(ctx: Context) -> Outcome:
+    """TE and torch use one cuDNN; a second, older one makes TE silently pick unfused attention."""
+    if probes.locate("transformer_engine") is None:
+        return skip("Transformer Engine is not installed")
+    if probes.import_error(ctx, "transformer_engine.pytorch"):
+        return skip("transformer_engine.pytorch does not import (see te.import)")
+    torch = probes.imported(ctx, "torch")
+    torch_cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    copies = cudnn_copies(ctx)
+    details = {
+        "torch_cudnn": cudnn_text(torch_cudnn),
+        "loaded": {p: cudnn_text(v) for p, v in copies.items()},
+        "CUDNN_HOME": ctx.environ.get("CUDNN_HOME"),
+        "CUDNN_PATH": ctx.environ.get("CUDNN_PATH"),
+    }
+    if not copies:
+        return skip("no libcudnn mapped into the process after importing TE", **details)
+    dirs = {str(Path(p).resolve().parent) for p in copies}
+    versions = {v for v in copies.values() if v is not None}
+    if len(versions) > 1 or (torch_cudnn is not None and versions and versions != {torch_cudnn}):
+        listed = ", ".join(f"{p} ({cudnn_text(v)})" for p, v in copies.items())
+        return trip(
+            f"two cuDNNs in one process: torch uses {cudnn_text(torch_cudnn)}, loaded {listed}; TE then "
+            "silently picks unfused attention (268 vs 550 TFLOP/s measured on H200)",
+            **details,
+        )
+    if len(dirs) > 1:
+        return warn(
+            f"the same cuDNN {cudnn_text(next(iter(versions), None))} is loaded from {len(dirs)} folders",
+            "point CUDNN_HOME at torch's nvidia/cudnn so only one copy loads",
+            **details,
+        )
+    return ok(
+        f"one cuDNN {cudnn_text(next(iter(versions), torch_cudnn))} for torch and TE ({next(iter(dirs))})",
+        **details,
+    )

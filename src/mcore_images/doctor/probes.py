@@ -1,0 +1,224 @@
+"""Facts the checks share, each found the cheapest way and only when a check asks for it.
+
+Static reads (a package's version.py, dist metadata, /proc) come first because they work even
+when the package cannot be imported; imports happen lazily through `imported()` and are cached
+per run, so a broken torch is imported (and fails) once, and every check that needs it says so.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import importlib.metadata as metadata
+import importlib.util
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from mcore_images.doctor.model import Context
+
+
+def imported(ctx: Context, name: str) -> ModuleType:
+    """Import `name` once per run; the ImportError (or anything else it raised) is re-raised each time."""
+    return ctx.cached(f"import:{name}", lambda: importlib.import_module(name))
+
+
+def import_error(ctx: Context, name: str) -> str | None:
+    """None when `name` imports, else the one-line error it raised."""
+    try:
+        imported(ctx, name)
+    except Exception as error:
+        return f"{type(error).__name__}: {error}".splitlines()[0]
+    return None
+
+
+def locate(name: str) -> Path | None:
+    """Where `name` would be imported from, without running it (find_spec imports parents only).
+
+    Returns the package directory (or module file); None when it is not installed. A module that a
+    test or a caller already put in sys.modules counts as present.
+    """
+    module = sys.modules.get(name)
+    if module is not None:
+        origin = getattr(getattr(module, "__spec__", None), "origin", None) or getattr(
+            module, "__file__", None
+        )
+        if not origin:
+            return Path(f"<{name} in sys.modules>")
+        return Path(origin).parent if origin.endswith("__init__.py") else Path(origin)
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(spec.origin) if spec.origin else None
+
+
+def dist_version(*names: str) -> tuple[str, str] | None:
+    """(distribution name, version) of the first installed distribution among `names`."""
+    for name in names:
+        try:
+            return name, metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def dists_matching(pattern: str) -> dict[str, str]:
+    """Installed distributions whose normalised name matches `pattern` → version."""
+    found: dict[str, str] = {}
+    regex = re.compile(pattern)
+    for dist in metadata.distributions():
+        name = re.sub(r"[-_.]+", "-", (dist.metadata["Name"] or "")).lower()
+        if name and regex.fullmatch(name):
+            found[name] = dist.version
+    return found
+
+
+def read_assignments(path: Path, names: tuple[str, ...]) -> dict[str, str]:
+    """Top-level `NAME = 'value'` / `NAME: T = 'value'` / `NAME = 3` lines of a .py file, read as text."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return {}
+    found: dict[str, str] = {}
+    for name in names:
+        match = re.search(rf"^{name}\s*(?::[^=\n]+)?=\s*['\"]?([\w.+-]+)['\"]?", text, re.MULTILINE)
+        if match:
+            found[name] = match.group(1)
+    return found
+
+
+@dataclass(frozen=True)
+class TorchFacts:
+    """torch's version and CUDA version read from torch/version.py, without importing torch."""
+
+    version: str
+    cuda: str | None
+    path: Path
+
+
+def torch_facts() -> TorchFacts | None:
+    where = locate("torch")
+    if where is None:
+        return None
+    module = sys.modules.get("torch")
+    if module is not None and hasattr(module, "__version__"):  # already imported (or a test fake)
+        cuda = getattr(getattr(module, "version", None), "cuda", None)
+        return TorchFacts(str(module.__version__), cuda, where)
+    values = read_assignments(where / "version.py", ("__version__", "cuda"))
+    if "__version__" not in values:
+        return None
+    cuda = values.get("cuda")
+    return TorchFacts(values["__version__"], None if cuda in (None, "None") else cuda, where)
+
+
+def mcore_version(where: Path) -> str | None:
+    """Version of the megatron/core copy at `where` (its package_info.py), else dist metadata."""
+    info = read_assignments(where / "package_info.py", ("MAJOR", "MINOR", "PATCH"))
+    if len(info) == 3:
+        return f"{info['MAJOR']}.{info['MINOR']}.{info['PATCH']}"
+    found = dist_version("megatron-core", "megatron_core")
+    return found[1] if found else None
+
+
+def loaded_libraries(ctx: Context, pattern: str) -> list[str]:
+    """Paths of mapped shared objects whose file name matches `pattern` (from /proc/self/maps)."""
+    try:
+        lines = (ctx.proc / "self" / "maps").read_text().splitlines()
+    except OSError:
+        return []
+    regex = re.compile(pattern)
+    paths: list[str] = []
+    for line in lines:
+        parts = line.split(None, 5)
+        path = parts[5] if len(parts) == 6 else ""
+        if path.startswith("/") and regex.fullmatch(Path(path).name) and path not in paths:
+            paths.append(path)
+    return paths
+
+
+def library_version(path: str, symbol: str, by_reference: bool) -> int | None:
+    """Call a version function (`ncclGetVersion(int*)`, `cudnnGetVersion()`) in a loaded library."""
+    try:
+        lib = ctypes.CDLL(path)
+        func = getattr(lib, symbol)
+        if by_reference:
+            value = ctypes.c_int(0)
+            return value.value if func(ctypes.byref(value)) == 0 else None
+        func.restype = ctypes.c_size_t
+        return int(func())
+    except (OSError, AttributeError):
+        return None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    cc: int  # compute capability as 90, 100, ...
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """What the driver says: no driver → driver_cuda None; no device → gpus empty."""
+
+    driver_cuda: int | None  # e.g. 13000 for CUDA 13.0
+    driver_version: str | None
+    gpus: tuple[Gpu, ...] = ()
+    note: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def _driver_release(ctx: Context) -> str | None:
+    try:
+        text = (ctx.proc / "driver" / "nvidia" / "version").read_text()
+    except OSError:
+        return None
+    match = re.search(r"Kernel Module(?: for \S+)?\s+([\d.]+)", text)
+    return match.group(1) if match else None
+
+
+def gpu_info(ctx: Context) -> GpuInfo:
+    """Ask libcuda directly (ctypes): works without torch and without creating a CUDA context."""
+    return ctx.cached("gpus", lambda: _query_libcuda(ctx))
+
+
+def _query_libcuda(ctx: Context) -> GpuInfo:
+    release = _driver_release(ctx)
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return GpuInfo(None, release, (), "no NVIDIA driver (libcuda.so.1 not found)")
+    version = ctypes.c_int(0)
+    driver_cuda = version.value if cuda.cuDriverGetVersion(ctypes.byref(version)) == 0 else None
+    status = cuda.cuInit(0)
+    if status != 0:
+        return GpuInfo(driver_cuda, release, (), f"cuInit failed with CUresult {status} (100 = no device)")
+    count = ctypes.c_int(0)
+    cuda.cuDeviceGetCount(ctypes.byref(count))
+    gpus = []
+    for index in range(count.value):
+        device, major, minor = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+        cuda.cuDeviceGet(ctypes.byref(device), index)
+        cuda.cuDeviceGetAttribute(ctypes.byref(major), 75, device)  # COMPUTE_CAPABILITY_MAJOR
+        cuda.cuDeviceGetAttribute(ctypes.byref(minor), 76, device)  # COMPUTE_CAPABILITY_MINOR
+        name = ctypes.create_string_buffer(256)
+        cuda.cuDeviceGetName(name, 256, device)
+        gpus.append(Gpu(index, name.value.decode(errors="replace"), major.value * 10 + minor.value))
+    return GpuInfo(driver_cuda, release, tuple(gpus))
+
+
+def cuda_code(version: str) -> int:
+    """'13.0' → 13000, the form cuDriverGetVersion uses."""
+    parts = [int(p) for p in re.findall(r"\d+", version)[:2]] + [0]
+    return parts[0] * 1000 + parts[1] * 10
+
+
+def cuda_text(code: int) -> str:
+    return f"{code // 1000}.{code % 1000 // 10}"
