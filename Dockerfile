@@ -1,0 +1,166 @@
+# mcore-images: layered Megatron-Core training images.
+#
+#   base     OS + Python + PyTorch (from the flavor's base image, or PyPI)
+#   kernels  + Transformer Engine (PyTorch extension compiled here) and apex, built as wheels
+#   runtime  + megatron-core, mbridge, Megatron-Bridge from a hashed lock; env; smoke suite
+#   app      + verl
+#
+# Every version arrives as a build arg from docker-bake.hcl, which reads env/stacks.json; this file
+# holds no version. Python packages come from the hashed locks in env/locks/<stack>/<layer>.txt,
+# installed with --no-deps so no layer can re-resolve (and silently swap) torch.
+# Builds with the BuildKit embedded in the Docker Engine: no syntax directive on purpose.
+
+ARG BASE_IMAGE
+ARG FLAVOR=debian
+
+# ---------------------------------------------------------------------------------------------
+# OS stages, one per flavor: each ends with a Python virtualenv at /opt/venv.
+FROM ${BASE_IMAGE} AS os-debian
+ARG PYTHON_VERSION
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# Versions of Debian packages come with the pinned suite of the locally built base.
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      python3 python3-venv ca-certificates libgomp1 \
+ && rm -rf /var/lib/apt/lists/* \
+ && python3 -m venv /opt/venv
+
+FROM ${BASE_IMAGE} AS os-cuda
+ARG PYTHON_VERSION
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && "python${PYTHON_VERSION}" -m venv /opt/venv
+
+FROM ${BASE_IMAGE} AS os-ngc
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# NGC ships torch, Transformer Engine and apex in its system Python; the venv sees them.
+RUN python3 -m venv --system-site-packages /opt/venv
+
+# ---------------------------------------------------------------------------------------------
+FROM os-${FLAVOR} AS base
+ARG STACK
+ARG PYTHON_VERSION
+ARG TORCH_VERSION
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:${PATH} \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN --mount=type=bind,source=docker,target=/mnt/build \
+    --mount=type=bind,source=env/locks,target=/mnt/locks \
+    --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=secret,id=pip_index_url,required=false \
+    --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    /mnt/build/install-lock.sh "/mnt/locks/${STACK}/base.txt" \
+ && /mnt/build/check-version.sh python "${PYTHON_VERSION}" \
+ && /mnt/build/check-version.sh torch "${TORCH_VERSION}"
+
+# ---------------------------------------------------------------------------------------------
+# Toolchain for the CUDA extensions. Nothing from here reaches a published layer except the
+# wheels in /wheels.
+FROM base AS builder
+ARG FLAVOR
+ARG CUDA_VERSION
+# hadolint ignore=DL3008
+RUN if [ "${FLAVOR}" != ngc ]; then \
+      apt-get update \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+           g++ "python3-dev" ninja-build ccache git \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi
+RUN --mount=type=bind,source=docker,target=/mnt/build \
+    --mount=type=bind,source=env/locks,target=/mnt/locks \
+    --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=secret,id=pip_index_url,required=false \
+    --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    /mnt/build/install-lock.sh "/mnt/locks/${STACK}/builder.txt"
+
+FROM builder AS kernels-build
+ARG STACK
+ARG CUDA_VERSION
+ARG TE_VERSION
+ARG TE_SOURCE
+ARG APEX_COMMIT
+ARG CUDA_ARCHS
+ARG MAX_JOBS
+ARG NVCC_THREADS
+# The build args reach the compilers as these variables.
+ENV MAX_JOBS=${MAX_JOBS} \
+    NVCC_THREADS=${NVCC_THREADS} \
+    NVTE_BUILD_THREADS_PER_JOB=${NVCC_THREADS} \
+    NVTE_CUDA_ARCHS=${CUDA_ARCHS} \
+    CCACHE_DIR=/root/.ccache
+RUN mkdir -p /wheels
+RUN --mount=type=bind,source=docker,target=/mnt/build \
+    --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=secret,id=pip_index_url,required=false \
+    --mount=type=cache,target=/root/.ccache,sharing=locked \
+    if [ "${TE_SOURCE}" = build ]; then \
+      TE_VERSION="${TE_VERSION}" CUDA_MAJOR="${CUDA_VERSION%%.*}" /mnt/build/build-te.sh; \
+    fi
+# apex from its git source at a pinned commit; an air-gapped site passes the source as the
+# named context `apex` (docker buildx bake --set <target>.contexts.apex=<dir>).
+RUN --mount=type=bind,source=docker,target=/mnt/build \
+    --mount=type=bind,from=apex,target=/src/apex,rw \
+    --mount=type=cache,target=/root/.ccache,sharing=locked \
+    if [ "${APEX_COMMIT}" != none ]; then \
+      APEX_COMMIT="${APEX_COMMIT}" CUDA_MAJOR="${CUDA_VERSION%%.*}" /mnt/build/build-apex.sh /src/apex; \
+    fi
+
+# ---------------------------------------------------------------------------------------------
+FROM base AS kernels
+ARG STACK
+ARG TE_VERSION
+RUN --mount=type=bind,source=docker,target=/mnt/build \
+    --mount=type=bind,source=env/locks,target=/mnt/locks \
+    --mount=type=bind,from=kernels-build,source=/wheels,target=/wheels \
+    --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=secret,id=pip_index_url,required=false \
+    --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    /mnt/build/install-lock.sh "/mnt/locks/${STACK}/kernels.txt" /wheels \
+ && /mnt/build/link-nvidia-libs.sh \
+ && /mnt/build/check-version.sh transformer-engine "${TE_VERSION}"
+
+# ---------------------------------------------------------------------------------------------
+FROM kernels AS runtime
+ARG STACK
+ARG MCORE_VERSION
+RUN --mount=type=bind,source=docker,target=/mnt/build \
+    --mount=type=bind,source=env/locks,target=/mnt/locks \
+    --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=secret,id=pip_index_url,required=false \
+    --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    /mnt/build/install-lock.sh "/mnt/locks/${STACK}/runtime.txt" \
+ && /mnt/build/check-version.sh megatron-core "${MCORE_VERSION}"
+# Megatron needs one CUDA work queue for TP/CP overlap ordering on pre-Blackwell GPUs; NVLink
+# multicast stays off unless a site turns it on (it can take shared hosts' GPUs down).
+ENV CUDA_DEVICE_MAX_CONNECTIONS=1 \
+    NCCL_NVLS_ENABLE=0 \
+    TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+    NVSHMEM_DISABLE_NVLS=1 \
+    TORCH_NCCL_ASYNC_ERROR_HANDLING=3 \
+    PYTHONUNBUFFERED=1 \
+    PYTHONPATH=/opt/mcore-images \
+    MCORE_IMAGES_STACK=${STACK}
+COPY smoke /opt/mcore-images/smoke
+COPY src/mcore_images /opt/mcore-images/mcore_images
+COPY env/stacks.json /opt/mcore-images/env/stacks.json
+WORKDIR /workspace
+
+# ---------------------------------------------------------------------------------------------
+FROM runtime AS app
+ARG STACK
+ARG TORCH_VERSION
+ARG VERL_VERSION
+RUN --mount=type=bind,source=docker,target=/mnt/build \
+    --mount=type=bind,source=env/locks,target=/mnt/locks \
+    --mount=type=secret,id=ca_bundle,required=false \
+    --mount=type=secret,id=pip_index_url,required=false \
+    --mount=type=cache,target=/root/.cache/pip,sharing=locked \
+    /mnt/build/install-lock.sh "/mnt/locks/${STACK}/app.txt" \
+ && /mnt/build/check-version.sh verl "${VERL_VERSION}" \
+ && /mnt/build/check-version.sh torch "${TORCH_VERSION}"

@@ -1,0 +1,67 @@
+# mcore-images: `make help` lists the targets. Every version lives in env/stacks.json.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+MCORE := $(PYTHON) -m mcore_images
+STACK ?=
+GROUP ?=
+LAYER ?=
+MAX_JOBS ?=
+NVCC_THREADS ?=
+IMAGE ?= mcore-images:runtime-$(or $(STACK),debian)
+export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
+
+.PHONY: help setup plan jobs lock build base docker-engine lint test test-unit test-image smoke certify push bake-print
+
+help: ## show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "  variables: STACK=<name> GROUP=<default|ci|release|all> LAYER=<base|kernels|runtime|app>"
+	@echo "             MAX_JOBS=<n> NVCC_THREADS=<n> (unset: planned by 'mcore-images jobs') IMAGE=<ref>"
+
+setup: ## install the tooling and test dependencies into the current Python
+	$(PYTHON) -m pip install -q -e '.[test]'
+
+plan: ## list stacks, targets and tags; fail on a broken compatibility rule
+	$(MCORE) plan $(if $(STACK),--stack $(STACK)) $(if $(GROUP),--group $(GROUP))
+
+jobs: ## show the MAX_JOBS / NVCC_THREADS the planner picks on this machine
+	$(MCORE) jobs $(if $(MAX_JOBS),--max-jobs $(MAX_JOBS)) $(if $(NVCC_THREADS),--nvcc-threads $(NVCC_THREADS))
+
+lock: ## recompute the hashed locks in env/locks from env/stacks.json (needs uv and PyPI)
+	$(MCORE) lock $(if $(STACK),--stack $(STACK))
+
+docker-engine: ## install (if needed) and start dockerd + buildx on a Debian host
+	bash .ci/docker-engine.sh
+
+base: ## build the debian stack's base image from the Debian mirror
+	$(MCORE) base --stack $(or $(STACK),debian)
+
+build: ## build: [STACK=…|GROUP=…] [LAYER=…] [MAX_JOBS=4]; default group = debian runtime
+	$(MCORE) build $(if $(STACK),--stack $(STACK)) $(if $(GROUP),--group $(GROUP)) $(if $(LAYER),--layer $(LAYER)) \
+	  $(if $(MAX_JOBS),--max-jobs $(MAX_JOBS)) $(if $(NVCC_THREADS),--nvcc-threads $(NVCC_THREADS))
+
+bake-print: ## print the resolved bake definition of a group (default: all)
+	docker buildx bake --print $(or $(GROUP),all)
+
+lint: ## ruff, shellcheck, hadolint
+	$(PYTHON) -m ruff check src smoke tests
+	shellcheck .ci/run .ci/*.sh docker/*.sh
+	hadolint Dockerfile
+
+test-unit: ## unit tests of the tooling (no docker needed)
+	$(PYTHON) -m pytest -q tests/unit
+
+test-image: ## image tests against IMAGE (default: the runtime of STACK, or debian)
+	$(PYTHON) -m pytest -q tests/image --image $(IMAGE)
+
+test: lint test-unit ## lint + unit tests (CI adds the image build and test-image: see .ci/run)
+
+smoke: ## run the GPU smoke suite in IMAGE
+	$(MCORE) smoke --image $(IMAGE)
+
+certify: ## image tests + GPU smoke in IMAGE, then write its certificate
+	$(MCORE) certify $(IMAGE)
+
+push: ## build and push a group: GROUP=release REGISTRY=ghcr.io/acme
+	$(MCORE) build --group $(or $(GROUP),release) -- --push

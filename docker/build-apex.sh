@@ -1,0 +1,28 @@
+#!/bin/sh
+# Build apex's C++/CUDA extensions that megatron-core uses (fused layer norm, multi-tensor
+# optimizers, gradient-accumulation fusion) as a wheel into /wheels, from the source folder
+# given as $1 (the `apex` named build context at the pinned commit).
+# Inputs (env): APEX_COMMIT, CUDA_MAJOR, MAX_JOBS, NVCC_THREADS, TORCH_CUDA_ARCH_LIST or NVTE_CUDA_ARCHS.
+set -eu
+src="$1"
+: "${APEX_COMMIT:?}" "${CUDA_MAJOR:?}" "${MAX_JOBS:?}"
+[ -f "$src/setup.py" ] || { echo "build-apex: no apex source in the 'apex' build context; pass one with --set <target>.contexts.apex=<dir or git URL>" >&2; exit 1; }
+if [ -d "$src/.git" ] && command -v git >/dev/null; then
+  have="$(git -C "$src" rev-parse HEAD)"
+  [ "$have" = "$APEX_COMMIT" ] || { echo "build-apex: source is at $have, the stack pins $APEX_COMMIT" >&2; exit 1; }
+fi
+site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+if [ -x "$site/nvidia/cu${CUDA_MAJOR}/bin/nvcc" ]; then
+  export CUDA_HOME="$site/nvidia/cu${CUDA_MAJOR}"
+fi
+arch_list="${TORCH_CUDA_ARCH_LIST:-$(echo "${NVTE_CUDA_ARCHS:-90}" | sed -E 's/([0-9])([0-9a-z]+)/\1.\2/g')}"
+export TORCH_CUDA_ARCH_LIST="$arch_list"
+export MCORE_REAL_NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" PYTORCH_NVCC="$(dirname "$0")/nvcc-retry.sh"
+# apex (since bfb500c8) selects extensions by environment variables: APEX_CPP_EXT builds apex_C,
+# APEX_CUDA_EXT builds amp_C, fused_layer_norm_cuda and fused_weight_gradient_mlp_cuda among others.
+export APEX_CPP_EXT=1 APEX_CUDA_EXT=1
+export APEX_PARALLEL_BUILD="${MAX_JOBS}" NVCC_APPEND_FLAGS="--threads ${NVCC_THREADS:-1}"
+echo "build-apex: ${APEX_COMMIT}, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST}, MAX_JOBS=${MAX_JOBS}"
+start=$(date +%s)
+sh "$(dirname "$0")/pip.sh" wheel --no-build-isolation --no-deps --no-cache-dir -w /wheels "$src"
+echo "build-apex: built in $(( $(date +%s) - start )) s"

@@ -1,0 +1,26 @@
+#!/bin/sh
+# Compile Transformer Engine's PyTorch extension (sdist transformer-engine-torch) into /wheels.
+# The core library comes as the transformer-engine-cuXX wheel; only the extension is built here,
+# against the torch of this image, so the two always share one ABI.
+# Inputs (env): TE_VERSION, CUDA_MAJOR, MAX_JOBS, NVTE_BUILD_THREADS_PER_JOB, NVTE_CUDA_ARCHS.
+set -eu
+: "${TE_VERSION:?}" "${CUDA_MAJOR:?}" "${MAX_JOBS:?}" "${NVTE_CUDA_ARCHS:?}"
+site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+# CUDA headers and libraries from torch's pip packages and the nvcc/cccl packages of the builder.
+cuda_home="$site/nvidia/cu${CUDA_MAJOR}"
+[ -x "$cuda_home/bin/nvcc" ] || cuda_home="$(dirname "$(dirname "$(command -v nvcc)")")"
+includes="$(find "$site/nvidia" -mindepth 2 -maxdepth 3 -type d -name include | tr '\n' ':')"
+libs="$(find "$site/nvidia" -mindepth 2 -maxdepth 3 -type d -name lib | tr '\n' ':')"
+export CUDA_HOME="$cuda_home" CUDA_PATH="$cuda_home"
+export CPLUS_INCLUDE_PATH="${includes}${CPLUS_INCLUDE_PATH:-}" LIBRARY_PATH="${libs}${LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}"
+export CUDNN_HOME="$site/nvidia/cudnn" NVTE_FRAMEWORK=pytorch NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_NO_LOCAL_VERSION=1
+export MCORE_REAL_NVCC="$cuda_home/bin/nvcc" PYTORCH_NVCC="$(dirname "$0")/nvcc-retry.sh"
+export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-}"
+echo "build-te: TE ${TE_VERSION}, CUDA_HOME=${cuda_home}, MAX_JOBS=${MAX_JOBS}," \
+  "NVTE_BUILD_THREADS_PER_JOB=${NVTE_BUILD_THREADS_PER_JOB:-1}, NVTE_CUDA_ARCHS=${NVTE_CUDA_ARCHS}"
+start=$(date +%s)
+sh "$(dirname "$0")/pip.sh" wheel --no-build-isolation --no-deps --no-cache-dir -w /wheels \
+  "transformer-engine-torch==${TE_VERSION}"
+echo "build-te: built in $(( $(date +%s) - start )) s"
+ccache --show-stats 2>/dev/null | head -n 5 || true

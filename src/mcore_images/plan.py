@@ -1,0 +1,107 @@
+"""`mcore-images plan`: every stack with its targets, tags, base pinning and rule verdicts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from mcore_images import rules, tags
+from mcore_images.errors import InputError
+from mcore_images.stacks import Stack, groups, load_stacks
+
+
+@dataclass
+class StackPlan:
+    stack: Stack
+    targets: dict[str, list[str]] = field(default_factory=dict)
+    violations: list[rules.Violation] = field(default_factory=list)
+
+    @property
+    def base_status(self) -> str:
+        s = self.stack
+        if s.flavor == "debian":
+            return "built locally (debootstrap)"
+        return f"pinned {s.base_digest[:19]}…" if s.base_digest else "UNPINNED (tag only)"
+
+    def to_dict(self) -> dict:
+        return {
+            "stack": self.stack.name,
+            "flavor": self.stack.flavor,
+            "base": self.stack.base_ref,
+            "base_pinned": self.stack.base_pinned,
+            "groups": list(self.stack.groups),
+            "versions": self.stack.versions(),
+            "targets": self.targets,
+            "violations": [str(v) for v in self.violations],
+        }
+
+
+def select(stacks: dict[str, Stack], stack: str | None = None, group: str | None = None) -> list[Stack]:
+    """The stacks a command acts on: one stack, one bake group, or all."""
+    if stack and group:
+        raise InputError("give either STACK or GROUP, not both (e.g. `make build STACK=debian`)")
+    if stack:
+        if stack not in stacks:
+            raise InputError(f"unknown stack '{stack}'; choose one of: {', '.join(stacks)}")
+        return [stacks[stack]]
+    if group:
+        by_group = groups(stacks)
+        if group not in by_group:
+            raise InputError(f"unknown group '{group}'; choose one of: {', '.join(sorted(by_group))}")
+        return [stacks[name] for name in by_group[group]]
+    return list(stacks.values())
+
+
+def make_plan(selected: list[Stack], group: str | None = None, registry: str = "") -> list[StackPlan]:
+    plans = []
+    for stack in selected:
+        plan = StackPlan(stack)
+        for layer in stack.layers:
+            plan.targets[tags.target(layer, stack)] = tags.tags(layer, stack, registry)
+        plan.violations = rules.check(stack)
+        if group == "release" and not stack.base_pinned:
+            plan.violations.append(rules.Violation(
+                "release-pinned", stack.name, f"the release group refuses tag-only base {stack.base_image}",
+                "set base_digest in env/stacks.json"))
+        plans.append(plan)
+    return plans
+
+
+def render_text(plans: list[StackPlan]) -> str:
+    lines = []
+    for p in plans:
+        s = p.stack
+        verdict = "ok" if not p.violations else f"{len(p.violations)} rule(s) broken"
+        lines.append(f"{s.name} [{s.flavor}] groups={','.join(s.groups) or '-'}  base: {s.base_image} "
+                     f"({p.base_status})  rules: {verdict}")
+        versions = "  ".join(f"{k}={v}" for k, v in s.versions().items())
+        lines.append(f"  {versions}")
+        for target, target_tags in p.targets.items():
+            lines.append(f"  {target:<24} {target_tags[0]}")
+        lines.extend(f"  ERROR {v}" for v in p.violations)
+    return "\n".join(lines)
+
+
+def render_markdown(plans: list[StackPlan]) -> str:
+    """The stacks table embedded in README.md (kept in sync by a test)."""
+    head = ("| stack | flavor | base | Python | CUDA | torch | TE | apex | megatron-core | mbridge | "
+            "Megatron-Bridge | verl | groups |")
+    rows = [head, "|" + "---|" * 13]
+    for p in plans:
+        s = p.stack
+        apex = s.apex[:8] if len(s.apex) == 40 else s.apex
+        rows.append(f"| `{s.name}` | {s.flavor} | `{s.base_image}` ({p.base_status}) | {s.python} | {s.cuda} | "
+                    f"{s.torch} | {s.te} | {apex} | {s.mcore} | {s.mbridge} | {s.megatron_bridge} | {s.verl} | "
+                    f"{', '.join(s.groups) or '—'} |")
+    return "\n".join(rows)
+
+
+def run(stack: str | None, group: str | None, fmt: str, registry: str = "") -> tuple[str, int]:
+    plans = make_plan(select(load_stacks(), stack, group), group, registry)
+    if fmt == "json":
+        text = json.dumps([p.to_dict() for p in plans], indent=2)
+    elif fmt == "markdown":
+        text = render_markdown(plans)
+    else:
+        text = render_text(plans)
+    return text, 1 if any(p.violations for p in plans) else 0

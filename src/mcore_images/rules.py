@@ -1,0 +1,179 @@
+"""Compatibility rules, checked by `mcore-images plan` (and `build`) before any build starts.
+
+Each rule has an id, and each violation is one line that names the problem and the fix.
+The thresholds are facts about upstream packages; the source of each is given beside it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from mcore_images.stacks import NONE, Stack
+from mcore_images.versions import at_least, major_minor
+
+FLAVORS = ("ngc", "cuda", "debian")
+SOURCES = {"torch_source": ("pypi", "base"), "te_source": ("build", "pypi", "base", NONE)}
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_ARCHS = re.compile(r"^\d{2,3}[a-z]?(;\d{2,3}[a-z]?)*$")
+# torch on PyPI is built for one CUDA release per torch minor (the nvidia-* wheels it pins).
+TORCH_PYPI_CUDA = {"2.8": "12.8", "2.11": "13.0"}
+# Transformer Engine publishes transformer-engine-cu13 wheels from 2.9.0 on (PyPI).
+TE_FIRST_CU13 = "2.9.0"
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    stack: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"[{self.rule}] stack '{self.stack}': {self.message}; fix: {self.fix}"
+
+
+Rule = Callable[[Stack], Iterator[tuple[str, str]]]
+RULES: dict[str, Rule] = {}
+
+
+def rule(rule_id: str) -> Callable[[Rule], Rule]:
+    def register(func: Rule) -> Rule:
+        RULES[rule_id] = func
+        return func
+    return register
+
+
+@rule("flavor")
+def _flavor(s: Stack) -> Iterator[tuple[str, str]]:
+    if s.flavor not in FLAVORS:
+        yield f"unknown flavor '{s.flavor}'", f"use one of {', '.join(FLAVORS)}"
+    if s.flavor == "debian" and not s.debian_suite:
+        yield "the debian flavor needs debian_suite", "set debian_suite, e.g. 'trixie'"
+    if s.flavor != "debian" and s.debian_suite:
+        yield f"debian_suite is set on a {s.flavor} stack", "set debian_suite to ''"
+
+
+@rule("sources")
+def _sources(s: Stack) -> Iterator[tuple[str, str]]:
+    for key, allowed in SOURCES.items():
+        if getattr(s, key) not in allowed:
+            yield f"{key}='{getattr(s, key)}' is unknown", f"use one of {', '.join(allowed)}"
+    if s.torch_source == "base" and s.flavor != "ngc":
+        yield "only NGC images provide torch", "set torch_source='pypi'"
+    if (s.te == NONE) != (s.te_source == NONE):
+        yield f"te='{s.te}' with te_source='{s.te_source}'", "use te='none' together with te_source='none'"
+
+
+@rule("base-digest")
+def _digest(s: Stack) -> Iterator[tuple[str, str]]:
+    if s.base_digest and not _DIGEST.match(s.base_digest):
+        yield f"base_digest '{s.base_digest}' is not sha256:<64 hex>", "copy the digest from the registry, or leave it ''"
+
+
+@rule("release-pinned")
+def _release_pinned(s: Stack) -> Iterator[tuple[str, str]]:
+    if "release" in s.groups and not s.base_pinned:
+        yield f"release stack with tag-only base {s.base_image}", "set base_digest to the image's sha256 digest"
+
+
+@rule("python-for-mcore")
+def _python_for_mcore(s: Stack) -> Iterator[tuple[str, str]]:
+    # megatron-core >= 0.17 declares Requires-Python >= 3.12 (0.16.1 still allowed 3.10).
+    if s.has("mcore") and at_least(s.mcore, "0.17") and not at_least(s.python, "3.12"):
+        yield f"megatron-core {s.mcore} needs Python >= 3.12, stack has {s.python}", \
+            "use Python 3.12+ or megatron-core <= 0.16.x"
+
+
+@rule("torch-min")
+def _torch_min(s: Stack) -> Iterator[tuple[str, str]]:
+    # megatron-core >= 0.17 requires torch >= 2.6.0 (its Requires-Dist).
+    if not at_least(s.torch, "2.6"):
+        yield f"torch {s.torch} is older than 2.6", "use torch >= 2.6"
+
+
+@rule("mcore-min")
+def _mcore_min(s: Stack) -> Iterator[tuple[str, str]]:
+    # verl asserts megatron-core >= 0.13.0.
+    if not s.has("mcore"):
+        yield "no megatron-core pinned", "pin mcore (>= 0.13.0)"
+    elif not at_least(s.mcore, "0.13"):
+        yield f"megatron-core {s.mcore} is older than 0.13.0 (verl's minimum)", "use megatron-core >= 0.13.0"
+
+
+@rule("mbridge-mcore")
+def _mbridge_mcore(s: Stack) -> Iterator[tuple[str, str]]:
+    # mbridge <= 0.15.1 compares against ModelType.encoder_and_decoder, which megatron-core 0.17.0
+    # removed: building any model fails (verl #6936). 0.16.1 still has it.
+    if s.has("mbridge") and s.has("mcore") and not at_least(s.mbridge, "0.15.2") and at_least(s.mcore, "0.17"):
+        yield (f"mbridge {s.mbridge} cannot build models on megatron-core {s.mcore} "
+               "(ModelType.encoder_and_decoder was removed in 0.17; verl #6936)"), \
+            "use megatron-core <= 0.16.1 with this mbridge, or set mbridge='none' and use Megatron-Bridge"
+
+
+@rule("te-cuda")
+def _te_cuda(s: Stack) -> Iterator[tuple[str, str]]:
+    if s.te_source not in ("build", "pypi"):
+        return
+    major = s.cuda.split(".")[0]
+    if major not in ("12", "13"):
+        yield f"no transformer-engine-cu{major} wheel exists", "use CUDA 12.x or 13.x"
+    elif major == "13" and not at_least(s.te, TE_FIRST_CU13):
+        yield f"TE {s.te} has no transformer-engine-cu13 wheel", f"use TE >= {TE_FIRST_CU13} or CUDA 12"
+
+
+@rule("torch-cuda")
+def _torch_cuda(s: Stack) -> Iterator[tuple[str, str]]:
+    if s.torch_source != "pypi":
+        return
+    expected = TORCH_PYPI_CUDA.get(major_minor(s.torch))
+    if expected is None:
+        yield f"the CUDA build of torch {s.torch} on PyPI is not recorded", \
+            "add it to TORCH_PYPI_CUDA in src/mcore_images/rules.py after checking its nvidia-* wheels"
+    elif expected != major_minor(s.cuda):
+        yield f"torch {s.torch} from PyPI is built for CUDA {expected}, stack says {s.cuda}", \
+            f"set cuda to {expected} or pick the torch matching CUDA {s.cuda}"
+
+
+@rule("verl-python")
+def _verl_python(s: Stack) -> Iterator[tuple[str, str]]:
+    # verl 0.9.x declares Requires-Python <3.13; Megatron-Bridge 0.6.x declares >=3.12,<3.13.
+    if s.has("verl") and at_least(s.python, "3.13"):
+        yield f"the app layer (verl {s.verl}) needs Python < 3.13, stack has {s.python}", \
+            "set verl='none' on this stack, or use a Python 3.12 stack for the app layer"
+    if s.has("megatron_bridge") and at_least(s.python, "3.13"):
+        yield f"Megatron-Bridge {s.megatron_bridge} needs Python < 3.13, stack has {s.python}", \
+            "set megatron_bridge='none', or use Python 3.12"
+
+
+@rule("apex-commit")
+def _apex(s: Stack) -> Iterator[tuple[str, str]]:
+    if s.apex == "base":
+        if s.flavor != "ngc":
+            yield "apex='base' but only NGC images ship apex", "pin an apex commit or 'none'"
+    elif s.apex != NONE and not _SHA.match(s.apex):
+        yield f"apex '{s.apex}' is not a commit (a branch or tag moves)", "pin the full 40-hex commit, or 'none'"
+
+
+@rule("cuda-archs")
+def _archs(s: Stack) -> Iterator[tuple[str, str]]:
+    if not _ARCHS.match(s.cuda_archs):
+        yield f"cuda_archs '{s.cuda_archs}' is not like '80;90;100'", "list SM numbers separated by ';'"
+
+
+@rule("size-budget")
+def _budget(s: Stack) -> Iterator[tuple[str, str]]:
+    missing = [layer for layer in s.layers if layer not in s.size_budget_gb]
+    if missing:
+        yield f"no size budget for layer(s) {', '.join(missing)}", "add them to size_budget_gb (GB)"
+
+
+def check(stack: Stack) -> list[Violation]:
+    """Every violation of every rule for one stack."""
+    out = []
+    for rule_id, func in RULES.items():
+        for message, fix in func(stack):
+            out.append(Violation(rule_id, stack.name, message, fix))
+    return out
