@@ -109,7 +109,8 @@ def check(check_id: str, severity: Status, fix: str) -> Callable[[CheckFunc], Ch
         raise ValueError(f"severity of {check_id} must be fail or warn")
 
     def register(func: CheckFunc) -> CheckFunc:
-        if check_id in REGISTRY:
+        known = REGISTRY.get(check_id)
+        if known and known.func.__module__ != func.__module__:  # a reload of the same module may replace
             raise ValueError(f"check id {check_id} registered twice")
         REGISTRY[check_id] = Check(check_id, severity, fix, func)
         return func

@@ -1,0 +1,91 @@
+"""The fatbin reader against synthetic ELF files laid out like nvcc's output."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from mcore_images.doctor import fatbin
+
+
+def fatbin_blob(entries: list[tuple[int, int]]) -> bytes:
+    """A fatbin with (kind, sm) entries: 64-byte entry headers, sm at offset 28, small payloads."""
+    body = b""
+    for kind, sm in entries:
+        payload = b"\0" * 24
+        head = bytearray(64)
+        struct.pack_into("<HHIQ", head, 0, kind, 0x0101, 64, len(payload))
+        struct.pack_into("<I", head, 28, sm)
+        body += bytes(head) + payload
+    return struct.pack("<IHHQ", fatbin.FATBIN_MAGIC, 1, 16, len(body)) + body
+
+
+def elf_with(sections: dict[str, bytes]) -> bytes:
+    """A minimal 64-bit little-endian ELF holding the given sections (no program headers)."""
+    names = b"\0" + b"".join(n.encode() + b"\0" for n in [".shstrtab", *sections])
+    blobs = [names, *sections.values()]
+    data = bytearray(64)
+    offsets = []
+    for blob in blobs:
+        offsets.append(len(data))
+        data += blob + b"\0" * (-len(blob) % 8)
+    shoff = len(data)
+    data += b"\0" * 64  # the null section
+    name_at = 1
+    for blob, offset, name in zip(blobs, offsets, [".shstrtab", *sections], strict=True):
+        header = bytearray(64)
+        struct.pack_into("<II", header, 0, name_at, 1)
+        struct.pack_into("<QQ", header, 0x18, offset, len(blob))
+        data += header
+        name_at += len(name) + 1
+    data[:4] = b"\x7fELF"
+    data[4], data[5] = 2, 1
+    struct.pack_into("<Q", data, 0x28, shoff)
+    struct.pack_into("<HHH", data, 0x3A, 64, len(blobs) + 1, 1)
+    return bytes(data)
+
+
+def write_so(path: Path, entries: list[tuple[int, int]]) -> Path:
+    path.write_bytes(elf_with({".text": b"\x90" * 16, ".nv_fatbin": fatbin_blob(entries)}))
+    return path
+
+
+def test_reads_cubins_and_ptx_from_fatbin_headers(tmp_path: Path) -> None:
+    so = write_so(tmp_path / "libk.so", [(2, 80), (2, 90), (1, 90)])
+    archs = fatbin.from_file(so)
+    assert archs.cubin == {80, 90} and archs.ptx == {90}
+    assert "fatbin" in archs.method
+
+
+def test_two_fatbins_in_one_section(tmp_path: Path) -> None:
+    blob = fatbin_blob([(2, 75)]) + b"\0" * 8 + fatbin_blob([(2, 100)])
+    (tmp_path / "a.so").write_bytes(elf_with({".nv_fatbin": blob}))
+    assert fatbin.from_file(tmp_path / "a.so").cubin == {75, 100}
+
+
+def test_no_device_code_and_not_elf(tmp_path: Path) -> None:
+    (tmp_path / "host.so").write_bytes(elf_with({".text": b"\x90" * 8}))
+    (tmp_path / "text.py").write_text("print('not a binary')\n" * 4)
+    assert fatbin.from_file(tmp_path / "host.so").empty
+    assert fatbin.from_file(tmp_path / "text.py").empty
+
+
+def test_runs_on_rules() -> None:
+    archs = fatbin.Archs(cubin={80}, ptx={80})
+    assert fatbin.runs_on(archs, 86) == "cubin"  # same major, higher minor
+    assert fatbin.runs_on(archs, 90) == "ptx"  # newer major: only PTX JIT
+    assert fatbin.runs_on(fatbin.Archs(cubin={90}), 80) is None  # older GPU: nothing
+    assert fatbin.runs_on(fatbin.Archs(cubin={90}), 100) is None
+
+
+def test_cuobjdump_listing_is_preferred(tmp_path: Path) -> None:
+    tool = tmp_path / "cuobjdump"
+    tool.write_text(
+        "#!/bin/sh\n"
+        "if [ \"$1\" = --list-elf ]; then echo 'ELF file    1: libk.1.sm_90a.cubin'; "
+        "else echo 'PTX file    1: libk.1.sm_100.ptx'; fi\n"
+    )
+    tool.chmod(0o755)
+    so = write_so(tmp_path / "libk.so", [(2, 80)])
+    archs = fatbin.archs_of(so, str(tool))
+    assert archs.cubin == {90} and archs.ptx == {100} and archs.method.startswith("cuobjdump")
