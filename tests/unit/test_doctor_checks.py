@@ -612,3 +612,20 @@ def test_every_check_has_a_failing_and_a_passing_test() -> None:
     text = Path(__file__).read_text()
     missing = [cid for cid in doctor.load_checks() if f'"{cid}"' not in text]
     assert not missing, missing
+
+
+def test_bridge_mcore_compat_read_from_source_when_megatron_does_not_import(world: World) -> None:
+    """megatron-core 0.16.1 keeps encoder_and_decoder as a deprecated property; 0.17.1 drops it."""
+    fake_mbridge(world)
+    broken = "raise ModuleNotFoundError(\"No module named 'torch'\")"
+    deprecated = (
+        "import enum\nclass ModelType(enum.Enum):\n    encoder_or_decoder = 1\n"
+        "    @property\n    def encoder_and_decoder(self):\n        raise ValueError('deprecated')\n"
+    )
+    world.megatron("0.16.1", init=broken, enums=deprecated)
+    found = world.run("bridge.mcore-compat")
+    assert found.status == Status.OK and found.details["method"].startswith("read ")
+    world.megatron(
+        "0.17.1", init=broken, enums="import enum\nclass ModelType(enum.Enum):\n    encoder_or_decoder = 1\n"
+    )
+    assert status(world, "bridge.mcore-compat") == Status.FAIL

@@ -66,7 +66,7 @@ def mcore_has_encoder_and_decoder(ctx: Context, core: Path) -> tuple[bool, str]:
         except OSError:
             return True, "unknown (megatron.core.enums neither imports nor reads)"
         return bool(
-            re.search(r"^\s*encoder_and_decoder\s*=", text, re.MULTILINE)
+            re.search(r"^\s*(def\s+encoder_and_decoder\b|encoder_and_decoder\s*=)", text, re.MULTILINE)
         ), f"read {core / 'enums.py'}"
 
 
