@@ -24,9 +24,8 @@ def apex_fused(ctx: Context) -> Outcome:
     missing = [name for name in FALLBACKS if name not in present]
     fallbacks = {name: FALLBACKS[name] for name in missing}
     if present:
-        if probes.locate("torch") is None:
-            return skip(f"apex extensions {', '.join(present)} present but torch is not installed")
-        probes.imported(ctx, "torch")  # the extensions link libtorch: load it first
+        if probes.import_error(ctx, "torch"):  # the extensions link libtorch: it must load first
+            return skip(f"apex extensions {', '.join(present)} present but torch does not import")
         broken = {name: err for name in present if (err := probes.import_error(ctx, name))}
         if broken:
             name, error = next(iter(broken.items()))

@@ -123,6 +123,8 @@ def cuda_driver(ctx: Context) -> Outcome:
             "version compatibility, but PTX JIT of newer code fails",
             **details,
         )
+    if error := probes.import_error(ctx, "torch"):
+        return skip(f"torch does not import ({error}); see torch.version", **details)
     torch = probes.imported(ctx, "torch")
     if not torch.cuda.is_available():
         return trip(

@@ -13,7 +13,7 @@ import importlib.metadata as metadata
 import importlib.util
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -172,7 +172,6 @@ class GpuInfo:
     driver_version: str | None
     gpus: tuple[Gpu, ...] = ()
     note: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 def _driver_release(ctx: Context) -> str | None:
@@ -189,12 +188,22 @@ def gpu_info(ctx: Context) -> GpuInfo:
     return ctx.cached("gpus", lambda: _query_libcuda(ctx))
 
 
+LIBCUDA = "libcuda.so.1"
+
+
 def _query_libcuda(ctx: Context) -> GpuInfo:
     release = _driver_release(ctx)
     try:
-        cuda = ctypes.CDLL("libcuda.so.1")
+        cuda = ctypes.CDLL(LIBCUDA)
     except OSError:
         return GpuInfo(None, release, (), "no NVIDIA driver (libcuda.so.1 not found)")
+    try:
+        return _ask_driver(cuda, release)
+    except (AttributeError, OSError) as error:  # a stub or partial libcuda: no usable driver
+        return GpuInfo(None, release, (), f"libcuda.so.1 is unusable: {error}")
+
+
+def _ask_driver(cuda: ctypes.CDLL, release: str | None) -> GpuInfo:
     version = ctypes.c_int(0)
     driver_cuda = version.value if cuda.cuDriverGetVersion(ctypes.byref(version)) == 0 else None
     status = cuda.cuInit(0)
