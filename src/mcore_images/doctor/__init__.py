@@ -7,10 +7,15 @@ what it inspects when it runs, so one broken package shows up as one finding.
 
 from __future__ import annotations
 
+import sys
+
+if sys.version_info < (3, 11):  # noqa: UP036 - pyproject says 3.11, but the doctor also runs in foreign images
+    sys.stderr.write("doctor: needs Python >= 3.11; run it with python3.11 or newer\n")
+    raise SystemExit(2)
+
 import argparse
 import os
 import platform
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -84,6 +89,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="HF config.json (or its folder): can mbridge / Megatron-Bridge convert it?",
     )
     parser.add_argument("--list", action="store_true", help="list the checks and exit")
+    parser.add_argument(
+        "--isolate",
+        action="store_true",
+        help="run each check in its own interpreter (survives a segfault in an import; slower)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -101,11 +111,24 @@ def run(args: argparse.Namespace) -> int:
         for item in checks:
             print(f"{item.id:28} {item.severity.value:5} {item.summary}")
         return 0
-    ctx = Context(hf_config=getattr(args, "hf_config", None))
+    hf_config = getattr(args, "hf_config", None)
+    if hf_config is not None and not (hf_config.is_file() or (hf_config / "config.json").is_file()):
+        print(
+            f"doctor: --hf-config {hf_config} is neither a config.json nor a folder with one; pass the "
+            "model's config.json",
+            file=sys.stderr,
+        )
+        return 2
+    ctx = Context(hf_config=hf_config)
     as_json = getattr(args, "json", False)
     restore = stdout_to_stderr() if as_json else None
     try:
-        findings = run_checks(ctx, checks)
+        if getattr(args, "isolate", False):
+            from mcore_images.doctor.isolate import run_isolated
+
+            findings = run_isolated(checks, hf_config)
+        else:
+            findings = run_checks(ctx, checks)
     finally:
         if restore:
             restore()
