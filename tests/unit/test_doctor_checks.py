@@ -332,6 +332,10 @@ def test_bridge_import(world: World) -> None:
     fake_mbridge(world, init="raise ImportError('cannot import name GPTModel')")
     assert status(world, "bridge.import") == Status.FAIL
     sys.modules.pop("mbridge", None)
+    fake_mbridge(world, init="import transformers_not_here")
+    found = world.run("bridge.import")
+    assert found.status == Status.FAIL and found.fix.startswith("pip install transformers_not_here")
+    sys.modules.pop("mbridge", None)
     fake_mbridge(world)
     found = world.run("bridge.import")
     assert found.status == Status.OK and "mbridge 0.15.1" in found.finding
@@ -629,3 +633,25 @@ def test_bridge_mcore_compat_read_from_source_when_megatron_does_not_import(worl
         "0.17.1", init=broken, enums="import enum\nclass ModelType(enum.Enum):\n    encoder_or_decoder = 1\n"
     )
     assert status(world, "bridge.mcore-compat") == Status.FAIL
+
+
+def test_te_core_wheel_without_torch_extension(world: World) -> None:
+    """transformer-engine-cu13 alone: TE asserts on import, and megatron.core's import dies with it."""
+    te_assert = "raise AssertionError('Could not find `transformer_engine`.')"
+    world.package("transformer_engine", {"__init__.py": te_assert})
+    world.dist("transformer-engine-cu13", "2.20.2")
+    found = world.run("te.import")
+    assert found.status == Status.FAIL and "PyTorch extension is not installed" in found.finding
+    assert "transformer-engine[pytorch]==2.20.2" in found.fix
+    world.megatron("0.19.2", init="import transformer_engine")
+    assert "half-installed Transformer Engine" in world.run("megatron.core").fix
+
+
+def test_te_packages_that_disagree(world: World) -> None:
+    world.package("transformer_engine", {"pytorch.py": "raise AssertionError('version mismatch')"})
+    world.module_file("transformer_engine_torch")
+    world.dist("transformer-engine-cu13", "2.20.2")
+    world.dist("transformer-engine-torch", "2.19.0")
+    world.dist("transformer-engine", "2.20.2")
+    found = world.run("te.import")
+    assert found.status == Status.FAIL and "transformer-engine-torch 2.19.0" in found.finding

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from mcore_images.doctor import bridges, probes
+from mcore_images.doctor.checks_megatron import import_fix
 from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip, warn
 
 INSTALL_FIX = "pip install mbridge  (or: pip install megatron-bridge)"
@@ -35,7 +36,7 @@ def bridge_import(ctx: Context) -> Outcome:
         if error := probes.import_error(ctx, module):
             return trip(
                 f"{label} {versions[label]} at {where} does not import: {error}",
-                f"reinstall {label} against this megatron-core and transformers; " + INSTALL_FIX,
+                import_fix(error, label.lower()),
                 versions=versions,
             )
     names = ", ".join(f"{label} {versions[label]}" for label in present)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -12,15 +13,22 @@ from mcore_images.versions import at_least
 MIN_MCORE = "0.13.0"  # verl asserts megatron-core >= 0.13.0
 
 
-def import_fix(error: str) -> str:
-    """Name the fix for the import errors we have met."""
+def import_fix(error: str, package: str = "megatron-core") -> str:
+    """Name the fix for the import errors we have met; `package` is what failed to import."""
     if "No module named 'triton'" in error:
         return "pip install triton (megatron-core imports it unconditionally)"
     if "No module named 'torch'" in error:
         return "install torch first (a CUDA build, >= 2.6)"
+    if "transformer-engine" in error or "transformer_engine" in error or "TE core package" in error:
+        return (
+            "a half-installed Transformer Engine raises on import and takes this import down with it: "
+            "complete it (see te.import) or pip uninstall it"
+        )
     if "undefined symbol" in error:
         return "a compiled extension was built against another torch: rebuild it against the installed torch"
-    return "reinstall megatron-core in this environment: pip install --force-reinstall megatron-core"
+    if missing := re.search(r"No module named '([\w]+)", error):
+        return f"pip install {missing.group(1)} ({package} needs it)"
+    return f"reinstall {package} in this environment: pip install --force-reinstall {package}"
 
 
 @check(

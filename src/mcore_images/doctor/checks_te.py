@@ -18,6 +18,29 @@ def te_dists() -> dict[str, str]:
     return probes.dists_matching(r"transformer-engine(-cu\d+|-torch)?")
 
 
+def te_packaging(dists: dict[str, str]) -> tuple[str, str] | None:
+    """From PyPI, TE is three packages that must agree: the core (-cuXX), the meta package and the
+    torch extension (compiled against one torch). Returns (problem, fix) or None."""
+    core = {n: v for n, v in dists.items() if re.fullmatch(r"transformer-engine-cu\d+", n)}
+    if not core:
+        return None  # built from source (NGC and friends): one package, nothing to match
+    version = next(iter(core.values()))
+    fix = (
+        f"pip install --no-build-isolation 'transformer-engine[pytorch]=={version}' (compiles "
+        "transformer-engine-torch against the installed torch)"
+    )
+    if probes.locate("transformer_engine_torch") is None:
+        return (
+            f"TE's PyTorch extension is not installed, only {', '.join(f'{n} {v}' for n, v in core.items())}",
+            fix,
+        )
+    wanted = {n: dists.get(n) for n in ("transformer-engine", "transformer-engine-torch")}
+    if any(v != version for v in wanted.values()):
+        shown = ", ".join(f"{n} {v or 'missing'}" for n, v in {**core, **wanted}.items())
+        return f"TE packages disagree ({shown}); TE refuses to load", fix
+    return None
+
+
 @check("te.import", Status.FAIL, ABI_FIX)
 def te_import(ctx: Context) -> Outcome:
     """transformer_engine.pytorch imports; an 'undefined symbol' there is a torch ABI mismatch."""
@@ -32,6 +55,8 @@ def te_import(ctx: Context) -> Outcome:
             dists=dists,
         )
     if error := probes.import_error(ctx, "transformer_engine.pytorch"):
+        if packaging := te_packaging(dists):
+            return trip(f"{packaging[0]}: {error}", packaging[1], dists=dists)
         if "undefined symbol" in error:
             return trip(f"torch ABI mismatch: {error}", ABI_FIX, dists=dists)
         if re.search(r"lib(nccl|cudnn|cudart|cublas)\S*\.so", error):
