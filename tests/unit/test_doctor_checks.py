@@ -655,3 +655,16 @@ def test_te_packages_that_disagree(world: World) -> None:
     world.dist("transformer-engine", "2.20.2")
     found = world.run("te.import")
     assert found.status == Status.FAIL and "transformer-engine-torch 2.19.0" in found.finding
+
+
+def test_hf_config_after_a_partial_mbridge_import_reads_the_source(world: World) -> None:
+    """`import mbridge` that dies half-way leaves a half-filled registry in sys.modules: not trusted."""
+    fake_mbridge(
+        world,
+        init="from mbridge.core import bridge\nbridge.register_model('early')(object)\n"
+        "raise ModuleNotFoundError(\"No module named 'einops'\")\n",
+    )
+    hf_config(world, "MistralForCausalLM", "mistral")
+    world.run("bridge.import")  # leaves mbridge.core.bridge imported with only 'early' registered
+    found = world.run("bridge.hf-config")
+    assert found.status == Status.OK and "decorators read" in found.details["mbridge"]["method"]

@@ -96,19 +96,20 @@ def mbridge_registry(ctx: Context) -> Registry | None:
     if root is None:
         return None
     version = (probes.dist_version("mbridge") or ("", None))[1]
-    try:
+    # Only a complete import fills the registry: after a failed `import mbridge` the submodules that did
+    # load stay in sys.modules with a partial registry, so that case reads the source instead.
+    if probes.import_error(ctx, "mbridge") is None:
         registry = probes.imported(ctx, "mbridge.core.bridge")._MODEL_REGISTRY
         return Registry(
             "mbridge", version, set(registry), "model_type", "mbridge.core.bridge._MODEL_REGISTRY"
         )
-    except Exception:
-        return Registry(
-            "mbridge",
-            version,
-            scan_mbridge(root),
-            "model_type",
-            f"@register_model decorators read from {root} (mbridge did not import)",
-        )
+    return Registry(
+        "mbridge",
+        version,
+        scan_mbridge(root),
+        "model_type",
+        f"@register_model decorators read from {root} (mbridge did not import)",
+    )
 
 
 def megatron_bridge_registry(ctx: Context) -> Registry | None:
