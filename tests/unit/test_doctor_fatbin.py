@@ -9,13 +9,15 @@ from mcore_images.doctor import fatbin
 
 
 def fatbin_blob(entries: list[tuple[int, int]]) -> bytes:
-    """A fatbin with (kind, sm) entries: 64-byte entry headers, sm at offset 28, small payloads."""
+    """A fatbin with (kind, sm) entries laid out like nvcc's: 64-byte entry headers, sm at offset 28,
+    flags at 40 (0x8011 as nvcc writes them; a negative sm means the arch-specific "sm_XXa")."""
     body = b""
     for kind, sm in entries:
         payload = b"\0" * 24
         head = bytearray(64)
         struct.pack_into("<HHIQ", head, 0, kind, 0x0101, 64, len(payload))
-        struct.pack_into("<I", head, 28, sm)
+        struct.pack_into("<I", head, 28, abs(sm))
+        struct.pack_into("<I", head, 40, 0x8011 | (fatbin.ARCH_SPECIFIC if sm < 0 else 0))
         body += bytes(head) + payload
     return struct.pack("<IHHQ", fatbin.FATBIN_MAGIC, 1, 16, len(body)) + body
 
@@ -57,6 +59,14 @@ def test_reads_cubins_and_ptx_from_fatbin_headers(tmp_path: Path) -> None:
     assert "fatbin" in archs.method
 
 
+def test_arch_specific_cubins_run_only_on_their_own_gpu(tmp_path: Path) -> None:
+    so = write_so(tmp_path / "libk.so", [(2, 90), (2, -100)])
+    archs = fatbin.from_file(so)
+    assert archs.cubin == {90} and archs.specific == {100} and "sm_100a" in archs.describe()
+    assert fatbin.runs_on(archs, 100) == "cubin"
+    assert fatbin.runs_on(archs, 103) is None  # sm_100a does not run on sm_103
+
+
 def test_two_fatbins_in_one_section(tmp_path: Path) -> None:
     blob = fatbin_blob([(2, 75)]) + b"\0" * 8 + fatbin_blob([(2, 100)])
     (tmp_path / "a.so").write_bytes(elf_with({".nv_fatbin": blob}))
@@ -88,4 +98,4 @@ def test_cuobjdump_listing_is_preferred(tmp_path: Path) -> None:
     tool.chmod(0o755)
     so = write_so(tmp_path / "libk.so", [(2, 80)])
     archs = fatbin.archs_of(so, str(tool))
-    assert archs.cubin == {90} and archs.ptx == {100} and archs.method.startswith("cuobjdump")
+    assert archs.specific == {90} and archs.ptx == {100} and archs.method.startswith("cuobjdump")

@@ -4,6 +4,11 @@
 ELF's `.nv_fatbin` section: each fatbin entry header stores its kind (PTX or cubin) and its
 SM number in plain fields even when the payload is compressed, so no decompression is needed.
 A string scan for "sm_90" would be unreliable: compressed payloads hide the text.
+
+Entry header fields used: kind (u16 @0: 1 PTX, 2 cubin), header size (u32 @4), payload size
+(u64 @8), SM (u32 @28), flags (u32 @40; bit 20 marks an arch-specific "sm_90a" cubin). Checked
+entry for entry against cuobjdump 13.5 on TE 2.20.2's libtransformer_engine.so (sm_75 … sm_120
+with sm_90a/100a/103a/107a) and on libcurand 10.4.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from pathlib import Path
 
 FATBIN_MAGIC = 0xBA55ED50
 KIND_PTX, KIND_ELF = 1, 2
-_LISTED = re.compile(r"\.sm_(\d+)[a-z]?\.(cubin|ptx)\s*$")
+ARCH_SPECIFIC = 1 << 20  # flags bit of an "sm_XXa" cubin: runs on exactly that compute capability
+_LISTED = re.compile(r"\.sm_(\d+)([a-z]?)\.(cubin|ptx)\s*$")
 
 
 @dataclass
@@ -26,24 +32,26 @@ class Archs:
     """SM numbers found in one binary; `method` says how they were read."""
 
     cubin: set[int] = field(default_factory=set)
+    specific: set[int] = field(default_factory=set)  # sm_XXa cubins
     ptx: set[int] = field(default_factory=set)
     method: str = ""
 
     @property
     def empty(self) -> bool:
-        return not self.cubin and not self.ptx
+        return not self.cubin and not self.specific and not self.ptx
 
     def describe(self) -> str:
-        parts = [f"sm_{a}" for a in sorted(self.cubin)] + [f"compute_{a} (PTX)" for a in sorted(self.ptx)]
-        return ", ".join(parts) or "no device code"
+        parts = [f"sm_{a}" for a in sorted(self.cubin)] + [f"sm_{a}a" for a in sorted(self.specific)]
+        return ", ".join(parts + [f"compute_{a} (PTX)" for a in sorted(self.ptx)]) or "no device code"
 
 
 def runs_on(archs: Archs, cc: int) -> str | None:
     """How code for GPU `cc` (e.g. 90) is served: 'cubin', 'ptx' (JIT at load) or None (cannot run).
 
-    A cubin runs on the same major at an equal or higher minor; PTX JIT-compiles for any newer GPU.
+    A cubin runs on the same major at an equal or higher minor, an sm_XXa cubin only on XX itself;
+    PTX JIT-compiles for any newer GPU.
     """
-    if any(a // 10 == cc // 10 and a <= cc for a in archs.cubin):
+    if cc in archs.specific or any(a // 10 == cc // 10 and a <= cc for a in archs.cubin):
         return "cubin"
     if any(a <= cc for a in archs.ptx):
         return "ptx"
@@ -86,12 +94,16 @@ def parse_fatbin(blob: bytes) -> Archs:
             pos += 8  # fatbins are 8-byte aligned; skip padding between them
             continue
         entry, end = pos + head, min(pos + head + size, len(blob))
-        while entry + 32 <= end:
+        while entry + 44 <= end:
             kind, _ver, entry_head, payload = struct.unpack_from("<HHIQ", blob, entry)
             (sm,) = struct.unpack_from("<I", blob, entry + 28)
+            (flags,) = struct.unpack_from("<I", blob, entry + 40)
             if entry_head == 0:
                 break
-            (found.ptx if kind == KIND_PTX else found.cubin if kind == KIND_ELF else set()).add(sm)
+            if kind == KIND_PTX:
+                found.ptx.add(sm)
+            elif kind == KIND_ELF:
+                (found.specific if flags & ARCH_SPECIFIC else found.cubin).add(sm)
             entry += entry_head + payload
         pos = pos + head + size
     return found
@@ -110,7 +122,7 @@ def from_file(path: Path) -> Archs:
 def from_cuobjdump(path: Path, tool: str) -> Archs | None:
     """List cubins and PTX with cuobjdump; None when it cannot read the file."""
     found = Archs(method=f"cuobjdump ({tool})")
-    for flag, bucket in (("--list-elf", found.cubin), ("--list-ptx", found.ptx)):
+    for flag in ("--list-elf", "--list-ptx"):
         try:
             out = subprocess.run([tool, flag, str(path)], capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired):
@@ -118,7 +130,9 @@ def from_cuobjdump(path: Path, tool: str) -> Archs | None:
         # exit 255 with "does not contain device code" is a valid empty answer
         for line in out.stdout.splitlines():
             if match := _LISTED.search(line):
-                bucket.add(int(match.group(1)))
+                sm, suffix, kind = int(match.group(1)), match.group(2), match.group(3)
+                bucket = found.ptx if kind == "ptx" else found.specific if suffix == "a" else found.cubin
+                bucket.add(sm)
     return found
 
 
