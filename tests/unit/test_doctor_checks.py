@@ -244,6 +244,7 @@ def test_gpu_arch(world: World) -> None:
     write_te(world, (2, 80), (1, 80))
     assert status(world, "gpu.arch") == Status.WARN  # PTX JIT only
     write_te(world, (2, 90))
+    write_so(world.site / "transformer_engine" / "libnccl_ep.so", [(2, 100)])  # optional extra: ignored
     assert status(world, "gpu.arch") == Status.OK
 
 

@@ -143,11 +143,12 @@ APEX_MODULES = ("fused_layer_norm_cuda", "amp_C", "fused_weight_gradient_mlp_cud
 
 
 def kernel_binaries() -> dict[str, list[Path]]:
-    """TE's and apex's shared objects, found without importing them."""
+    """TE's core library and torch extension and apex's extensions, found without importing them."""
     found: dict[str, list[Path]] = {}
     te = probes.locate("transformer_engine")
     if te is not None and te.is_dir():
-        found["transformer_engine"] = sorted(p for p in te.rglob("*.so*") if p.is_file())
+        # the core library only: optional extras (libnccl_ep.so: sm_90+ only) must not fail an A100
+        found["transformer_engine"] = sorted(p for p in te.rglob("libtransformer_engine*.so*") if p.is_file())
     if (ext := probes.locate("transformer_engine_torch")) is not None and ext.is_file():
         found.setdefault("transformer_engine", []).append(ext)
     apex = [p for name in APEX_MODULES if (p := probes.locate(name)) is not None and p.is_file()]
