@@ -166,8 +166,11 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     doctor.load_checks()
     before = set(sys.modules)
     yield World(tmp_path, monkeypatch)
-    for name in set(sys.modules) - before:  # fake packages imported during the test
-        sys.modules.pop(name, None)
+    for name in set(sys.modules) - before:  # fake packages imported during the test, nothing else
+        module = sys.modules.get(name)
+        where = str(getattr(module, "__file__", None) or getattr(module, "__path__", [""])[0] or "")
+        if module is None or where.startswith(str(tmp_path)) or name.split(".")[0] in HIDDEN:
+            sys.modules.pop(name, None)
 
 
 def status(world: World, check_id: str) -> Status:
