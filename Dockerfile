@@ -42,6 +42,8 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN python3 -m venv --system-site-packages /opt/venv
 
 # ---------------------------------------------------------------------------------------------
+# The flavor picks one of the OS stages above (a stage name, not a registry image).
+# hadolint ignore=DL3006
 FROM os-${FLAVOR} AS base
 ARG STACK
 ARG PYTHON_VERSION
@@ -63,8 +65,8 @@ RUN --mount=type=bind,source=docker,target=/mnt/build \
 # Toolchain for the CUDA extensions. Nothing from here reaches a published layer except the
 # wheels in /wheels.
 FROM base AS builder
+ARG STACK
 ARG FLAVOR
-ARG CUDA_VERSION
 # hadolint ignore=DL3008
 RUN if [ "${FLAVOR}" != ngc ]; then \
       apt-get update \

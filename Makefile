@@ -12,7 +12,7 @@ NVCC_THREADS ?=
 IMAGE ?= mcore-images:runtime-$(or $(STACK),debian)
 export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help setup plan jobs lock build base docker-engine lint test test-unit test-image smoke certify push bake-print
+.PHONY: help setup plan jobs lock build base docker-engine lint test test-unit test-image test-image-ci ci smoke certify push bake-print
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -55,7 +55,16 @@ test-unit: ## unit tests of the tooling (no docker needed)
 test-image: ## image tests against IMAGE (default: the runtime of STACK, or debian)
 	$(PYTHON) -m pytest -q tests/image --image $(IMAGE)
 
-test: lint test-unit ## lint + unit tests (CI adds the image build and test-image: see .ci/run)
+test: lint test-unit ## lint + unit tests (no docker build; `make ci` adds the image)
+
+test-image-ci: ## image tests against the runtime image of every stack in the ci group
+	set -e; for stack in $$($(MCORE) plan --group ci --format names); do \
+	  $(PYTHON) -m pytest -q tests/image --image mcore-images:runtime-$$stack; done
+
+ci: ## what CI runs (after setup + docker-engine): lint, unit tests, build the ci group, image tests
+	bash .ci/phase.sh lint+unit $(MAKE) --no-print-directory test
+	bash .ci/phase.sh build-ci $(MAKE) --no-print-directory build GROUP=ci
+	bash .ci/phase.sh image-tests $(MAKE) --no-print-directory test-image-ci
 
 smoke: ## run the GPU smoke suite in IMAGE
 	$(MCORE) smoke --image $(IMAGE)

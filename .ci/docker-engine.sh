@@ -2,7 +2,7 @@
 # Provision and start a Docker Engine with BuildKit and buildx on a Debian bookworm host.
 #
 # Bookworm's own docker.io (engine 20.10, BuildKit v0.8) cannot build `target:` named
-# contexts, which docker-bake.hcl uses to chain layers. dockerd 26.1.5 and buildx 0.13.1
+# contexts, which docker-bake.hcl uses to chain layers. dockerd 26 and buildx 0.13
 # are taken from Debian trixie's packages and run with bookworm's containerd and runc
 # (trixie's runc needs a newer glibc). Idempotent: a running engine is reused.
 #

@@ -17,7 +17,9 @@ if [ -x "$site/nvidia/cu${CUDA_MAJOR}/bin/nvcc" ]; then
 fi
 arch_list="${TORCH_CUDA_ARCH_LIST:-$(echo "${NVTE_CUDA_ARCHS:-90}" | sed -E 's/([0-9])([0-9a-z]+)/\1.\2/g')}"
 export TORCH_CUDA_ARCH_LIST="$arch_list"
-export MCORE_REAL_NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" PYTORCH_NVCC="$(dirname "$0")/nvcc-retry.sh"
+MCORE_REAL_NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
+PYTORCH_NVCC="$(dirname "$0")/nvcc-retry.sh"
+export MCORE_REAL_NVCC PYTORCH_NVCC
 # apex (since bfb500c8) selects extensions by environment variables: APEX_CPP_EXT builds apex_C,
 # APEX_CUDA_EXT builds amp_C, fused_layer_norm_cuda and fused_weight_gradient_mlp_cuda among others.
 export APEX_CPP_EXT=1 APEX_CUDA_EXT=1

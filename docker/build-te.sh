@@ -15,7 +15,9 @@ export CUDA_HOME="$cuda_home" CUDA_PATH="$cuda_home"
 export CPLUS_INCLUDE_PATH="${includes}${CPLUS_INCLUDE_PATH:-}" LIBRARY_PATH="${libs}${LIBRARY_PATH:-}"
 export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}"
 export CUDNN_HOME="$site/nvidia/cudnn" NVTE_FRAMEWORK=pytorch NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_NO_LOCAL_VERSION=1
-export MCORE_REAL_NVCC="$cuda_home/bin/nvcc" PYTORCH_NVCC="$(dirname "$0")/nvcc-retry.sh"
+MCORE_REAL_NVCC="$cuda_home/bin/nvcc"
+PYTORCH_NVCC="$(dirname "$0")/nvcc-retry.sh"
+export MCORE_REAL_NVCC PYTORCH_NVCC
 export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-}"
 echo "build-te: TE ${TE_VERSION}, CUDA_HOME=${cuda_home}, MAX_JOBS=${MAX_JOBS}," \
   "NVTE_BUILD_THREADS_PER_JOB=${NVTE_BUILD_THREADS_PER_JOB:-1}, NVTE_CUDA_ARCHS=${NVTE_CUDA_ARCHS}"

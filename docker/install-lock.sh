@@ -7,6 +7,11 @@ set -eu
 lock="$1"
 wheels="${2:-}"
 here="$(dirname "$0")"
+stack_dir="$(dirname "$lock")"
+if [ ! -d "$stack_dir" ] || [ "$(basename "$stack_dir")" = locks ]; then
+  echo "install-lock: no locks at ${stack_dir}: is the STACK build arg set, and env/locks/<stack>/ committed?" >&2
+  exit 1
+fi
 if [ -s "$lock" ]; then
   echo "install-lock: $(grep -c '==' "$lock") pinned packages from ${lock#/mnt/}"
   sh "$here/pip.sh" install --no-deps --require-hashes -r "$lock"
@@ -14,7 +19,7 @@ else
   echo "install-lock: no lock at ${lock#/mnt/}: this layer installs nothing from PyPI"
 fi
 if [ -n "$wheels" ] && ls "$wheels"/*.whl >/dev/null 2>&1; then
-  echo "install-lock: local wheels: $(cd "$wheels" && ls -- *.whl | tr '\n' ' ')"
+  echo "install-lock: local wheels:" "$wheels"/*.whl
   sh "$here/pip.sh" install --no-deps --no-index --no-cache-dir "$wheels"/*.whl
 fi
 python -m pip check || { echo "install-lock: pip check found broken requirements (above)" >&2; exit 1; }

@@ -60,6 +60,8 @@ def build(stack: str | None = None, group: str | None = None, layer: str | None 
           max_jobs: str | None = None, nvcc_threads: str | None = None, dry_run: bool = False,
           extra: list[str] | None = None) -> int:
     stacks = load_stacks()
+    if stack and group:
+        raise InputError("give either STACK or GROUP, not both (e.g. `make build STACK=debian`)")
     group = None if stack else (group or "default")
     selected = select(stacks, stack, group)
     violations = [v for p in make_plan(selected, group) for v in p.violations]

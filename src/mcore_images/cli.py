@@ -66,7 +66,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stack")
     p.add_argument("--group")
     p.add_argument("--registry", default="")
-    p.add_argument("--format", choices=("text", "json", "markdown"), default="text")
+    p.add_argument("--format", choices=("text", "json", "markdown", "names"), default="text")
     p.set_defaults(func=_plan)
 
     p = sub.add_parser("jobs", help="plan MAX_JOBS / NVCC_THREADS for CUDA extension builds here")

@@ -37,7 +37,7 @@ class CompileProfile:
 
 
 PROFILES: dict[str, CompileProfile] = {
-    # Measured: TE 2.20.2 PyTorch extension, one arch (sm_90): largest compiler process 2.35 GiB
+    # Measured: TE 2.20 PyTorch extension, one arch (sm_90): largest compiler process 2.35 GiB
     # (16-core H200 box) and 2.7 GB (2-core machine). C++ against torch headers dominates.
     "te": CompileProfile(2.3, 0.4, "TE torch extension, measured 2.35-2.7 GiB per job at 1 arch"),
     # apex's CUDA extensions (multi-tensor apply, fused layer norm): template-heavy .cu files.

@@ -25,11 +25,22 @@ from mcore_images.errors import InputError
 from mcore_images.stacks import Stack, repo_root
 
 LOCK_LAYERS = ("base", "builder", "kernels", "runtime", "app")
-PLATFORM = "x86_64-manylinux_2_28"
+# glibc of each base (manylinux tag uv resolves wheels for): wheels newer than the base cannot load.
+GLIBC = {"ubuntu24.04": "2_39", "ubuntu22.04": "2_35", "ngc": "2_39", "debian": "2_28"}
 PYPI_SIMPLE = "https://pypi.org/simple"
 # Packages a base image provides when the stack takes torch from it (NGC): never emitted.
 BASE_PROVIDED = re.compile(r"^(torch|triton|nvidia-.*|transformer-engine.*|apex|cuda-.*)$")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
+
+
+def platform(stack: Stack) -> str:
+    """uv's --python-platform for the stack's base image."""
+    if stack.flavor in ("ngc", "debian"):
+        return f"x86_64-manylinux_{GLIBC[stack.flavor]}"
+    release = re.search(r"ubuntu[0-9.]+", stack.base_image)
+    if not release or release.group(0) not in GLIBC:
+        raise InputError(f"no glibc recorded for base {stack.base_image}; add its Ubuntu release to GLIBC in lock.py")
+    return f"x86_64-manylinux_{GLIBC[release.group(0)]}"
 
 
 def cuda_major(stack: Stack) -> str:
@@ -61,9 +72,10 @@ def layer_inputs(stack: Stack, te_torch_requires: list[str] | None = None) -> di
     compiles = stack.te_source == "build" or stack.apex not in ("none", "base")
     if compiles:
         inputs["builder"] += ["setuptools", "wheel", "pybind11", "ninja", "packaging"]
-        if stack.torch_source == "pypi":
+        if stack.flavor == "debian":
             cu = stack.cuda
-            # nvcc's pieces ship as separate wheels; all of them must match torch's CUDA minor.
+            # No CUDA toolkit in a plain Debian base: nvcc comes from PyPI, as separate wheels that
+            # must all match torch's CUDA minor. The other flavors' bases carry nvcc.
             inputs["builder"] += [f"nvidia-{part}=={cu}.*" for part in ("cuda-nvcc", "cuda-cccl", "cuda-crt", "nvvm")]
     if stack.te_source in ("build", "pypi"):
         core = f"transformer-engine-cu{cuda_major(stack)}"
@@ -97,19 +109,21 @@ def pins(text: str) -> dict[str, str]:
 def _uv() -> str:
     uv = shutil.which("uv")
     if not uv:
-        raise InputError("`uv` is needed to compute locks; install it with `pip install uv` (or `pip install -e .[lock]`)")
+        raise InputError("`uv` is needed to compute locks; install it with `pip install uv` "
+                         "(or `pip install -e .[lock]`)")
     return uv
 
 
-def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str]) -> str:
-    """Resolve one layer with uv, constrained by (and not re-emitting) the layers below it."""
+def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
+                  constraints: dict[str, str] | None = None) -> str:
+    """Resolve requirements with uv at the given versions, without re-emitting the layers below."""
     with tempfile.TemporaryDirectory() as tmp:
         req = Path(tmp) / "requirements.in"
         req.write_text("\n".join(requirements) + "\n")
         con = Path(tmp) / "constraints.txt"
-        con.write_text("".join(f"{n}=={v}\n" for n, v in below.items()))
+        con.write_text("".join(f"{n}=={v}\n" for n, v in {**(constraints or {}), **below}.items()))
         cmd = [_uv(), "pip", "compile", str(req), "--constraint", str(con), "--generate-hashes",
-               "--python-version", stack.python, "--python-platform", PLATFORM, "--no-header",
+               "--python-version", stack.python, "--python-platform", platform(stack), "--no-header",
                "--quiet", "--index-url", f"{PYPI_SIMPLE}/"]
         for name in below:
             cmd += ["--no-emit-package", name]
@@ -139,7 +153,7 @@ def _drop_base_provided(text: str) -> str:
 def header(stack: Stack, layer: str, requirements: list[str]) -> str:
     return (f"# Lock of layer '{layer}' of stack '{stack.name}': derived from env/stacks.json by "
             f"`mcore-images lock --stack {stack.name}`; do not edit.\n"
-            f"# Python {stack.python}, {PLATFORM}. Top level: {', '.join(requirements)}\n")
+            f"# Python {stack.python}, {platform(stack)}. Top level: {', '.join(requirements)}\n")
 
 
 def lock_dir(stack: Stack, root: Path | None = None) -> Path:
@@ -147,19 +161,29 @@ def lock_dir(stack: Stack, root: Path | None = None) -> Path:
 
 
 def write_locks(stack: Stack, root: Path | None = None) -> list[Path]:
+    """Resolve all layers together once, then split that one solution into per-layer locks.
+
+    Resolving layer by layer against the pins below can paint itself into a corner (a lower layer
+    picks a numpy that an upper layer's package refuses); one joint solution cannot. Each layer's
+    lock holds what its inputs need beyond the layers below, at the joint solution's versions.
+    """
     te_requires = (sdist_requirements("transformer-engine-torch", stack.te)
                    if stack.te_source == "build" else [])
     inputs = layer_inputs(stack, te_requires)
+    everything = [req for layer in LOCK_LAYERS for req in inputs[layer]]
+    joint = pins(compile_layer(stack, everything, {}))
     below: dict[str, str] = {}
+    cumulative: list[str] = []
     written = []
     folder = lock_dir(stack, root)
     folder.mkdir(parents=True, exist_ok=True)
     for layer in LOCK_LAYERS:
         path = folder / f"{layer}.txt"
+        cumulative += inputs[layer]
         if not inputs[layer]:
             path.unlink(missing_ok=True)
             continue
-        text = compile_layer(stack, inputs[layer], below)
+        text = compile_layer(stack, cumulative, below, constraints=joint)
         path.write_text(header(stack, layer, inputs[layer]) + text)
         below.update(pins(text))
         written.append(path)

@@ -98,7 +98,9 @@ def render_markdown(plans: list[StackPlan]) -> str:
 
 def run(stack: str | None, group: str | None, fmt: str, registry: str = "") -> tuple[str, int]:
     plans = make_plan(select(load_stacks(), stack, group), group, registry)
-    if fmt == "json":
+    if fmt == "names":
+        text = "\n".join(p.stack.name for p in plans)
+    elif fmt == "json":
         text = json.dumps([p.to_dict() for p in plans], indent=2)
     elif fmt == "markdown":
         text = render_markdown(plans)

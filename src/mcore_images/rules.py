@@ -70,7 +70,8 @@ def _sources(s: Stack) -> Iterator[tuple[str, str]]:
 @rule("base-digest")
 def _digest(s: Stack) -> Iterator[tuple[str, str]]:
     if s.base_digest and not _DIGEST.match(s.base_digest):
-        yield f"base_digest '{s.base_digest}' is not sha256:<64 hex>", "copy the digest from the registry, or leave it ''"
+        yield (f"base_digest '{s.base_digest}' is not sha256:<64 hex>",
+               "copy the digest from the registry, or leave it ''")
 
 
 @rule("release-pinned")

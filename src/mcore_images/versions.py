@@ -8,7 +8,7 @@ _RELEASE = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
 
 
 def release(version: str) -> tuple[int, ...]:
-    """Numeric release tuple of a version string: '2.11.0+cu130' -> (2, 11, 0), '26.06' -> (26, 6)."""
+    """Numeric release tuple of a version string: '2.9.1+cu128' -> (2, 9, 1), '26.06' -> (26, 6)."""
     match = _RELEASE.match(version)
     if not match:
         raise ValueError(f"not a version: {version!r}")
@@ -25,4 +25,4 @@ def at_least(version: str, minimum: str) -> bool:
 def major_minor(version: str) -> str:
     """'13.0.2' -> '13.0'."""
     parts = release(version)
-    return ".".join(str(p) for p in (parts + (0,))[:2])
+    return ".".join(str(p) for p in (*parts, 0)[:2])

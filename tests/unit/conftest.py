@@ -1,0 +1,38 @@
+"""Shared fixtures for the tooling's unit tests (no docker, no torch needed)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from mcore_images.stacks import Stack, load_stacks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def stacks() -> dict[str, Stack]:
+    return load_stacks(ROOT / "env" / "stacks.json")
+
+
+@pytest.fixture
+def debian(stacks: dict[str, Stack]) -> Stack:
+    return stacks["debian"]
+
+
+def variant(stack: Stack, **changes: object) -> Stack:
+    """A copy of a real stack with some fields changed (bad inputs for the rules)."""
+    return dataclasses.replace(stack, **changes)
+
+
+def write_stacks(path: Path, entries: list[dict]) -> Path:
+    path.write_text(json.dumps({"variable": {"STACKS": {"default": entries}}}))
+    return path

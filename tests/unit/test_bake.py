@@ -1,0 +1,87 @@
+"""docker-bake.hcl, read by bake itself, agrees with env/stacks.json and the Python tag scheme."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mcore_images import tags
+from mcore_images.stacks import Stack, groups
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("docker") is None
+    or subprocess.run(["docker", "buildx", "version"], capture_output=True, check=False).returncode != 0,
+    reason="docker buildx is not installed here (CI installs it: .ci/docker-engine.sh)")
+
+
+@pytest.fixture(scope="module")
+def printed(root: Path) -> dict:
+    """Plain `docker buildx bake --print all` in the checkout: bake finds docker-bake.hcl + .json itself."""
+    out = subprocess.run(["docker", "buildx", "bake", "--print", "all"], cwd=root, capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def test_every_layer_of_every_stack_is_a_target(printed: dict, stacks: dict[str, Stack]) -> None:
+    expected = {tags.target(layer, s) for s in stacks.values() for layer in s.layers}
+    assert set(printed["target"]) == expected
+
+
+def test_tags_match_python_scheme(printed: dict, stacks: dict[str, Stack]) -> None:
+    for s in stacks.values():
+        for layer in s.layers:
+            assert printed["target"][tags.target(layer, s)]["tags"] == tags.tags(layer, s)
+
+
+def test_args_and_labels_carry_the_pins(printed: dict, stacks: dict[str, Stack]) -> None:
+    for s in stacks.values():
+        target = printed["target"][f"runtime-{s.name}"]
+        assert target["args"]["TORCH_VERSION"] == s.torch
+        assert target["args"]["MCORE_VERSION"] == s.mcore
+        assert target["args"]["BASE_IMAGE"] == s.base_ref
+        labels = target["labels"]
+        assert labels["io.mcore-images.mcore"] == s.mcore
+        assert labels["io.mcore-images.mbridge"] == s.mbridge
+        assert labels["io.mcore-images.te"] == s.te
+        assert "io.mcore-images.verl" not in labels
+        base_labels = printed["target"][f"base-{s.name}"]["labels"]
+        assert "io.mcore-images.mcore" not in base_labels
+
+
+def test_layers_chain_through_target_contexts(printed: dict, stacks: dict[str, Stack]) -> None:
+    for s in stacks.values():
+        assert printed["target"][f"kernels-{s.name}"]["contexts"]["base"] == f"target:base-{s.name}"
+        assert printed["target"][f"runtime-{s.name}"]["contexts"]["kernels"] == f"target:kernels-{s.name}"
+
+
+def test_groups_follow_env(root: Path, stacks: dict[str, Stack]) -> None:
+    by_group = groups(stacks)
+    for group in ("default", "ci", "release"):
+        out = subprocess.run(["docker", "buildx", "bake", "--print", group], cwd=root, capture_output=True,
+                             text=True, check=True)
+        built = {name.split("-", 1)[1] for name in json.loads(out.stdout)["target"]}
+        assert built == set(by_group.get(group, [])), group
+
+
+def test_plain_print_is_the_default_group(root: Path, stacks: dict[str, Stack]) -> None:
+    out = subprocess.run(["docker", "buildx", "bake", "--print"], cwd=root, capture_output=True, text=True,
+                         check=True)
+    assert json.loads(out.stdout)["group"]["default"]["targets"] == [
+        f"runtime-{name}" for name in groups(stacks)["default"]]
+
+
+def test_variables_reach_args(root: Path, tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("not a real bundle\n")
+    env = {**os.environ, "MAX_JOBS": "3", "REGISTRY": "ghcr.io/acme", "CA_BUNDLE": str(ca)}
+    out = subprocess.run(["docker", "buildx", "bake", "--print", "runtime-debian"], cwd=root, capture_output=True,
+                         text=True, check=True, env=env)
+    target = json.loads(out.stdout)["target"]["runtime-debian"]
+    assert target["args"]["MAX_JOBS"] == "3"
+    assert target["tags"][0].startswith("ghcr.io/acme/mcore-images:runtime-")
+    assert target["secret"] == [f"id=ca_bundle,src={ca}"]

@@ -1,0 +1,101 @@
+"""Bad inputs end to end: one clear line, a non-zero exit, and no docker build started."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.conftest import write_stacks
+
+
+@pytest.fixture
+def fake_docker(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A `docker` on PATH that records every call, so tests can prove none happened."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "docker.log"
+    docker = bin_dir / "docker"
+    docker.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\nexit 0\n")
+    docker.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env.pop("MAX_JOBS", None)
+    return env, log
+
+
+def make(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "-s", "-C", str(root), *args], capture_output=True, text=True, env=env,
+                          check=False)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["build", "STACK=nope"], "unknown stack 'nope'"),
+    (["build", "MAX_JOBS=0"], "MAX_JOBS=0 is invalid"),
+    (["build", "MAX_JOBS=lots"], "is not a number"),
+    (["build", "NVCC_THREADS=-1"], "NVCC_THREADS=-1 is invalid"),
+    (["build", "GROUP=nightly"], "unknown group 'nightly'"),
+    (["build", "STACK=debian", "LAYER=app"], "has no layer 'app'"),
+    (["build", "STACK=debian", "GROUP=ci"], "either STACK or GROUP"),
+])
+def test_bad_make_build_fails_before_docker(root: Path, fake_docker: tuple, args: list[str], needle: str) -> None:
+    env, log = fake_docker
+    result = make(root, env, *args)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and needle in errors[0], result.stderr
+    assert not log.exists(), "a docker command ran before the input was rejected"
+
+
+def test_broken_rule_stops_build(root: Path, tmp_path: Path, fake_docker: tuple) -> None:
+    env, log = fake_docker
+    import json
+    entries = json.loads((root / "env" / "stacks.json").read_text())["variable"]["STACKS"]["default"]
+    bad = next(e for e in entries if e["name"] == "debian")
+    bad = {**bad, "mcore": "0.19.2"}  # mbridge 0.15.1 cannot build models on it
+    (tmp_path / "env").mkdir()
+    write_stacks(tmp_path / "env" / "stacks.json", [bad])
+    env = {**env, "MCORE_IMAGES_ROOT": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "mcore_images", "build", "--stack", "debian"],
+                            capture_output=True, text=True, env=env, check=False)
+    assert result.returncode == 2
+    assert "[mbridge-mcore]" in result.stderr and "fix:" in result.stderr
+    assert not log.exists()
+
+
+def test_dry_run_prints_bake_and_jobs(root: Path, fake_docker: tuple) -> None:
+    env, log = fake_docker
+    result = subprocess.run([sys.executable, "-m", "mcore_images", "build", "--stack", "debian", "--max-jobs", "3",
+                             "--dry-run"], capture_output=True, text=True, env=env, check=False, cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert "MAX_JOBS=3" in result.stdout and "runtime-debian" in result.stdout
+    assert not log.exists()
+
+
+def test_plan_lists_every_stack(root: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "mcore_images", "plan"], capture_output=True, text=True,
+                            check=False, cwd=root)
+    assert result.returncode == 0
+    for name in ("ngc", "cuda", "debian", "verl-mcore013"):
+        assert f"runtime-{name}" in result.stdout
+    assert "UNPINNED" in result.stdout
+
+
+def test_plan_fails_on_release_with_tag_only_base(root: Path, tmp_path: Path) -> None:
+    import json
+    entries = json.loads((root / "env" / "stacks.json").read_text())["variable"]["STACKS"]["default"]
+    cuda = {**next(e for e in entries if e["name"] == "cuda"), "base_digest": ""}
+    (tmp_path / "env").mkdir()
+    write_stacks(tmp_path / "env" / "stacks.json", [cuda])
+    result = subprocess.run([sys.executable, "-m", "mcore_images", "plan", "--group", "release"],
+                            capture_output=True, text=True, check=False,
+                            env={**os.environ, "MCORE_IMAGES_ROOT": str(tmp_path)})
+    assert result.returncode == 1 and "release-pinned" in result.stdout
+
+
+def test_jobs_rejects_bad_values(root: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "mcore_images", "jobs", "--max-jobs", "0"],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
