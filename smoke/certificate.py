@@ -1,0 +1,161 @@
+"""The smoke certificate: a JSON document and the Markdown table rendered from it.
+
+Pure Python. The ranks fill ``environment``/``settings``/``runs``; the launcher adds the outcome and
+wall time; ``mcore-images certify`` adds the image reference and digest. One schema, one renderer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "mcore-images/smoke-certificate/v1"
+STATUSES = ("passed", "failed", "could-not-run", "running")
+RUN_STATUSES = ("passed", "failed", "skipped", "not-run")
+PACKAGES = ("python", "torch", "megatron-core", "transformer-engine", "mbridge", "megatron-bridge", "apex")
+
+TOP_KEYS = {
+    "schema": str,
+    "status": str,
+    "exit_code": int,
+    "error": (str, type(None)),
+    "image": dict,
+    "created": str,
+    "command": list,
+    "environment": dict,
+    "settings": dict,
+    "tolerance": dict,
+    "runs": list,
+    "timing": dict,
+}
+RUN_KEYS = {
+    "id": str,
+    "layout": str,
+    "model": str,
+    "spec": str,
+    "status": str,
+    "reason": (str, type(None)),
+    "checks": list,
+    "losses": list,
+    "grad_norms": list,
+    "parity": (dict, type(None)),
+    "timing": dict,
+}
+
+
+def new(command: list[str], created: str) -> dict[str, Any]:
+    """An empty certificate in the ``running`` state."""
+    return {
+        "schema": SCHEMA,
+        "status": "running",
+        "exit_code": -1,
+        "error": None,
+        "image": {"ref": None, "digest": None, "digest_source": None},
+        "created": created,
+        "command": list(command),
+        "environment": {},
+        "settings": {},
+        "tolerance": {},
+        "runs": [],
+        "timing": {},
+    }
+
+
+def validate(cert: dict[str, Any]) -> list[str]:
+    """Problems with a certificate's shape (empty list when it is well-formed)."""
+    problems = [f"missing or mistyped key {k!r}" for k, t in TOP_KEYS.items() if not isinstance(cert.get(k), t)]
+    if problems:
+        return problems
+    if cert["schema"] != SCHEMA:
+        problems.append(f"schema {cert['schema']!r} is not {SCHEMA!r}")
+    if cert["status"] not in STATUSES:
+        problems.append(f"status {cert['status']!r} not one of {STATUSES}")
+    for i, run in enumerate(cert["runs"]):
+        problems += [f"runs[{i}]: missing or mistyped {k!r}" for k, t in RUN_KEYS.items()
+                     if not isinstance(run.get(k), t)]
+        if run.get("status") not in RUN_STATUSES:
+            problems.append(f"runs[{i}]: status {run.get('status')!r} not one of {RUN_STATUSES}")
+    digest = cert["image"].get("digest")
+    if digest is not None and not str(digest).startswith("sha256:"):
+        problems.append(f"image digest {digest!r} is not a sha256 digest")
+    return problems
+
+
+def _num(value: Any, fmt: str = ".4g") -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return format(value, fmt)
+
+
+def _ms(seconds: Any) -> str:
+    return "–" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def render_markdown(cert: dict[str, Any]) -> str:
+    """The certificate as Markdown: header facts, one table row per run, failed checks listed."""
+    env, settings, image = cert["environment"], cert["settings"], cert["image"]
+    gpu = env.get("gpu", {})
+    pkgs = env.get("packages", {})
+    lines = [f"# Smoke certificate: {cert['status'].upper()} (exit {cert['exit_code']})", ""]
+    if cert.get("error"):
+        lines += [f"**Error:** {cert['error']}", ""]
+    if image.get("ref"):
+        lines.append(f"- Image: `{image['ref']}` — digest `{image.get('digest')}` ({image.get('digest_source')})")
+    lines += [
+        f"- Created: {cert['created']}",
+        f"- Hardware: {gpu.get('count', 0)} × {gpu.get('model', 'no GPU')}, driver {gpu.get('driver', '–')}, "
+        f"CUDA {env.get('cuda') or '–'}, NCCL {env.get('nccl') or '–'}, cuDNN {env.get('cudnn') or '–'}",
+        "- Packages: " + ", ".join(f"{name} {pkgs.get(name) or '–'}" for name in PACKAGES),
+        f"- Settings: {settings.get('world_size', '?')} rank(s) on {settings.get('nodes', '?')} node(s), "
+        f"{settings.get('backend', '?')}, {settings.get('dtype', '?')}, {settings.get('steps', '?')} steps × "
+        f"{settings.get('global_batch', '?')} sequences × {settings.get('seq', '?')} tokens",
+        f"- Tolerance: {cert['tolerance'].get('why', '–')}",
+    ]
+    timing = cert["timing"]
+    if timing:
+        parts = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in timing.items() if isinstance(v, int | float))
+        lines.append(f"- Wall time: {parts}")
+    lines += [
+        "",
+        "| run | status | loss first → last | grad norm 0 | Δloss vs dp | Δgrad vs dp | build s | step ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for run in cert["runs"]:
+        losses, norms, par, tm = run["losses"], run["grad_norms"], run["parity"] or {}, run["timing"]
+        loss = f"{_num(losses[0])} → {_num(losses[-1])}" if losses else "–"
+        status = run["status"] if not run["reason"] else f"{run['status']}: {run['reason']}"
+        lines.append(
+            f"| {run['id']} | {status} | {loss} | {_num(norms[0] if norms else None)} | "
+            f"{_num(par.get('loss_rel'), '.2e')} | {_num(par.get('grad_norm_rel'), '.2e')} | "
+            f"{_num(tm.get('build_s'), '.2f')} | {_ms(tm.get('step_median_s'))} |"
+        )
+    failed = [(run["id"], c) for run in cert["runs"] for c in run["checks"] if not c.get("ok")]
+    if failed:
+        lines += ["", "## Failed checks", ""]
+        lines += [f"- {rid}: {c['name']} — {c.get('detail', '')}" for rid, c in failed]
+    return "\n".join(lines) + "\n"
+
+
+def write(cert: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    """Write certificate.json and certificate.md atomically (a reader never sees half a file)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = (out_dir / "certificate.json", out_dir / "certificate.md")
+    for path, text in zip(paths, (json.dumps(cert, indent=2, default=str) + "\n", render_markdown(cert)),
+                          strict=True):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return paths
+
+
+def read(path: Path) -> dict[str, Any]:
+    """Load a certificate.json; raises ValueError naming the problems when it is malformed."""
+    cert = json.loads(path.read_text())
+    problems = validate(cert)
+    if problems:
+        raise ValueError(f"{path}: " + "; ".join(problems))
+    return cert

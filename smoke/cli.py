@@ -1,0 +1,97 @@
+"""Command line of ``python -m smoke``: one entry that plans, launches, or runs as a torchrun rank."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from smoke import exitcodes, faults, layouts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m smoke",
+        description="Train a small dense GPT and MoE with megatron-core on every parallel layout that fits, "
+        "check loss, grads, rank agreement and cross-layout parity, and write a certificate. "
+        "Exit 0 passed, 1 failed, 2 could not run.",
+    )
+    parser.add_argument("--layouts", help="comma-separated layouts, e.g. tp2,pp2-vpp2,tp2-ep2 (default: all that fit)")
+    parser.add_argument("--models", default="dense,moe", help="comma-separated subset of: dense,moe")
+    parser.add_argument("--spec", choices=("auto", "local", "te"), default="auto",
+                        help="layer spec: auto = local always, plus Transformer Engine when it imports")
+    parser.add_argument("--steps", type=int, default=10, help="training steps per run (>= 2)")
+    parser.add_argument("--nproc", type=int, default=0,
+                        help="ranks available on this node (default: every visible GPU; 2 with --cpu)")
+    parser.add_argument("--cpu", action="store_true", help="run on CPU with gloo (CI); fp32 unless --dtype")
+    parser.add_argument("--dtype", choices=("bf16", "fp32"), help="compute dtype (default: bf16 on GPU, fp32 on CPU)")
+    parser.add_argument("--dist-opt", action=argparse.BooleanOptionalAction, default=None,
+                        help="megatron distributed optimizer (default: on for GPU, off for CPU)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a collective gives up")
+    parser.add_argument("--watchdog", type=float, default=900.0, help="seconds the whole run may take")
+    parser.add_argument("--out", help="folder for certificate.json and certificate.md")
+    parser.add_argument("--seed", type=int, default=1234, help="base seed of the name-seeded global model")
+    parser.add_argument("--lr", type=float, default=3e-3, help=argparse.SUPPRESS)
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU, torch or megatron needed)")
+    parser.add_argument("--inject-fault", choices=faults.KINDS, help=argparse.SUPPRESS)
+    parser.add_argument("--fault-rank", type=int, default=-1, help=argparse.SUPPRESS)
+    return parser
+
+
+def normalise(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill device-dependent defaults and reject bad values before anything expensive starts."""
+    models = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    bad = [m for m in models if m not in layouts.MODELS]
+    if bad or not models:
+        raise exitcodes.CouldNotRun(f"unknown model(s) {bad or models}: use --models dense,moe or a subset")
+    args.models = models
+    if args.steps < 2:
+        raise exitcodes.CouldNotRun(f"--steps {args.steps} is too few: use >= 2 so the loss can fall")
+    if args.timeout <= 0 or args.watchdog <= 0:
+        raise exitcodes.CouldNotRun("--timeout and --watchdog must be positive seconds")
+    if args.nproc < 0:
+        raise exitcodes.CouldNotRun(f"--nproc {args.nproc} is negative: give a count of ranks")
+    if args.cpu and args.spec == "te":
+        raise exitcodes.CouldNotRun("--spec te needs GPUs: drop --cpu or use --spec local")
+    args.dtype = args.dtype or ("fp32" if args.cpu else "bf16")
+    if args.dist_opt is None:
+        args.dist_opt = not args.cpu
+    if args.inject_fault and args.fault_rank < 0:
+        args.fault_rank = int(os.environ.get("WORLD_SIZE", "1")) - 1
+    layouts.parse_layouts(args.layouts)  # one-line error now, not in every rank
+    return args
+
+
+def in_torchrun() -> bool:
+    """True inside a rank started by torchrun (or any launcher that sets its env)."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        args = normalise(args)
+        if args.dry_run:
+            from smoke.launcher import count_gpus, plan_from_args
+
+            available = args.nproc or int(os.environ.get("WORLD_SIZE", "0")) or (2 if args.cpu else count_gpus())
+            if available == 0:  # a CPU-only machine: show what each GPU count would run
+                print("no GPU visible; the plan on each machine size:")
+                sizes = [n for n in sorted(layouts.CATALOGUE) if args.layouts is None or n >= max(
+                    lay.size for lay in layouts.parse_layouts(args.layouts) or [])]
+            else:
+                sizes = [available]
+            for size in sizes:
+                print(layouts.render_plan(plan_from_args(args, size)))
+            return exitcodes.PASSED
+        if in_torchrun():
+            from smoke import worker
+
+            return worker.main(args, argv)
+        from smoke.launcher import launch
+
+        return launch(args, argv)
+    except exitcodes.CouldNotRun as exc:
+        print(f"smoke: could not run: {exc}", file=sys.stderr)
+        return exitcodes.COULD_NOT_RUN

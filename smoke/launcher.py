@@ -1,0 +1,172 @@
+"""`python -m smoke` outside torchrun: plan, start the ranks under torchrun, watch, and certify.
+
+Standard library only, so it also runs where torch is missing (and reports that as "could not run").
+The ranks run as ``python -m torch.distributed.run ... -m smoke``; torchrun stops every rank when
+one fails, and this launcher kills the whole process group if the run outlives its watchdog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from smoke import certificate, exitcodes, layouts
+
+GRACE_S = 30.0
+"""The launcher's watchdog waits this long past the ranks' own, so theirs reports first."""
+
+
+def count_gpus() -> int:
+    """Visible GPUs, asking torch when importable, else nvidia-smi; 0 when neither answers."""
+    if importlib.util.find_spec("torch") is not None:
+        code = "import torch; print(torch.cuda.device_count())"
+        try:
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+            if out.returncode == 0 and out.stdout.strip().isdigit():
+                return int(out.stdout.strip())
+        except subprocess.TimeoutExpired:
+            pass
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+            return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+        except (OSError, subprocess.SubprocessError):
+            return 0
+    return 0
+
+
+def plan_from_args(args: argparse.Namespace, available: int) -> layouts.Plan:
+    """The plan the ranks will make too (TE presence judged by whether it is installed)."""
+    selected = layouts.parse_layouts(args.layouts)
+    world = layouts.choose_world(available, selected)
+    te = not args.cpu and args.spec != "local" and importlib.util.find_spec("transformer_engine") is not None
+    specs = ("local", "te") if args.spec == "auto" and te else (("local",) if args.spec == "auto" else (args.spec,))
+    shape = layouts.CPU_SHAPE if args.cpu else layouts.GPU_SHAPE
+    return layouts.plan(world, selected, te=te, models=tuple(args.models), specs=specs, shape=shape)
+
+
+def _rank_states(state_dir: Path) -> list[dict[str, Any]]:
+    states = []
+    for path in sorted(state_dir.glob("rank*.json")):
+        try:
+            states.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return states
+
+
+def classify(rc: int | None, cert: dict[str, Any] | None, states: list[dict[str, Any]],
+             watchdog_fired: bool) -> tuple[int, str | None]:
+    """(exit code, error line) from torchrun's return code, rank 0's certificate and rank states."""
+    if cert is not None and cert.get("status") in ("passed", "failed") and cert.get("exit_code") in (0, 1):
+        if rc == 0 or cert["status"] == "failed":
+            return cert["exit_code"], cert.get("error")
+    if not states:
+        return exitcodes.COULD_NOT_RUN, "no rank started (torchrun or rendezvous failed): see the log above"
+    could_not = [s for s in states if s.get("code") == exitcodes.COULD_NOT_RUN]
+    if could_not:
+        return exitcodes.COULD_NOT_RUN, f"rank {could_not[0]['rank']}: {could_not[0]['error']}"
+    errors = [s for s in states if s.get("error")]
+    if errors:
+        first = errors[0]
+        return exitcodes.FAILED, f"rank {first['rank']} failed in {first['phase']}: {first['error']}"
+    if watchdog_fired:
+        phases = sorted({s.get("phase", "?") for s in states})
+        return exitcodes.FAILED, f"watchdog: run exceeded its time; ranks were in {phases}"
+    stuck = [s for s in states if s.get("phase") != "done"]
+    where = f"rank {stuck[0]['rank']} last in {stuck[0]['phase']}" if stuck else "all ranks finished"
+    return exitcodes.FAILED, f"torchrun exited {rc}: a rank died without a report ({where})"
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop torchrun and every rank it started (they share its new session)."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def worker_argv(argv: list[str], out: Path) -> list[str]:
+    """The ranks get the user's flags, minus launcher-only ones, plus the certificate folder."""
+    result, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+            continue
+        if item in ("--out", "--nproc"):
+            skip = True
+            continue
+        if item.startswith(("--out=", "--nproc=")):
+            continue
+        result.append(item)
+    return [*result, "--out", str(out)]
+
+
+def launch(args: argparse.Namespace, argv: list[str]) -> int:
+    """Plan, run under torchrun, then write the final certificate; returns the exit code."""
+    launched = time.time()
+    available = args.nproc if args.nproc else (2 if args.cpu else count_gpus())
+    the_plan = plan_from_args(args, available)
+    print(layouts.render_plan(the_plan), flush=True)
+    if importlib.util.find_spec("torch") is None:
+        raise exitcodes.CouldNotRun("torch is not installed: run the smoke inside an image with torch")
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="smoke-out-"))
+    state = Path(tempfile.mkdtemp(prefix="smoke-state-"))
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env.update(
+        SMOKE_STATE_DIR=str(state), SMOKE_LAUNCH_T=repr(launched), PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p),
+    )
+    for stale in (out / "certificate.json", out / "certificate.md"):
+        stale.unlink(missing_ok=True)
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+        "--nproc-per-node", str(the_plan.world), "--max-restarts", "0", "-m", "smoke", *worker_argv(argv, out),
+    ]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    fired = False
+    try:
+        rc: int | None = proc.wait(timeout=args.watchdog + GRACE_S)
+    except subprocess.TimeoutExpired:
+        print(f"[smoke] launcher watchdog: run exceeded {args.watchdog + GRACE_S:.0f} s, stopping it", flush=True)
+        fired = True
+        _stop(proc)
+        rc = proc.returncode
+    except KeyboardInterrupt:
+        _stop(proc)
+        raise
+    cert_path = out / "certificate.json"
+    cert = json.loads(cert_path.read_text()) if cert_path.exists() else None
+    code, error = classify(rc, cert, _rank_states(state), fired)
+    shutil.rmtree(state, ignore_errors=True)
+    if cert is None:
+        from smoke import envinfo  # stdlib-only part: package versions
+
+        cert = certificate.new(["python", "-m", "smoke", *argv], dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+        cert["environment"] = {"packages": envinfo.packages()}
+    cert["status"] = {0: "passed", 1: "failed", 2: "could-not-run"}[code]
+    cert["exit_code"] = code
+    cert["error"] = error
+    cert.setdefault("timing", {})["wall_s"] = time.time() - launched
+    certificate.write(cert, out)
+    print(certificate.render_markdown(cert), flush=True)
+    print(f"[smoke] certificate: {cert_path} ({cert['status']}, exit {code})", flush=True)
+    return code

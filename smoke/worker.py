@@ -1,0 +1,188 @@
+"""What each rank does under torchrun: one process group, every planned run in turn, rank 0 certifies.
+
+A rank that raises ends its process at once (torchrun then stops the others) rather than leaving its
+peers waiting in a collective; a rank stuck longer than ``--watchdog`` ends itself; collectives give
+up after ``--timeout``. Each rank writes its phase to a status file the launcher reads afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.util
+import json
+import os
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from smoke import certificate, exitcodes, judge, layouts, tolerance
+
+
+class Status:
+    """This rank's phase and error, in ``$SMOKE_STATE_DIR/rankN.json`` (absent under a user's torchrun)."""
+
+    def __init__(self, rank: int) -> None:
+        state = os.environ.get("SMOKE_STATE_DIR")
+        self.path = Path(state) / f"rank{rank}.json" if state else None
+        self.data: dict[str, Any] = {"rank": rank, "phase": "start", "error": None, "code": None}
+
+    def update(self, **fields: Any) -> None:
+        self.data.update(fields)
+        if self.path:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.data))
+            tmp.replace(self.path)
+
+
+def start_watchdog(seconds: float, status: Status) -> None:
+    """End this process if the whole run takes longer than ``seconds`` (nothing may hang CI)."""
+
+    def fire() -> None:
+        msg = f"watchdog: rank {status.data['rank']} still in phase {status.data['phase']!r} after {seconds:.0f} s"
+        print(f"[smoke] {msg}", flush=True)
+        status.update(error=msg, code=exitcodes.FAILED)
+        os._exit(exitcodes.FAILED)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+
+
+def te_state(spec: str, cpu: bool) -> tuple[bool, str | None]:
+    """(TE usable, why not). An installed TE that fails to import is an error, not a skip."""
+    if cpu or spec == "local" or importlib.util.find_spec("transformer_engine") is None:
+        return False, None
+    try:
+        import transformer_engine.pytorch  # noqa: F401
+    except Exception as exc:  # a broken TE install: report it, do not hide it
+        return False, f"transformer_engine is installed but does not import: {exc}".splitlines()[0]
+    return True, None
+
+
+def settings_for(args: argparse.Namespace, world: int) -> Any:
+    """The shared run settings, derived from flags and world size."""
+    from smoke.train import Settings
+
+    return Settings(
+        cpu=args.cpu, dtype=args.dtype, steps=args.steps, global_batch=4 * world,
+        shape=layouts.CPU_SHAPE if args.cpu else layouts.GPU_SHAPE, seed=args.seed, lr=args.lr,
+        timeout_s=args.timeout, dist_opt=args.dist_opt, fault=args.inject_fault, fault_rank=args.fault_rank,
+    )
+
+
+def main(args: argparse.Namespace, argv: list[str]) -> int:
+    """Entry point of one rank; returns its exit code (rank 0's decides the run)."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    status = Status(rank)
+    start_watchdog(args.watchdog, status)
+    try:
+        return _run(args, argv, rank, world, status)
+    except exitcodes.CouldNotRun as exc:
+        print(f"[smoke] rank {rank}: could not run: {exc}", flush=True)
+        status.update(error=str(exc), code=exitcodes.COULD_NOT_RUN)
+        os._exit(exitcodes.COULD_NOT_RUN)
+    except BaseException as exc:  # noqa: BLE001 - any crash must end this rank now, loudly
+        traceback.print_exc()
+        status.update(error=f"{type(exc).__name__}: {exc}".splitlines()[0], code=exitcodes.FAILED)
+        os._exit(exitcodes.FAILED)
+
+
+def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, status: Status) -> int:
+    t_start = time.time()
+    launched = float(os.environ.get("SMOKE_LAUNCH_T", t_start))
+    status.update(phase="import")
+    try:
+        import torch
+
+        if args.cpu:
+            from smoke import cpu_shim
+
+            cpu_shim.install()
+        import megatron.core
+
+        if args.cpu:
+            cpu_shim.patch_megatron()
+        from smoke import envinfo, train
+    except ImportError as exc:
+        raise exitcodes.CouldNotRun(f"{exc}: run in an image with torch and megatron-core") from exc
+    te_ok, te_error = te_state(args.spec, args.cpu)
+    t_imported = time.time()
+
+    status.update(phase="init")
+    if not args.cpu:
+        if not torch.cuda.is_available():
+            raise exitcodes.CouldNotRun("torch sees no GPU: pass --cpu for a CPU (gloo) run")
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    torch.distributed.init_process_group(
+        backend="gloo" if args.cpu else "nccl", timeout=train.process_group_timeout(args.timeout)
+    )
+    torch.distributed.barrier()
+    t_init = time.time()
+
+    specs = ("local", "te") if args.spec == "auto" else (args.spec,)
+    if args.spec == "auto" and not te_ok:
+        specs = ("local",)
+    st = settings_for(args, world)
+    the_plan = layouts.plan(world, layouts.parse_layouts(args.layouts), te=te_ok, models=tuple(args.models),
+                            specs=specs, shape=st.shape)
+    tol = tolerance.for_dtype(args.dtype)
+    out = Path(args.out) if args.out else None
+    cert = certificate.new(["python", "-m", "smoke", *argv], dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+    if rank == 0:
+        nodes = int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("NNODES", "1")))
+        cert["environment"] = envinfo.collect(world, nodes, args.cpu)
+        cert["environment"]["megatron_core_import"] = megatron.core.__version__
+        cert["settings"] = {
+            "world_size": world, "nodes": nodes, "backend": "gloo" if args.cpu else "nccl",
+            "dtype": args.dtype, "steps": args.steps, "global_batch": st.global_batch, "micro_batch": 1,
+            "seq": st.shape.seq, "model_shape": st.shape.__dict__, "specs_run": list(specs),
+            "te_available": te_ok, "te_error": te_error, "distributed_optimizer": args.dist_opt,
+            "timeout_s": args.timeout, "watchdog_s": args.watchdog, "seed": args.seed, "lr": args.lr,
+        }
+        cert["tolerance"] = tol.__dict__
+        print(layouts.render_plan(the_plan), flush=True)
+        if out:
+            certificate.write(cert, out)
+
+    results: dict[str, dict] = {}
+    build_s = steps_s = 0.0
+    for index, run in enumerate(the_plan.runs, 1):
+        if run.skip:
+            res = judge.skipped(run)
+        else:
+            status.update(phase=f"run {run.id}")
+            record = train.train(run, st)
+            records: list[Any] = [None] * world
+            torch.distributed.all_gather_object(records, record)
+            res = judge.evaluate(run, records, tol, results.get(run.baseline_id))
+            build_s += res["timing"]["build_s"]
+            steps_s += res["timing"]["steps_s"]
+        results[run.id] = res
+        if rank == 0:
+            cert["runs"].append(res)
+            print(judge.progress_line(res, index, len(the_plan.runs)), flush=True)
+            if out:
+                certificate.write(cert, out)
+
+    failed = [r["id"] for r in cert["runs"] if r["status"] == "failed"] if rank == 0 else []
+    if te_error and rank == 0:
+        failed.append("transformer-engine import")
+    code = exitcodes.FAILED if failed else exitcodes.PASSED
+    if rank == 0:
+        cert["status"] = "failed" if failed else "passed"
+        cert["exit_code"] = code
+        cert["error"] = f"failed: {', '.join(failed)}" if failed else None
+        cert["timing"] = {
+            "wall_s": time.time() - launched, "launch_to_rank_s": t_start - launched,
+            "imports_s": t_imported - t_start, "init_s": t_init - t_imported,
+            "build_s": build_s, "steps_s": steps_s,
+        }
+        if out:
+            certificate.write(cert, out)
+    status.update(phase="done", code=code)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+    return code
