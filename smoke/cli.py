@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", help="folder for certificate.json and certificate.md")
     parser.add_argument("--seed", type=int, default=1234, help="base seed of the name-seeded global model")
     parser.add_argument("--lr", type=float, default=3e-3, help=argparse.SUPPRESS)
-    parser.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU, torch or megatron needed)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan and exit (needs no GPU, torch or megatron-core)")
     parser.add_argument("--inject-fault", choices=faults.KINDS, help=argparse.SUPPRESS)
     parser.add_argument("--fault-rank", type=int, default=-1, help=argparse.SUPPRESS)
     return parser

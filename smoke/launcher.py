@@ -28,7 +28,17 @@ GRACE_S = 30.0
 
 
 def count_gpus() -> int:
-    """Visible GPUs, asking torch when importable, else nvidia-smi; 0 when neither answers."""
+    """Visible GPUs: CUDA_VISIBLE_DEVICES when set, else nvidia-smi (fast), else torch; 0 when none."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+            if out.returncode == 0:
+                return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+        except (OSError, subprocess.SubprocessError):
+            pass
     if importlib.util.find_spec("torch") is not None:
         code = "import torch; print(torch.cuda.device_count())"
         try:
@@ -37,12 +47,6 @@ def count_gpus() -> int:
                 return int(out.stdout.strip())
         except subprocess.TimeoutExpired:
             pass
-    if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-            return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-        except (OSError, subprocess.SubprocessError):
-            return 0
     return 0
 
 
@@ -69,9 +73,9 @@ def _rank_states(state_dir: Path) -> list[dict[str, Any]]:
 def classify(rc: int | None, cert: dict[str, Any] | None, states: list[dict[str, Any]],
              watchdog_fired: bool) -> tuple[int, str | None]:
     """(exit code, error line) from torchrun's return code, rank 0's certificate and rank states."""
-    if cert is not None and cert.get("status") in ("passed", "failed") and cert.get("exit_code") in (0, 1):
-        if rc == 0 or cert["status"] == "failed":
-            return cert["exit_code"], cert.get("error")
+    finished = cert is not None and cert.get("status") in ("passed", "failed") and cert.get("exit_code") in (0, 1)
+    if finished and (rc == 0 or cert["status"] == "failed"):
+        return cert["exit_code"], cert.get("error")
     if not states:
         return exitcodes.COULD_NOT_RUN, "no rank started (torchrun or rendezvous failed): see the log above"
     could_not = [s for s in states if s.get("code") == exitcodes.COULD_NOT_RUN]

@@ -84,7 +84,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"[smoke] rank {rank}: could not run: {exc}", flush=True)
         status.update(error=str(exc), code=exitcodes.COULD_NOT_RUN)
         os._exit(exitcodes.COULD_NOT_RUN)
-    except BaseException as exc:  # noqa: BLE001 - any crash must end this rank now, loudly
+    except BaseException as exc:  # any crash must end this rank now, loudly
         traceback.print_exc()
         status.update(error=f"{type(exc).__name__}: {exc}".splitlines()[0], code=exitcodes.FAILED)
         os._exit(exitcodes.FAILED)
@@ -112,12 +112,15 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
     t_imported = time.time()
 
     status.update(phase="init")
+    device: dict[str, Any] = {}
     if not args.cpu:
         if not torch.cuda.is_available():
             raise exitcodes.CouldNotRun("torch sees no GPU: pass --cpu for a CPU (gloo) run")
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        device = {"device_id": torch.device("cuda", local)}
     torch.distributed.init_process_group(
-        backend="gloo" if args.cpu else "nccl", timeout=train.process_group_timeout(args.timeout)
+        backend="gloo" if args.cpu else "nccl", timeout=train.process_group_timeout(args.timeout), **device
     )
     torch.distributed.barrier()
     t_init = time.time()
