@@ -16,8 +16,8 @@ DIMS = ("dp", "tp", "pp", "vpp", "ep", "cp")
 CATALOGUE: dict[int, tuple[str, ...]] = {
     1: ("dp1",),
     2: ("dp2", "tp2", "pp2", "ep2", "cp2"),
-    4: ("tp2-pp2", "tp2-ep2", "pp2-ep2", "dp2-tp2", "pp2-vpp2", "tp4"),
-    8: ("tp2-pp2-ep2", "tp2-pp2-dp2", "pp4-vpp2", "ep8", "tp8"),
+    4: ("tp2-pp2", "tp2-ep2", "pp2-ep2", "dp2-tp2", "dp2-pp2-vpp2", "tp4"),
+    8: ("tp2-pp2-ep2", "tp2-pp2-dp2", "dp2-pp4-vpp2", "ep8", "tp8"),
 }
 """The layouts the suite knows, by the number of ranks they need (dp not named counts as 1)."""
 
@@ -40,8 +40,9 @@ class Layout:
 
     @property
     def size(self) -> int:
-        """Ranks needed: tp·pp·cp·dp (ep and vpp live inside those ranks)."""
-        return self.tp * self.pp * self.cp * self.dp
+        """Ranks needed: tp·pp·cp·dp, with dp at least what ep needs (experts spread over dp·cp)."""
+        min_dp = self.ep // self.cp if self.ep % self.cp == 0 else self.ep
+        return self.tp * self.pp * self.cp * max(self.dp, min_dp)
 
     @property
     def name(self) -> str:

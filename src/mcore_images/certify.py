@@ -1,0 +1,157 @@
+"""`mcore-images certify IMAGE`: bind an image's digest to its image-test and smoke results.
+
+The digest comes from ``docker image inspect`` (the registry digest when the image has one, else the
+local image ID, and the certificate says which) and is resolved before anything expensive runs.
+The smoke runs inside the image and writes its own certificate; this module adds the image, the
+digest and the image-test outcome to it. Never imports torch, megatron-core or the smoke package.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mcore_images.errors import InputError
+
+Runner = Callable[..., subprocess.CompletedProcess]
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+ROOT = Path(__file__).resolve().parents[2]
+NO_MULTICAST = ("NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1")
+"""NVLink multicast off: a program using it can take a shared host's GPUs out of service."""
+
+
+@dataclass(frozen=True)
+class ImageDigest:
+    """Which image was certified, by content."""
+
+    ref: str
+    digest: str
+    digest_source: str
+    repo_digest: str | None = None
+
+
+def _repository(ref: str) -> str:
+    """``registry:5000/team/name:tag`` → ``registry:5000/team/name`` (a digest suffix dropped too)."""
+    name = ref.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return name.rsplit(":", 1)[0] if ":" in last else name
+
+
+def resolve_digest(ref: str, run: Runner = subprocess.run) -> ImageDigest:
+    """The image's content digest from ``docker image inspect``; InputError when there is none."""
+    if not ref or ref.startswith("-"):
+        raise InputError(f"bad image reference {ref!r}: give a name such as mcore-images:runtime-debian")
+    try:
+        proc = run(["docker", "image", "inspect", "--format", "{{json .}}", ref],
+                   capture_output=True, text=True, timeout=60)
+    except FileNotFoundError as exc:
+        raise InputError("docker is not installed or not on PATH: install Docker to certify images") from exc
+    if proc.returncode != 0:
+        why = (proc.stderr or proc.stdout or "").strip().splitlines()
+        raise InputError(f"image {ref} is not available locally ({why[0] if why else 'inspect failed'}): "
+                         f"build or pull it first")
+    try:
+        data = json.loads(proc.stdout)
+    except ValueError as exc:
+        raise InputError(f"docker image inspect {ref} printed no JSON: check the Docker installation") from exc
+    if isinstance(data, list):
+        data = data[0] if data else {}
+    repo_digests = [d for d in data.get("RepoDigests") or [] if "@" in d]
+    mine = [d for d in repo_digests if d.split("@", 1)[0] == _repository(ref)] or repo_digests
+    if mine and DIGEST.match(mine[0].split("@", 1)[1]):
+        return ImageDigest(ref, mine[0].split("@", 1)[1],
+                           "RepoDigests: the registry manifest digest (pull by it to get this image)", mine[0])
+    image_id = str(data.get("Id", ""))
+    if DIGEST.match(image_id):
+        return ImageDigest(ref, image_id,
+                           "image ID: the local config digest (the image has no registry digest: never pushed "
+                           "or pulled); it identifies the image's content but cannot be pulled")
+    raise InputError(f"docker reported no sha256 digest for {ref}: rebuild the image and try again")
+
+
+def image_test_command(ref: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-q", "tests/image", "--image", ref]
+
+
+def run_image_tests(ref: str, run: Runner = subprocess.run) -> dict[str, Any]:
+    """Run tests/image against the image; the outcome goes into the certificate."""
+    cmd = image_test_command(ref)
+    proc = run(cmd, cwd=ROOT, capture_output=True, text=True)
+    print(proc.stdout, end="")
+    print(proc.stderr, end="", file=sys.stderr)
+    lines = [line for line in (proc.stdout or "").splitlines() if line.strip()]
+    return {"command": cmd, "exit_code": proc.returncode, "passed": proc.returncode == 0,
+            "summary": lines[-1] if lines else ""}
+
+
+def docker_smoke_command(ref: str, out_dir: Path, smoke_args: Sequence[str]) -> list[str]:
+    """``docker run`` that runs the smoke in the image and writes the certificate to ``out_dir``."""
+    gpu = [] if "--cpu" in smoke_args else ["--gpus", "all"]
+    env = [item for pair in NO_MULTICAST for item in ("-e", pair)]
+    return [
+        "docker", "run", "--rm", *gpu, "--ipc=host", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
+        *env, "-v", f"{out_dir.resolve()}:/cert", ref, "python", "-m", "smoke", "--out", "/cert", *smoke_args,
+    ]
+
+
+def _header(cert: dict[str, Any]) -> str:
+    image, tests = cert["image"], cert.get("image_tests") or {}
+    test_line = ("skipped (--skip-image-tests)" if tests.get("skipped")
+                 else f"{'passed' if tests.get('passed') else 'FAILED'} — {tests.get('summary', '')}")
+    return "\n".join([
+        f"# Image certificate: {cert['certify']['status'].upper()} (exit {cert['certify']['exit_code']})",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| image | `{image['ref']}` |",
+        f"| digest | `{image['digest']}` |",
+        f"| digest source | {image['digest_source']} |",
+        f"| image tests | {test_line} |",
+        f"| smoke | {cert.get('status', 'missing')} (exit {cert.get('exit_code', '–')}) |",
+        "",
+    ])
+
+
+def bind(out_dir: Path, digest: ImageDigest, tests: dict[str, Any], smoke_rc: int) -> int:
+    """Add image, digest and test outcome to the smoke's certificate; returns the overall exit code."""
+    path = out_dir / "certificate.json"
+    cert: dict[str, Any]
+    if path.exists():
+        cert = json.loads(path.read_text())
+    else:
+        cert = {"schema": "mcore-images/smoke-certificate/v1", "status": "could-not-run", "exit_code": 2,
+                "error": f"the smoke wrote no certificate (docker run exited {smoke_rc})", "runs": []}
+    smoke_code = cert.get("exit_code", 2) if cert.get("exit_code") in (0, 1, 2) else 2
+    tests_failed = not tests.get("skipped") and not tests["passed"]
+    code = 1 if (tests_failed or smoke_code == 1) else smoke_code
+    cert["image"] = {k: v for k, v in asdict(digest).items()}
+    cert["image_tests"] = tests
+    cert["certify"] = {"status": {0: "passed", 1: "failed", 2: "could-not-run"}[code], "exit_code": code}
+    smoke_md = out_dir / "certificate.md"
+    body = smoke_md.read_text() if smoke_md.exists() else f"Smoke: {cert.get('error')}\n"
+    path.write_text(json.dumps(cert, indent=2) + "\n")
+    smoke_md.write_text(_header(cert) + "\n" + body)
+    return code
+
+
+def certify(ref: str, out_dir: Path, smoke_args: Sequence[str], skip_image_tests: bool = False,
+            run: Runner = subprocess.run) -> int:
+    """Resolve the digest, run image tests and the smoke in the image, write the bound certificate."""
+    digest = resolve_digest(ref, run)
+    print(f"[certify] {ref} → {digest.digest} ({digest.digest_source.split(':')[0]})", flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in (out_dir / "certificate.json", out_dir / "certificate.md"):
+        stale.unlink(missing_ok=True)
+    tests = {"skipped": True, "passed": False} if skip_image_tests else run_image_tests(ref, run)
+    cmd = docker_smoke_command(ref, out_dir, smoke_args)
+    print("[certify] " + " ".join(cmd), flush=True)
+    smoke_rc = run(cmd).returncode
+    code = bind(out_dir, digest, tests, smoke_rc)
+    print(f"[certify] wrote {out_dir / 'certificate.json'} and certificate.md (exit {code})", flush=True)
+    return code

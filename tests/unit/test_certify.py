@@ -1,0 +1,149 @@
+"""`mcore-images certify`: digest resolution with a faked docker, binding, and the CLI wiring."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcore_images import certify, smoke_cmd
+from mcore_images.errors import InputError
+
+REPO = "sha256:" + "1" * 64
+IMAGE_ID = "sha256:" + "2" * 64
+
+
+class FakeDocker:
+    """Stands in for subprocess.run: answers `docker image inspect` and records every command."""
+
+    def __init__(self, inspect: Any = None, rc: int = 0, stderr: str = "", smoke_cert: dict | None = None,
+                 test_rc: int = 0) -> None:
+        self.inspect, self.rc, self.stderr = inspect, rc, stderr
+        self.smoke_cert, self.test_rc = smoke_cert, test_rc
+        self.calls: list[list[str]] = []
+
+    def __call__(self, cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
+        self.calls.append(cmd)
+        if cmd[:3] == ["docker", "image", "inspect"]:
+            out = self.inspect if isinstance(self.inspect, str) else json.dumps(self.inspect)
+            return subprocess.CompletedProcess(cmd, self.rc, out, self.stderr)
+        if "pytest" in cmd:
+            return subprocess.CompletedProcess(cmd, self.test_rc, "12 passed in 3.0s\n", "")
+        if cmd[:2] == ["docker", "run"]:
+            mount = cmd[cmd.index("-v") + 1].split(":")[0]
+            if self.smoke_cert is not None:
+                Path(mount, "certificate.json").write_text(json.dumps(self.smoke_cert))
+                Path(mount, "certificate.md").write_text("# Smoke certificate: PASSED (exit 0)\n")
+            return subprocess.CompletedProcess(cmd, (self.smoke_cert or {}).get("exit_code", 125), "", "")
+        raise AssertionError(f"unexpected command {cmd}")
+
+
+def test_repo_digest_is_preferred_and_matched_to_the_repository() -> None:
+    fake = FakeDocker({"Id": IMAGE_ID, "RepoDigests": [f"other/x@sha256:{'3' * 64}", f"reg:5000/team/rt@{REPO}"]})
+    got = certify.resolve_digest("reg:5000/team/rt:v1", fake)
+    assert got.digest == REPO and got.repo_digest == f"reg:5000/team/rt@{REPO}"
+    assert got.digest_source.startswith("RepoDigests")
+    assert fake.calls == [["docker", "image", "inspect", "--format", "{{json .}}", "reg:5000/team/rt:v1"]]
+
+
+def test_local_image_falls_back_to_image_id_and_says_so() -> None:
+    got = certify.resolve_digest("mcore-images:runtime-debian", FakeDocker({"Id": IMAGE_ID, "RepoDigests": []}))
+    assert got.digest == IMAGE_ID and got.digest_source.startswith("image ID")
+    assert "cannot be pulled" in got.digest_source
+
+
+@pytest.mark.parametrize(("fake", "message"), [
+    (FakeDocker({}, rc=1, stderr="Error: No such image: nope"), "not available locally (Error: No such image"),
+    (FakeDocker({"Id": "abc", "RepoDigests": ["x@latest"]}), "no sha256 digest"),
+    (FakeDocker("not json"), "printed no JSON"),
+])
+def test_no_digest_no_certificate(fake: FakeDocker, message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        certify.resolve_digest("nope", fake)
+
+
+def test_missing_docker_and_bad_reference_are_input_errors() -> None:
+    def no_docker(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess:
+        raise FileNotFoundError("docker")
+
+    with pytest.raises(InputError, match="docker is not installed"):
+        certify.resolve_digest("img", no_docker)
+    with pytest.raises(InputError, match="bad image reference"):
+        certify.resolve_digest("--rm", FakeDocker())
+
+
+def test_docker_command_runs_the_smoke_with_gpus_and_no_multicast(tmp_path: Path) -> None:
+    cmd = certify.docker_smoke_command("img:1", tmp_path, ["--steps", "12"])
+    assert cmd[:5] == ["docker", "run", "--rm", "--gpus", "all"]
+    assert "NCCL_NVLS_ENABLE=0" in cmd and f"{tmp_path.resolve()}:/cert" in cmd
+    assert cmd[cmd.index("img:1") + 1:] == ["python", "-m", "smoke", "--out", "/cert", "--steps", "12"]
+    assert "--gpus" not in certify.docker_smoke_command("img:1", tmp_path, ["--cpu"])
+
+
+def smoke_cert(status: str = "passed", code: int = 0) -> dict:
+    return {"schema": "mcore-images/smoke-certificate/v1", "status": status, "exit_code": code, "error": None,
+            "image": {"ref": None, "digest": None, "digest_source": None}, "runs": []}
+
+
+def test_certify_binds_digest_tests_and_smoke(tmp_path: Path) -> None:
+    fake = FakeDocker({"Id": IMAGE_ID, "RepoDigests": []}, smoke_cert=smoke_cert())
+    code = certify.certify("mcore:rt", tmp_path, ["--steps", "10"], run=fake)
+    cert = json.loads((tmp_path / "certificate.json").read_text())
+    assert code == 0 and cert["certify"] == {"status": "passed", "exit_code": 0}
+    assert cert["image"]["digest"] == IMAGE_ID and cert["image"]["ref"] == "mcore:rt"
+    assert cert["image_tests"]["passed"] and cert["image_tests"]["summary"] == "12 passed in 3.0s"
+    md = (tmp_path / "certificate.md").read_text()
+    assert md.startswith("# Image certificate: PASSED") and IMAGE_ID in md and "# Smoke certificate" in md
+    assert fake.calls[0][:2] == ["docker", "image"]  # digest first, before expensive work
+
+
+def test_failed_image_tests_or_smoke_fail_the_certificate(tmp_path: Path) -> None:
+    assert certify.certify("i", tmp_path / "a", [], run=FakeDocker({"Id": IMAGE_ID}, smoke_cert=smoke_cert(),
+                                                                   test_rc=1)) == 1
+    assert certify.certify("i", tmp_path / "b", [], run=FakeDocker({"Id": IMAGE_ID},
+                                                                   smoke_cert=smoke_cert("failed", 1))) == 1
+    code = certify.certify("i", tmp_path / "c", [], run=FakeDocker({"Id": IMAGE_ID}, smoke_cert=None))
+    cert = json.loads((tmp_path / "c" / "certificate.json").read_text())
+    assert code == 2 and "wrote no certificate" in cert["error"] and cert["image"]["digest"] == IMAGE_ID
+
+
+def test_unknown_image_stops_before_tests_or_smoke(tmp_path: Path) -> None:
+    fake = FakeDocker({}, rc=1, stderr="No such image")
+    with pytest.raises(InputError):
+        certify.certify("ghost", tmp_path, [], run=fake)
+    assert len(fake.calls) == 1 and not (tmp_path / "certificate.json").exists()
+
+
+def test_cli_parsers_are_wired() -> None:
+    parser = argparse.ArgumentParser()
+    smoke_cmd.add_parsers(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["certify", "reg/x:1", "--out", "o", "--", "--steps", "12"])
+    assert args.func is smoke_cmd.run_certify and args.image == "reg/x:1"
+    assert smoke_cmd._passthrough(args) == ["--steps", "12"] and args.out == "o"
+    args = parser.parse_args(["certify", "x", "--skip-image-tests", "--", "--cpu"])
+    assert smoke_cmd._passthrough(args) == ["--cpu"] and args.skip_image_tests
+    args = parser.parse_args(["certify", "x", "--bogus", "--", "--cpu"])
+    with pytest.raises(InputError, match="put smoke arguments after --"):
+        smoke_cmd._passthrough(args)
+    args = parser.parse_args(["smoke", "--image", "x", "--", "--layouts", "tp2"])
+    assert args.func is smoke_cmd.run_smoke and smoke_cmd._passthrough(args) == ["--layouts", "tp2"]
+    assert smoke_cmd.default_out("reg:5000/team/rt:v1") == Path("out/certify/reg_5000_team_rt_v1")
+
+
+def test_local_smoke_runs_the_checkout_suite(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def fake_run(cmd: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+        seen.update(cmd=cmd, env=env)
+        return subprocess.CompletedProcess(cmd, 2)
+
+    monkeypatch.setattr(smoke_cmd.subprocess, "run", fake_run)
+    args = argparse.Namespace(image=None, out="o", smoke_args=["--", "--dry-run"], command_name="smoke")
+    assert smoke_cmd.run_smoke(args) == 2
+    assert seen["cmd"][1:] == ["-m", "smoke", "--out", "o", "--dry-run"]
+    assert seen["env"]["PYTHONPATH"].split(":")[0] == str(certify.ROOT)
