@@ -89,7 +89,12 @@ def main(argv: list[str] | None = None) -> int:
         if in_torchrun():
             from smoke import worker
 
-            return worker.main(args, argv)
+            code = worker.main(args, argv)
+            # Leave at once: interpreter shutdown with megatron-core loaded took seconds, and every
+            # result is already written and the process group destroyed.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
         from smoke.launcher import launch
 
         return launch(args, argv)

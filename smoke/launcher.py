@@ -157,9 +157,11 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     except KeyboardInterrupt:
         _stop(proc)
         raise
+    exited = time.time()
     cert_path = out / "certificate.json"
     cert = json.loads(cert_path.read_text()) if cert_path.exists() else None
-    code, error = classify(rc, cert, _rank_states(state), fired)
+    states = _rank_states(state)
+    code, error = classify(rc, cert, states, fired)
     shutil.rmtree(state, ignore_errors=True)
     if cert is None:
         from smoke import envinfo  # stdlib-only part: package versions
@@ -169,7 +171,15 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     cert["status"] = {0: "passed", 1: "failed", 2: "could-not-run"}[code]
     cert["exit_code"] = code
     cert["error"] = error
-    cert.setdefault("timing", {})["wall_s"] = time.time() - launched
+    timing = cert.setdefault("timing", {})
+    if "wall_s" in timing:  # the ranks' own: launch → last run judged
+        timing["ranks_wall_s"] = timing["wall_s"]
+        # after the last run: barrier, destroy_process_group, process exit, torchrun's exit
+        timing["teardown_s"] = exited - launched - timing["ranks_wall_s"]
+    done = [s["done_t"] for s in states if "done_t" in s]
+    if done:  # of that, torchrun's own exit once every rank had torn down
+        timing["torchrun_exit_s"] = exited - max(done)
+    timing["wall_s"] = time.time() - launched
     certificate.write(cert, out)
     print(certificate.render_markdown(cert), flush=True)
     print(f"[smoke] certificate: {cert_path} ({cert['status']}, exit {code})", flush=True)

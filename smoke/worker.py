@@ -112,15 +112,12 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
     t_imported = time.time()
 
     status.update(phase="init")
-    device: dict[str, Any] = {}
     if not args.cpu:
         if not torch.cuda.is_available():
             raise exitcodes.CouldNotRun("torch sees no GPU: pass --cpu for a CPU (gloo) run")
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local)
-        device = {"device_id": torch.device("cuda", local)}
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     torch.distributed.init_process_group(
-        backend="gloo" if args.cpu else "nccl", timeout=train.process_group_timeout(args.timeout), **device
+        backend="gloo" if args.cpu else "nccl", timeout=train.process_group_timeout(args.timeout)
     )
     torch.distributed.barrier()
     t_init = time.time()
@@ -185,7 +182,8 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
         }
         if out:
             certificate.write(cert, out)
-    status.update(phase="done", code=code)
+    status.update(phase="teardown", code=code)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
+    status.update(phase="done", code=code, done_t=time.time())
     return code
