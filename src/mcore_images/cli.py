@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from mcore_images import __version__, build, debian_base, jobs, lock, plan
+from mcore_images import __version__, build, debian_base, doctor, jobs, lock, plan, smoke_cmd
 from mcore_images.errors import InputError
 from mcore_images.stacks import get_stack, load_stacks
 
@@ -98,6 +98,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="validate and print the bake command only")
     p.add_argument("bake_args", nargs=argparse.REMAINDER, help="after --: extra arguments for bake")
     p.set_defaults(func=_build)
+
+    doctor.add_parser(sub)
+    smoke_cmd.add_parsers(sub)
     return top
 
 
