@@ -74,3 +74,6 @@ certify: ## image tests + GPU smoke in IMAGE, then write its certificate
 
 push: ## build and push a group: GROUP=release REGISTRY=ghcr.io/acme
 	$(MCORE) build --group $(or $(GROUP),release) -- --push
+
+# Release, cluster and benchmark targets live in their own files.
+-include mk/*.mk
