@@ -1,0 +1,112 @@
+"""The release matrices GitHub Actions fans out over, derived from env/stacks.json at run time.
+
+`build.yml` asks `mcore-images matrix --group release` for one entry per stack (the bake targets of its
+layers, their candidate tags, its build cache); after the builds, `mcore-images matrix --candidates DIR`
+turns the bake metadata the builds wrote into one entry per certifiable candidate, named by digest.
+No list of stacks is ever written in YAML: change env/ and the next run's matrix changes with it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from mcore_images import tags
+from mcore_images.errors import InputError
+from mcore_images.plan import make_plan, select
+from mcore_images.stacks import Stack, load_stacks
+
+CERTIFIED_LAYERS = ("runtime", "app")
+"""Layers that carry megatron-core, so the GPU smoke can certify them; only these get public tags."""
+
+_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def candidate_tag(target: str, sha: str) -> str:
+    """The tag a build pushes before certification: ``candidate-<git sha>-<target>``."""
+    if not _SHA.match(sha):
+        raise InputError(f"--sha {sha!r} is not a git commit (7 to 40 lowercase hex digits): pass $GITHUB_SHA")
+    return f"candidate-{sha}-{target}"
+
+
+def build_matrix(group: str, registry: str = "", repo: str = tags.DEFAULT_REPO, sha: str = "",
+                 stacks: dict[str, Stack] | None = None) -> dict[str, Any]:
+    """One entry per stack of the group: its bake targets and, with registry and sha, candidate tags and cache.
+
+    The group's rules are checked first (as `make build` does), so a broken pin fails the matrix job,
+    before any runner starts a build.
+    """
+    stacks = stacks if stacks is not None else load_stacks()
+    selected = select(stacks, None, group)
+    if not selected:
+        raise InputError(f"group '{group}' has no stacks; add the group to a stack's `groups` in env/stacks.json")
+    violations = [v for p in make_plan(selected, group) for v in p.violations]
+    if violations:
+        raise InputError(f"{violations[0]} ({len(violations)} rule(s) broken; `make plan GROUP={group}` lists them)")
+    if bool(registry) != bool(sha):
+        raise InputError("give --registry and --sha together (candidate tags need both), or neither")
+    include = []
+    for stack in selected:
+        targets = [tags.target(layer, stack) for layer in stack.layers]
+        entry: dict[str, Any] = {
+            "stack": stack.name,
+            "targets": ",".join(targets),
+            "certify": ",".join(tags.target(layer, stack) for layer in stack.layers if layer in CERTIFIED_LAYERS),
+            "archs": len(stack.cuda_archs.split(";")),
+        }
+        if registry:
+            entry["set"] = "\n".join(f"{t}.tags={tags.image(candidate_tag(t, sha), registry, repo)}" for t in targets)
+            entry["cache_ref"] = tags.image(f"buildcache-{stack.name}", registry, repo)
+        include.append(entry)
+    return {"include": include}
+
+
+def targets_by_name(stacks: dict[str, Stack]) -> dict[str, tuple[Stack, str]]:
+    """Bake target name → (stack, layer), for every layer of every stack."""
+    return {tags.target(layer, s): (s, layer) for s in stacks.values() for layer in s.layers}
+
+
+def _repository(name: str) -> str:
+    """``reg:5000/team/img:tag`` → ``reg:5000/team/img``."""
+    last = name.rsplit("/", 1)[-1]
+    return name.rsplit(":", 1)[0] if ":" in last else name
+
+
+def certify_matrix(candidates: Path, stacks: dict[str, Stack] | None = None) -> dict[str, Any]:
+    """One entry per certifiable candidate found in the bake metadata files under ``candidates``.
+
+    Each file is what docker/bake-action printed as its ``metadata`` output: target name →
+    ``containerimage.digest`` and ``image.name`` (the candidate tag). Entries name the image by digest.
+    """
+    stacks = stacks if stacks is not None else load_stacks()
+    known = targets_by_name(stacks)
+    files = sorted(candidates.glob("*.json")) if candidates.is_dir() else []
+    if not files:
+        raise InputError(f"no bake metadata (*.json) under {candidates}: download the build jobs' "
+                         "bake-metadata-* artifacts there first")
+    found: dict[str, dict[str, str]] = {}
+    for path in files:
+        try:
+            metadata = json.loads(path.read_text())
+        except ValueError as exc:
+            raise InputError(f"{path} is not JSON ({exc}): save bake-action's `metadata` output unchanged") from None
+        for target, record in metadata.items():
+            if target.startswith("buildx.") or not isinstance(record, dict):
+                continue
+            if target not in known:
+                raise InputError(f"{path}: target '{target}' is not in env/stacks.json; build and certify from "
+                                 "the same commit")
+            stack, layer = known[target]
+            if layer not in CERTIFIED_LAYERS:
+                continue
+            digest = str(record.get("containerimage.digest", ""))
+            names = [n for n in str(record.get("image.name", "")).split(",") if n]
+            if not _DIGEST.match(digest) or not names:
+                raise InputError(f"{path}: target '{target}' has no pushed digest/image name; build it with push")
+            found[target] = {"stack": stack.name, "layer": layer, "target": target,
+                             "image": f"{_repository(names[0])}@{digest}"}
+    order = list(known)
+    return {"include": sorted(found.values(), key=lambda e: order.index(e["target"]))}
