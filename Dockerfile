@@ -6,8 +6,11 @@
 #   app      + verl
 #
 # Every version arrives as a build arg from docker-bake.hcl, which reads env/stacks.json; this file
-# holds no version. Python packages come from the hashed locks in env/locks/<stack>/<layer>.txt,
-# installed with --no-deps so no layer can re-resolve (and silently swap) torch.
+# holds no version. Python packages come from the hashed locks in env/locks/<stack>/<layer>.txt
+# (the named context `locks`), installed with --no-deps so no layer can re-resolve torch.
+# Each step mounts only the files it reads, so that changing one layer's lock or helper script
+# leaves the cache of the layers below it valid (a megatron-core bump rebuilds only `runtime`).
+# Without bake: docker build --build-context locks=env/locks --build-context apex=docker/empty ...
 # Builds with the BuildKit embedded in the Docker Engine: no syntax directive on purpose.
 
 ARG BASE_IMAGE
@@ -52,12 +55,14 @@ ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:${PATH} \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
-RUN --mount=type=bind,source=docker,target=/mnt/build \
-    --mount=type=bind,source=env/locks,target=/mnt/locks \
+RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
+    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+    --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
+    --mount=type=bind,from=locks,source=${STACK}/base.txt,target=/mnt/lock.txt \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    /mnt/build/install-lock.sh "/mnt/locks/${STACK}/base.txt" \
+    /mnt/build/install-lock.sh /mnt/lock.txt \
  && /mnt/build/check-version.sh python "${PYTHON_VERSION}" \
  && /mnt/build/check-version.sh torch "${TORCH_VERSION}"
 
@@ -74,12 +79,13 @@ RUN if [ "${FLAVOR}" != ngc ]; then \
            g++ "python3-dev" ninja-build ccache git \
       && rm -rf /var/lib/apt/lists/*; \
     fi
-RUN --mount=type=bind,source=docker,target=/mnt/build \
-    --mount=type=bind,source=env/locks,target=/mnt/locks \
+RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
+    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+    --mount=type=bind,from=locks,source=${STACK}/builder.txt,target=/mnt/lock.txt \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    /mnt/build/install-lock.sh "/mnt/locks/${STACK}/builder.txt"
+    /mnt/build/install-lock.sh /mnt/lock.txt
 
 FROM builder AS kernels-build
 ARG STACK
@@ -97,7 +103,9 @@ ENV MAX_JOBS=${MAX_JOBS} \
     NVTE_CUDA_ARCHS=${CUDA_ARCHS} \
     CCACHE_DIR=/root/.ccache
 RUN mkdir -p /wheels
-RUN --mount=type=bind,source=docker,target=/mnt/build \
+RUN --mount=type=bind,source=docker/build-te.sh,target=/mnt/build/build-te.sh \
+    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+    --mount=type=bind,source=docker/nvcc-retry.sh,target=/mnt/build/nvcc-retry.sh \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.ccache,sharing=locked \
@@ -106,7 +114,9 @@ RUN --mount=type=bind,source=docker,target=/mnt/build \
     fi
 # apex from its git source at a pinned commit; an air-gapped site passes the source as the
 # named context `apex` (docker buildx bake --set <target>.contexts.apex=<dir>).
-RUN --mount=type=bind,source=docker,target=/mnt/build \
+RUN --mount=type=bind,source=docker/build-apex.sh,target=/mnt/build/build-apex.sh \
+    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+    --mount=type=bind,source=docker/nvcc-retry.sh,target=/mnt/build/nvcc-retry.sh \
     --mount=type=bind,from=apex,target=/src/apex,rw \
     --mount=type=cache,target=/root/.ccache,sharing=locked \
     if [ "${APEX_COMMIT}" != none ]; then \
@@ -117,13 +127,16 @@ RUN --mount=type=bind,source=docker,target=/mnt/build \
 FROM base AS kernels
 ARG STACK
 ARG TE_VERSION
-RUN --mount=type=bind,source=docker,target=/mnt/build \
-    --mount=type=bind,source=env/locks,target=/mnt/locks \
+RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
+    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+    --mount=type=bind,source=docker/link-nvidia-libs.sh,target=/mnt/build/link-nvidia-libs.sh \
+    --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
+    --mount=type=bind,from=locks,source=${STACK}/kernels.txt,target=/mnt/lock.txt \
     --mount=type=bind,from=kernels-build,source=/wheels,target=/wheels \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    /mnt/build/install-lock.sh "/mnt/locks/${STACK}/kernels.txt" /wheels \
+    /mnt/build/install-lock.sh /mnt/lock.txt /wheels \
  && /mnt/build/link-nvidia-libs.sh \
  && /mnt/build/check-version.sh transformer-engine "${TE_VERSION}"
 
@@ -131,12 +144,14 @@ RUN --mount=type=bind,source=docker,target=/mnt/build \
 FROM kernels AS runtime
 ARG STACK
 ARG MCORE_VERSION
-RUN --mount=type=bind,source=docker,target=/mnt/build \
-    --mount=type=bind,source=env/locks,target=/mnt/locks \
+RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
+    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+    --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
+    --mount=type=bind,from=locks,source=${STACK}/runtime.txt,target=/mnt/lock.txt \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    /mnt/build/install-lock.sh "/mnt/locks/${STACK}/runtime.txt" \
+    /mnt/build/install-lock.sh /mnt/lock.txt \
  && /mnt/build/check-version.sh megatron-core "${MCORE_VERSION}"
 # Megatron needs one CUDA work queue for TP/CP overlap ordering on pre-Blackwell GPUs; NVLink
 # multicast stays off unless a site turns it on (it can take shared hosts' GPUs down).
@@ -158,11 +173,13 @@ FROM runtime AS app
 ARG STACK
 ARG TORCH_VERSION
 ARG VERL_VERSION
-RUN --mount=type=bind,source=docker,target=/mnt/build \
-    --mount=type=bind,source=env/locks,target=/mnt/locks \
+RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
+    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+    --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
+    --mount=type=bind,from=locks,source=${STACK}/app.txt,target=/mnt/lock.txt \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    /mnt/build/install-lock.sh "/mnt/locks/${STACK}/app.txt" \
+    /mnt/build/install-lock.sh /mnt/lock.txt \
  && /mnt/build/check-version.sh verl "${VERL_VERSION}" \
  && /mnt/build/check-version.sh torch "${TORCH_VERSION}"

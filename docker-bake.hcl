@@ -48,6 +48,12 @@ variable "CACHE_TO" {
   default = ""
 }
 
+# The hashed per-layer locks (a named build context); `mcore-images build --set` points it at
+# re-resolved locks for an overridden pin.
+variable "LOCKS" {
+  default = "env/locks"
+}
+
 # Source revision recorded in the OCI labels (CI passes the commit).
 variable "GIT_SHA" {
   default = ""
@@ -170,7 +176,7 @@ target "base" {
   name     = "base-${s.name}"
   target   = "base"
   args     = stack_args(s)
-  contexts = { apex = apex_context(s) }
+  contexts = { apex = apex_context(s), locks = LOCKS }
   tags     = tags("base", s)
   labels   = layer_labels("base", s)
 }
@@ -181,7 +187,7 @@ target "kernels" {
   name     = "kernels-${s.name}"
   target   = "kernels"
   args     = stack_args(s)
-  contexts = { base = "target:base-${s.name}", apex = apex_context(s) }
+  contexts = { base = "target:base-${s.name}", apex = apex_context(s), locks = LOCKS }
   tags     = tags("kernels", s)
   labels   = layer_labels("kernels", s)
 }
@@ -192,7 +198,7 @@ target "runtime" {
   name     = "runtime-${s.name}"
   target   = "runtime"
   args     = stack_args(s)
-  contexts = { kernels = "target:kernels-${s.name}", apex = apex_context(s) }
+  contexts = { kernels = "target:kernels-${s.name}", apex = apex_context(s), locks = LOCKS }
   tags     = tags("runtime", s)
   labels   = layer_labels("runtime", s)
 }
@@ -203,7 +209,7 @@ target "app" {
   name     = "app-${s.name}"
   target   = "app"
   args     = stack_args(s)
-  contexts = { runtime = "target:runtime-${s.name}", apex = apex_context(s) }
+  contexts = { runtime = "target:runtime-${s.name}", apex = apex_context(s), locks = LOCKS }
   tags     = tags("app", s)
   labels   = layer_labels("app", s)
 }

@@ -14,6 +14,8 @@ libs="$(find "$site/nvidia" -mindepth 2 -maxdepth 3 -type d -name lib | tr '\n' 
 export CUDA_HOME="$cuda_home" CUDA_PATH="$cuda_home"
 export CPLUS_INCLUDE_PATH="${includes}${CPLUS_INCLUDE_PATH:-}" LIBRARY_PATH="${libs}${LIBRARY_PATH:-}"
 export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}"
+# ccache's compiler links first on PATH: the extension's C++ is what takes the time.
+[ -d /usr/lib/ccache ] && export PATH="/usr/lib/ccache:$PATH"
 export CUDNN_HOME="$site/nvidia/cudnn" NVTE_FRAMEWORK=pytorch NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_NO_LOCAL_VERSION=1
 MCORE_REAL_NVCC="$cuda_home/bin/nvcc"
 PYTORCH_NVCC="$(dirname "$0")/nvcc-retry.sh"

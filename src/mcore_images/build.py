@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mcore_images import debian_base, jobs
+from mcore_images import debian_base, jobs, overrides, rules
 from mcore_images.errors import InputError
 from mcore_images.plan import make_plan, select
 from mcore_images.stacks import Stack, load_stacks, repo_root
@@ -58,12 +58,20 @@ def bake_env(plan: jobs.JobPlan) -> dict[str, str]:
 
 def build(stack: str | None = None, group: str | None = None, layer: str | None = None,
           max_jobs: str | None = None, nvcc_threads: str | None = None, dry_run: bool = False,
-          extra: list[str] | None = None) -> int:
+          extra: list[str] | None = None, sets: list[str] | None = None) -> int:
     stacks = load_stacks()
     if stack and group:
         raise InputError("give either STACK or GROUP, not both (e.g. `make build STACK=debian`)")
+    changes = overrides.parse(sets or [])
+    if changes and not stack:
+        raise InputError("--set overrides one stack's pins; add --stack (e.g. --stack debian --set mcore=0.16.0)")
     group = None if stack else (group or "default")
     selected = select(stacks, stack, group)
+    if changes:
+        selected = [overrides.apply(selected[0], changes)]
+        broken = rules.check(selected[0])
+        if broken:
+            raise InputError(f"with --set {' '.join(sets or [])}: {broken[0]}")
     violations = [v for p in make_plan(selected, group) for v in p.violations]
     if violations:
         for v in violations[1:]:
@@ -74,7 +82,14 @@ def build(stack: str | None = None, group: str | None = None, layer: str | None 
     print(f"jobs: MAX_JOBS={job_plan.max_jobs} NVCC_THREADS={job_plan.nvcc_threads} ({job_plan.reason})")
     targets = bake_targets(selected, stack, group, layer)
     root = repo_root()
-    cmd = ["docker", "buildx", "bake", "-f", str(root / "docker-bake.hcl"), "-f", str(root / "docker-bake.json"),
+    stacks_file = root / "docker-bake.json"
+    env = bake_env(job_plan)
+    if changes:
+        stacks_file, locks = overrides.workspace(stacks, selected[0], changes, root)
+        env["LOCKS"] = str(locks)
+        print(f"override: {', '.join(f'{k}={v}' for k, v in changes.items())}; bake file {stacks_file}, "
+              f"locks {locks} (from layer '{overrides.first_changed_layer(changes)}' up)")
+    cmd = ["docker", "buildx", "bake", "-f", str(root / "docker-bake.hcl"), "-f", str(stacks_file),
            "--progress=plain", *targets, *(extra or [])]
     print("bake: " + " ".join(cmd[3:]))
     if dry_run:
@@ -83,4 +98,4 @@ def build(stack: str | None = None, group: str | None = None, layer: str | None 
     for s in selected:
         if s.flavor == "debian":
             print(debian_base.ensure(s))
-    return subprocess.run(cmd, env=bake_env(job_plan), cwd=root, check=False).returncode
+    return subprocess.run(cmd, env=env, cwd=root, check=False).returncode

@@ -54,7 +54,7 @@ def _base(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     return build.build(args.stack or None, args.group or None, args.layer or None, args.max_jobs,
-                       args.nvcc_threads, args.dry_run, args.bake_args)
+                       args.nvcc_threads, args.dry_run, args.bake_args, args.set)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -96,6 +96,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-jobs", default=None)
     p.add_argument("--nvcc-threads", default=None)
     p.add_argument("--dry-run", action="store_true", help="validate and print the bake command only")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one pin of --stack for this build (re-resolves the locks it touches)")
     p.add_argument("bake_args", nargs=argparse.REMAINDER, help="after --: extra arguments for bake")
     p.set_defaults(func=_build)
 

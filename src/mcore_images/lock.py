@@ -25,6 +25,8 @@ from mcore_images.errors import InputError
 from mcore_images.stacks import Stack, repo_root
 
 LOCK_LAYERS = ("base", "builder", "kernels", "runtime", "app")
+# Layers that branch off the chain: built FROM base, but nothing above them inherits their packages.
+SIDE_LAYERS = ("builder",)
 # glibc of each base (manylinux tag uv resolves wheels for): wheels newer than the base cannot load.
 GLIBC = {"ubuntu24.04": "2_39", "ubuntu22.04": "2_35", "ngc": "2_39", "debian": "2_28"}
 PYPI_SIMPLE = "https://pypi.org/simple"
@@ -151,41 +153,54 @@ def _drop_base_provided(text: str) -> str:
 
 
 def header(stack: Stack, layer: str, requirements: list[str]) -> str:
+    top = ", ".join(requirements) or "nothing (this layer installs no package from PyPI)"
     return (f"# Lock of layer '{layer}' of stack '{stack.name}': derived from env/stacks.json by "
             f"`mcore-images lock --stack {stack.name}`; do not edit.\n"
-            f"# Python {stack.python}, {platform(stack)}. Top level: {', '.join(requirements)}\n")
+            f"# Python {stack.python}, {platform(stack)}. Top level: {top}\n")
 
 
 def lock_dir(stack: Stack, root: Path | None = None) -> Path:
     return (root or repo_root()) / "env" / "locks" / stack.name
 
 
-def write_locks(stack: Stack, root: Path | None = None) -> list[Path]:
+def write_locks(stack: Stack, root: Path | None = None, keep_below: str | None = None,
+                keep_from: Path | None = None, folder: Path | None = None) -> list[Path]:
     """Resolve all layers together once, then split that one solution into per-layer locks.
 
     Resolving layer by layer against the pins below can paint itself into a corner (a lower layer
     picks a numpy that an upper layer's package refuses); one joint solution cannot. Each layer's
     lock holds what its inputs need beyond the layers below, at the joint solution's versions.
+
+    With `keep_below` (a layer), the locks of the layers under it are copied unchanged from
+    `keep_from` and only that layer and the ones above are resolved, against their pins: a
+    megatron-core bump then changes the runtime lock alone, and the layers below stay cached.
+    Every layer gets a file (a header alone where it installs nothing).
     """
     te_requires = (sdist_requirements("transformer-engine-torch", stack.te)
                    if stack.te_source == "build" else [])
     inputs = layer_inputs(stack, te_requires)
-    everything = [req for layer in LOCK_LAYERS for req in inputs[layer]]
-    joint = pins(compile_layer(stack, everything, {}))
-    below: dict[str, str] = {}
-    cumulative: list[str] = []
-    written = []
-    folder = lock_dir(stack, root)
+    folder = folder or lock_dir(stack, root)
     folder.mkdir(parents=True, exist_ok=True)
-    for layer in LOCK_LAYERS:
+    first = LOCK_LAYERS.index(keep_below) if keep_below else 0
+    below: dict[str, str] = {}
+    for layer in LOCK_LAYERS[:first]:
+        text = (Path(keep_from or lock_dir(stack)) / f"{layer}.txt").read_text()
+        (folder / f"{layer}.txt").write_text(text)
+        if layer not in SIDE_LAYERS:
+            below.update(pins(text))
+    upper = [req for layer in LOCK_LAYERS[first:] for req in inputs[layer]]
+    joint = pins(compile_layer(stack, upper, below)) if upper else {}
+    chain = [req for layer in LOCK_LAYERS[:first] if layer not in SIDE_LAYERS for req in inputs[layer]]
+    written = []
+    for layer in LOCK_LAYERS[first:]:
         path = folder / f"{layer}.txt"
-        cumulative += inputs[layer]
-        if not inputs[layer]:
-            path.unlink(missing_ok=True)
-            continue
-        text = compile_layer(stack, cumulative, below, constraints=joint)
+        requirements = chain + inputs[layer]
+        text = compile_layer(stack, requirements, below, constraints=joint) if inputs[layer] else ""
         path.write_text(header(stack, layer, inputs[layer]) + text)
-        below.update(pins(text))
+        if layer not in SIDE_LAYERS:
+            # The builder is a side branch (its toolchain never reaches kernels or runtime).
+            chain = requirements
+            below.update(pins(text))
         written.append(path)
     return written
 
@@ -205,7 +220,11 @@ def check_locks(stack: Stack, root: Path | None = None) -> list[str]:
     seen: dict[str, str] = {}
     for layer in LOCK_LAYERS:
         path = folder / f"{layer}.txt"
-        found = pins(path.read_text()) if path.is_file() else {}
+        if not path.is_file():
+            problems.append(f"env/locks/{stack.name}/{layer}.txt is missing; "
+                            f"run `mcore-images lock --stack {stack.name}`")
+            continue
+        found = pins(path.read_text())
         for name, version in expected.get(layer, {}).items():
             if found.get(name) != version:
                 problems.append(f"{path.relative_to(folder.parents[2])}: {name} is "
@@ -215,6 +234,6 @@ def check_locks(stack: Stack, root: Path | None = None) -> list[str]:
             if name in seen and seen[name] != version:
                 problems.append(f"{path.name}: {name}=={version} conflicts with {seen[name]} from a lower layer")
             seen[name] = version
-        if path.is_file() and "--hash=sha256:" not in path.read_text():
+        if found and "--hash=sha256:" not in path.read_text():
             problems.append(f"{path}: no hashes; run `mcore-images lock --stack {stack.name}`")
     return problems
