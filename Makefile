@@ -65,6 +65,7 @@ ci: ## what CI runs (after setup + docker-engine): lint, unit tests, build the c
 	bash .ci/phase.sh lint+unit $(MAKE) --no-print-directory test
 	bash .ci/phase.sh build-ci $(MAKE) --no-print-directory build GROUP=ci
 	bash .ci/phase.sh image-tests $(MAKE) --no-print-directory test-image-ci
+	bash .ci/phase.sh layer-reuse $(MAKE) --no-print-directory layer-reuse
 
 smoke: ## run the GPU smoke suite in IMAGE
 	$(MCORE) smoke --image $(IMAGE)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mcore_images import debian_base, jobs, overrides, rules
+from mcore_images import debian_base, jobs, overrides, rules, tags
 from mcore_images.errors import InputError
 from mcore_images.plan import make_plan, select
 from mcore_images.stacks import Stack, load_stacks, repo_root
@@ -90,7 +90,16 @@ def build(stack: str | None = None, group: str | None = None, layer: str | None 
         print(f"override: {', '.join(f'{k}={v}' for k, v in changes.items())}; bake file {stacks_file}, "
               f"locks {locks} (from layer '{overrides.first_changed_layer(changes)}' up)")
     cmd = ["docker", "buildx", "bake", "-f", str(root / "docker-bake.hcl"), "-f", str(stacks_file),
-           "--progress=plain", *targets, *(extra or [])]
+           "--progress=plain", *targets]
+    if changes:
+        # An override build gets its full tags only: the short alias (runtime-debian) keeps
+        # pointing at the image built from the committed pins.
+        changed = selected[0]
+        registry = env.get("REGISTRY", "")
+        for name in changed.layers:
+            full = tags.image(tags.layer_tag(name, changed), registry)
+            cmd += ["--set", f"{name}-{changed.name}.tags={full}"]
+    cmd += extra or []
     print("bake: " + " ".join(cmd[3:]))
     if dry_run:
         return 0

@@ -1,0 +1,163 @@
+"""Build-efficiency benchmark and the layer-reuse check, on one stack (default: debian).
+
+Runs builds through `mcore-images build`, reads BuildKit's plain progress output, and reports
+per run: wall time and which Dockerfile stages were CACHED or rebuilt. Scenarios:
+  cold      after pruning the BuildKit cache (the base image from debootstrap is kept)
+  warm      the same build again: everything cached
+  mcore     megatron-core pin overridden (--set): only the runtime stage may rebuild
+  te        Transformer Engine pin overridden: kernels and runtime rebuild, base stays cached
+Layer-reuse is a check, not a timing: `--check-reuse mcore` fails unless base and kernels were
+cached. Ratios are computed from the runs of one invocation, side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from mcore_images.errors import InputError
+
+_STEP = re.compile(r"^#(\d+) \[(?:[\w.-]+ )?([\w-]+) (\d+)/(\d+)\]")
+_CACHED = re.compile(r"^#(\d+) CACHED")
+_DONE = re.compile(r"^#(\d+) DONE ([\d.]+)s")
+LAYER_STAGES = ("base", "builder", "kernels-build", "kernels", "runtime")
+
+
+@dataclass
+class Run:
+    scenario: str
+    command: list[str]
+    wall_s: float
+    returncode: int
+    stages: dict[str, str] = field(default_factory=dict)  # stage -> "cached" | "built"
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def stage_status(log: str) -> dict[str, str]:
+    """Per Dockerfile stage: 'cached' when every step of it was CACHED, else 'built'."""
+    names: dict[str, str] = {}
+    cached: set[str] = set()
+    done: set[str] = set()
+    for line in log.splitlines():
+        if m := _STEP.match(line):
+            names[m.group(1)] = m.group(2)
+        elif m := _CACHED.match(line):
+            cached.add(m.group(1))
+        elif m := _DONE.match(line):
+            done.add(m.group(1))
+    status: dict[str, str] = {}
+    for step, stage in names.items():
+        if step in cached:
+            status.setdefault(stage, "cached")
+        elif step in done:
+            status[stage] = "built"
+    return status
+
+
+def run_build(scenario: str, stack: str, sets: list[str], layer: str | None = None) -> Run:
+    cmd = [sys.executable, "-m", "mcore_images", "build", "--stack", stack]
+    if layer:
+        cmd += ["--layer", layer]
+    for item in sets:
+        cmd += ["--set", item]
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - start
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        sys.stderr.write(log[-4000:])
+    return Run(scenario, cmd[2:], round(wall, 1), proc.returncode, stage_status(log))
+
+
+def prune() -> None:
+    subprocess.run(["docker", "builder", "prune", "-af"], check=True, capture_output=True)
+
+
+def image_sizes(stack: str) -> dict[str, float]:
+    """Image size per layer alias in GB (1e9 bytes), as `docker image inspect` reports it."""
+    sizes = {}
+    for layer in ("base", "kernels", "runtime"):
+        out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", f"mcore-images:{layer}-{stack}"],
+                             capture_output=True, text=True, check=False)
+        if out.returncode == 0:
+            sizes[layer] = round(int(out.stdout.strip()) / 1e9, 2)
+    return sizes
+
+
+def check_reuse(run: Run, must_be_cached: tuple[str, ...]) -> list[str]:
+    problems = [f"{stage} was {run.stages.get(stage, 'not seen')}, expected cached"
+                for stage in must_be_cached if run.stages.get(stage) != "cached"]
+    if not run.ok:
+        problems.insert(0, f"build failed (exit {run.returncode})")
+    return problems
+
+
+
+
+def markdown(runs: list[Run], sizes: dict[str, float]) -> str:
+    cold = next((r.wall_s for r in runs if r.scenario == "cold"), None)
+    lines = ["| scenario | wall s | vs cold | " + " | ".join(LAYER_STAGES) + " |",
+             "|---|---|---|" + "---|" * len(LAYER_STAGES)]
+    for r in runs:
+        ratio = f"{100 * r.wall_s / cold:.1f} %" if cold else "—"
+        cells = " | ".join(r.stages.get(s, "—") for s in LAYER_STAGES)
+        lines.append(f"| {r.scenario} | {r.wall_s} | {ratio} | {cells} |")
+    if sizes:
+        lines += ["", "| layer | size GB |", "|---|---|"] + [f"| {k} | {v} |" for k, v in sizes.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m mcore_images.bench_build", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--stack", default="debian")
+    p.add_argument("--scenarios", default="cold,warm,mcore,te")
+    p.add_argument("--mcore", required=False, help="megatron-core version for the 'mcore' scenario")
+    p.add_argument("--te", required=False, help="TE version for the 'te' scenario")
+    p.add_argument("--check-reuse", choices=("mcore",), help="fail unless base and kernels stay cached")
+    p.add_argument("--json", help="write the runs as JSON here")
+    args = p.parse_args(argv)
+    scenarios = [s for s in args.scenarios.split(",") if s]
+    runs: list[Run] = []
+    try:
+        for scenario in scenarios:
+            if scenario == "cold":
+                prune()
+                runs.append(run_build("cold", args.stack, []))
+            elif scenario == "warm":
+                runs.append(run_build("warm", args.stack, []))
+            elif scenario in ("mcore", "te"):
+                version = getattr(args, scenario)
+                if not version:
+                    raise InputError(f"scenario '{scenario}' needs --{scenario} VERSION (the pin to switch to)")
+                runs.append(run_build(scenario, args.stack, [f"{scenario}={version}"], layer="runtime"))
+            else:
+                raise InputError(f"unknown scenario '{scenario}'; use cold, warm, mcore, te")
+            print(json.dumps(asdict(runs[-1])), flush=True)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(markdown(runs, image_sizes(args.stack)))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump([asdict(r) for r in runs], fh, indent=2)
+    if args.check_reuse:
+        run = next((r for r in runs if r.scenario == args.check_reuse), None)
+        problems = check_reuse(run, ("base", "kernels")) if run else ["no 'mcore' run"]
+        for problem in problems:
+            print(f"error: layer reuse: {problem}", file=sys.stderr)
+        return 1 if problems else 0
+    return 0 if all(r.ok for r in runs) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,44 @@
+"""Parsing BuildKit's plain output into per-stage cached/built, and the layer-reuse verdict."""
+
+from __future__ import annotations
+
+from mcore_images import bench_build
+
+LOG = """\
+#12 [base-debian base 1/1] RUN --mount=type=bind,source=docker/install-lock.sh
+#12 CACHED
+#14 [kernels-debian builder 1/2] RUN if [ debian != ngc ]
+#14 CACHED
+#15 [kernels-debian kernels-build 2/3] RUN --mount=type=bind,source=docker/build-te.sh
+#15 CACHED
+#16 [runtime-debian kernels 1/1] RUN --mount=type=bind,source=docker/install-lock.sh
+#16 CACHED
+#18 [runtime-debian runtime 1/6] RUN --mount=type=bind,source=docker/install-lock.sh
+#18 12.3 Successfully installed megatron-core-0.16.0
+#18 DONE 14.2s
+#19 [runtime-debian runtime 2/6] COPY smoke /opt/mcore-images/smoke
+#19 CACHED
+"""
+
+
+def test_stage_status() -> None:
+    status = bench_build.stage_status(LOG)
+    assert status == {"base": "cached", "builder": "cached", "kernels-build": "cached", "kernels": "cached",
+                      "runtime": "built"}
+
+
+def test_reuse_check_passes_and_fails() -> None:
+    good = bench_build.Run("mcore", [], 30.0, 0, bench_build.stage_status(LOG))
+    assert bench_build.check_reuse(good, ("base", "kernels")) == []
+    rebuilt = LOG.replace("#16 CACHED", "#16 DONE 40.0s")
+    bad = bench_build.Run("mcore", [], 90.0, 0, bench_build.stage_status(rebuilt))
+    assert bench_build.check_reuse(bad, ("base", "kernels")) == ["kernels was built, expected cached"]
+    failed = bench_build.Run("mcore", [], 1.0, 1, {})
+    assert bench_build.check_reuse(failed, ("base",))[0].startswith("build failed")
+
+
+def test_markdown_ratio() -> None:
+    runs = [bench_build.Run("cold", [], 1000.0, 0, {"base": "built"}),
+            bench_build.Run("mcore", [], 40.0, 0, {"base": "cached", "runtime": "built"})]
+    table = bench_build.markdown(runs, {"runtime": 9.1})
+    assert "| mcore | 40.0 | 4.0 % |" in table and "| runtime | 9.1 |" in table
