@@ -247,7 +247,7 @@ def certificate_problems(cert: Mapping[str, Any], image: ImageRef, now: dt.datet
 
 
 def _same_version(key: str, pinned: str, have: str) -> bool:
-    """'2.13.0a0' matches '2.13.0a0+8145d630e8'; Python/CUDA '3.12' matches '3.12.3'; '2.11' matches '2.11.0'."""
+    """'1.2.0a0' matches '1.2.0a0+8145d630e8' (a local tag); Python/CUDA '3.12' matches '3.12.3'; '1.2', '1.2.0'."""
     if key in ("python", "cuda"):
         try:
             return major_minor(have) == major_minor(pinned)
