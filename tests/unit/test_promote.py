@@ -475,3 +475,33 @@ def test_the_cli_wires_promote_tags_and_matrix() -> None:
                             env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert result.returncode == 0, result.stderr
     assert {"promote", "tags", "matrix"} <= set(choices)
+
+
+def test_promote_end_to_end_with_fake_docker_and_oras(tmp_path: Path, ngc: Stack) -> None:
+    """The CLI as the workflow runs it: labels from `docker buildx imagetools inspect`, then --execute."""
+    cert = write_certificate(tmp_path / "cert", ngc, created=dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    image_json = json.dumps({"config": {"Labels": labels_of(ngc, "runtime")}, "rootfs": {}})
+    (bin_dir / "docker").write_text(
+        f'#!/usr/bin/env bash\necho "docker $* @ $PWD" >> {log}\n'
+        f"if [[ $2 == imagetools && $3 == inspect ]]; then echo '{image_json}'; fi\n")
+    (bin_dir / "oras").write_text(f'#!/usr/bin/env bash\necho "oras $* @ $PWD" >> {log}\n')
+    for tool in ("docker", "oras"):
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT / "src")}
+    argv = [sys.executable, "-m", "mcore_images.promote", "promote", "--certificate", str(cert), "--image", IMAGE,
+            "--stack", "ngc"]
+    dry = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
+    assert dry.returncode == 0, dry.stderr
+    assert [line.split()[:4] for line in log.read_text().splitlines()] == [
+        ["docker", "buildx", "imagetools", "inspect"]]
+    log.unlink()
+    done = subprocess.run([*argv, "--execute"], capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = log.read_text().splitlines()
+    assert [line.split()[:3] for line in lines] == [
+        ["docker", "buildx", "imagetools"], ["oras", "attach", "--artifact-type"], ["docker", "buildx", "imagetools"]]
+    assert lines[1].endswith(f"@ {tmp_path / 'cert'}") and "certificate.json:application/json" in lines[1]
+    assert lines[2].split()[3] == "create" and lines[2].split(" @ ")[0].endswith(IMAGE)
+    assert f"promoted {IMAGE} to {REPOSITORY}:runtime-mcore" in done.stdout
