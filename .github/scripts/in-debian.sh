@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 image="${DEBIAN_IMAGE:-debian:bookworm}"
 state="${DOCKER_STATE_DIR:-/mnt/mcore-images-docker}"
-sudo mkdir -p "$state"
+if ((EUID)); then sudo mkdir -p "$state"; else mkdir -p "$state"; fi
 
 # Runs inside the container, as root. With cgroup v2, this shell first leaves the container's root
 # cgroup so the inner dockerd may enable controllers for the containers it starts (what the
