@@ -16,7 +16,8 @@ STATE="${MCORE_DOCKER_STATE:-/var/lib/mcore-images-docker}"
 PIDFILE="$STATE/dockerd.pid"
 LOG="$STATE/dockerd.log"
 SOCK="unix:///var/run/docker.sock"
-TRIXIE_PACKAGES=(docker.io docker-buildx)
+# trixie split the docker CLI out of docker.io into docker-cli.
+TRIXIE_PACKAGES=(docker.io docker-cli docker-buildx)
 
 log() { printf '[docker-engine] %s\n' "$*" >&2; }
 die() { printf '[docker-engine] error: %s\n' "$*" >&2; exit 1; }
@@ -36,7 +37,8 @@ install_host_packages() {
 }
 
 install_trixie_engine() {
-  [[ -x "$PREFIX/usr/sbin/dockerd" && -x "$PREFIX/usr/libexec/docker/cli-plugins/docker-buildx" ]] && return 0
+  [[ -x "$PREFIX/usr/sbin/dockerd" && -x "$PREFIX/usr/bin/docker" \
+    && -x "$PREFIX/usr/libexec/docker/cli-plugins/docker-buildx" ]] && return 0
   log "downloading ${TRIXIE_PACKAGES[*]} from Debian trixie"
   local tmp
   tmp="$(mktemp -d)"

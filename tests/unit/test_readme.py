@@ -19,7 +19,7 @@ def test_readme_stacks_table_is_current(root: Path, stacks: dict[str, Stack]) ->
 
 def test_readme_commands_exist(root: Path) -> None:
     text = (root / "README.md").read_text()
-    makefile = (root / "Makefile").read_text()
+    makefile = "\n".join(p.read_text() for p in [root / "Makefile", *sorted((root / "mk").glob("*.mk"))])
     for target in re.findall(r"^make ([a-z-]+)", text, re.M):
         assert re.search(rf"^{target}:", makefile, re.M), target
     assert "bash .ci/run" in text and (root / ".ci" / "run").is_file()
