@@ -77,6 +77,8 @@ def validate(cert: dict[str, Any]) -> list[str]:
                      if not isinstance(run.get(k), t)]
         if run.get("status") not in RUN_STATUSES:
             problems.append(f"runs[{i}]: status {run.get('status')!r} not one of {RUN_STATUSES}")
+    if "bench" in cert and not isinstance(cert["bench"], dict):
+        problems.append("bench section is not an object")
     digest = cert["image"].get("digest")
     if digest is not None and not str(digest).startswith("sha256:"):
         problems.append(f"image digest {digest!r} is not a sha256 digest")
@@ -137,6 +139,10 @@ def render_markdown(cert: dict[str, Any]) -> str:
     if failed:
         lines += ["", "## Failed checks", ""]
         lines += [f"- {rid}: {c['name']} — {c.get('detail', '')}" for rid, c in failed]
+    if cert.get("bench"):  # optional section added by `python -m smoke.bench --cert DIR`
+        from smoke.bench_gate import render_markdown as render_bench
+
+        lines += ["", render_bench(cert["bench"]).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,159 @@
+"""Bench reference configs, the model-FLOPs formula and the GPUs' peak rates. Pure Python (no torch).
+
+Model FLOPs of one training step (forward + backward, no activation recomputation counted):
+
+    FLOPs = 6·N·T + 12·L·h·s·T + 6·h·V·T
+
+- T: tokens in the step (micro-batch × micro-batches × seq × data-parallel ranks);
+- N: parameters of the transformer layers' matrix multiplies that each token passes through:
+  attention q, k, v and output projections (h·(h + 2·kv) + h·h, kv = key/value width), the MLP
+  (SwiGLU: 3·h·ffn; plain: 2·h·ffn) or, for MoE, top-k experts' MLPs plus the router (h·E).
+  Not counted in N: embeddings (a lookup, no multiply), norms and biases (element-wise), the output
+  layer (its own term, below), inactive experts;
+- 12·L·h·s·T: attention scores Q·Kᵀ and their product with V, 2·2·s·h per token per layer forward,
+  times 3 for forward + backward. **Causal halving is not applied**: every s×s score is counted, as in
+  PaLM (Chowdhery et al. 2022, appendix B: 6N + 12·L·H·Q·T per token) and Megatron-LM's papers.
+  Causal kernels (TE's fused attention) skip the masked half, so they do less work than this term
+  says; ``attention_share`` in the results tells how much of the total this term is;
+- 6·h·V·T: the output layer (logits), forward + backward.
+
+MFU = achieved model FLOP/s per GPU ÷ the GPU's dense bf16 peak (table below, vendor datasheets).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One reference model and the batch it trains on (per data-parallel rank)."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    vocab: int
+    seq: int
+    micro_batch: int
+    micro_batches: int
+    kv_heads: int | None = None  # None: multi-head attention (kv heads = heads)
+    gated: bool = True  # SwiGLU
+    experts: int = 0  # 0: dense
+    topk: int = 0
+    moe_ffn: int = 0
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
+
+    @property
+    def kv_width(self) -> int:
+        return (self.kv_heads or self.heads) * (self.hidden // self.heads)
+
+    def tokens_per_step(self, dp: int = 1) -> int:
+        return self.micro_batch * self.micro_batches * self.seq * dp
+
+    def mlp_params(self, ffn: int) -> int:
+        return (3 if self.gated else 2) * self.hidden * ffn
+
+    def attention_params(self) -> int:
+        h = self.hidden
+        return h * (h + 2 * self.kv_width) + h * h
+
+    def active_params_per_layer(self) -> int:
+        """Matrix-multiply parameters one token passes through in one layer (N / layers)."""
+        if self.moe:
+            mlp = self.topk * self.mlp_params(self.moe_ffn) + self.hidden * self.experts
+        else:
+            mlp = self.mlp_params(self.ffn)
+        return self.attention_params() + mlp
+
+    def active_params(self) -> int:
+        """N of the formula."""
+        return self.layers * self.active_params_per_layer()
+
+    def total_params(self) -> int:
+        """Every parameter, for the record: all experts, embeddings, output layer, norms (untied)."""
+        h = self.hidden
+        mlp = self.experts * self.mlp_params(self.moe_ffn) + h * self.experts if self.moe else self.mlp_params(self.ffn)
+        per_layer = self.attention_params() + mlp + 2 * h  # two norms' weights
+        return self.layers * per_layer + 2 * self.vocab * h + h  # embedding, output layer, final norm
+
+    def flops_terms(self, dp: int = 1) -> dict[str, float]:
+        """The formula's three terms for one step on ``dp`` data-parallel ranks."""
+        t = self.tokens_per_step(dp)
+        return {
+            "dense": 6.0 * self.active_params() * t,
+            "attention": 12.0 * self.layers * self.hidden * self.seq * t,
+            "logits": 6.0 * self.hidden * self.vocab * t,
+        }
+
+    def flops_per_step(self, dp: int = 1) -> float:
+        return sum(self.flops_terms(dp).values())
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = asdict(self)
+        out.update(active_params=self.active_params(), total_params=self.total_params(),
+                   tokens_per_step_per_dp_rank=self.tokens_per_step())
+        return out
+
+
+CONFIGS: dict[str, BenchConfig] = {
+    # ~1B GPT (0.96 B parameters with untied embedding and output layer; 0.82 B in N).
+    "dense-1b": BenchConfig("dense-1b", layers=16, hidden=2048, heads=16, ffn=5632, vocab=32768, seq=4096,
+                            micro_batch=2, micro_batches=4),
+    # Small MoE: 8 experts, top-2 (0.17 B active in N, 0.65 B total).
+    "moe-small": BenchConfig("moe-small", layers=8, hidden=1024, heads=16, ffn=2816, vocab=32768, seq=4096,
+                             micro_batch=2, micro_batches=4, experts=8, topk=2, moe_ffn=2816),
+    # Seconds-long shapes for CPU runs of the bench code (tests), not for numbers.
+    "tiny": BenchConfig("tiny", layers=2, hidden=64, heads=4, ffn=128, vocab=256, seq=32,
+                        micro_batch=2, micro_batches=2),
+    "tiny-moe": BenchConfig("tiny-moe", layers=2, hidden=64, heads=4, ffn=128, vocab=256, seq=32,
+                            micro_batch=2, micro_batches=2, experts=4, topk=2, moe_ffn=64),
+}
+DEFAULT_CONFIGS = ("dense-1b", "moe-small")
+
+PEAK_BF16_TFLOPS: tuple[tuple[str, float, str], ...] = (
+    # (pattern matched against torch.cuda.get_device_name(), dense bf16 TFLOP/s, source). First match wins,
+    # so the specific variants come before the family. Datasheets quote "with sparsity" figures
+    # twice as high; these are the dense ones.
+    (r"H100.*PCIe", 756.0, "NVIDIA H100 datasheet, H100 PCIe: 1513 TFLOPS bf16 with sparsity"),
+    (r"H100.*NVL", 835.0, "NVIDIA H100 datasheet, H100 NVL: 1671 TFLOPS bf16 with sparsity"),
+    (r"H200.*NVL", 835.0, "NVIDIA H200 datasheet, H200 NVL: 1671 TFLOPS bf16 with sparsity"),
+    (r"H100|H800", 989.0, "NVIDIA H100 datasheet, H100 SXM: 1979 TFLOPS bf16 with sparsity"),
+    (r"H200|GH200", 989.0, "NVIDIA H200 datasheet, H200 SXM: 1979 TFLOPS bf16 with sparsity"),
+    (r"A100|A800", 312.0, "NVIDIA A100 datasheet: 312 TFLOPS bf16 dense (624 with sparsity)"),
+    (r"GB200", 2500.0, "NVIDIA GB200 NVL72 datasheet: 5 PFLOPS fp16/bf16 per GPU with sparsity"),
+    (r"B200", 2250.0, "NVIDIA HGX B200 datasheet: 4.5 PFLOPS fp16/bf16 per GPU with sparsity"),
+)
+
+
+def peak_tflops(gpu_name: str) -> tuple[float | None, str]:
+    """(dense bf16 peak TFLOP/s, source) for a GPU name; (None, why) for GPUs not in the table."""
+    for pattern, peak, source in PEAK_BF16_TFLOPS:
+        if re.search(pattern, gpu_name, re.IGNORECASE):
+            return peak, source
+    return None, f"no dense bf16 peak known for {gpu_name!r}: MFU not computed (add it to PEAK_BF16_TFLOPS)"
+
+
+def throughput(cfg: BenchConfig, step_s: float, world: int, dp: int, peak: float | None) -> dict[str, float | None]:
+    """tokens/s, TFLOP/s per GPU and MFU for one step time (seconds) over ``world`` GPUs."""
+    flops = cfg.flops_per_step(dp)
+    terms = cfg.flops_terms(dp)
+    tflops = flops / step_s / world / 1e12
+    return {
+        "tokens_per_s": cfg.tokens_per_step(dp) / step_s,
+        "tflops_per_gpu": tflops,
+        "mfu": tflops / peak if peak else None,
+        "flops_per_step": flops,
+        "attention_share": terms["attention"] / flops,
+    }
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
