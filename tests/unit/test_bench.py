@@ -16,7 +16,7 @@ import pytest
 from smoke import bench_gate, bench_model, certificate, exitcodes
 from smoke.bench_model import CONFIGS, BenchConfig
 
-from mcore_images import bench_cmd
+from mcore_images import bench_cmd, smoke_cmd
 from mcore_images.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -322,7 +322,7 @@ def test_host_runs_the_bench_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     args = parse("--out", str(tmp_path), "--", "--configs", "dense-1b")
     assert args.func(args) == 1
     assert seen["cmd"][1:] == ["-m", "smoke.bench", "--out", str(tmp_path), "--configs", "dense-1b"]
-    assert seen["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(ROOT)
+    assert seen["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(smoke_cmd.smoke_root())
 
 
 def test_host_runs_the_bench_in_an_image_with_our_baselines(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
