@@ -165,7 +165,7 @@ ENV CUDA_DEVICE_MAX_CONNECTIONS=1 \
     MCORE_IMAGES_STACK=${STACK}
 COPY smoke /opt/mcore-images/smoke
 COPY src/mcore_images /opt/mcore-images/mcore_images
-COPY env/stacks.json /opt/mcore-images/env/stacks.json
+COPY env/stacks.json env/bench-baselines.json /opt/mcore-images/env/
 WORKDIR /workspace
 
 # ---------------------------------------------------------------------------------------------

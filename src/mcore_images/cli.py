@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from mcore_images import __version__, build, debian_base, doctor, jobs, lock, plan, promote, smoke_cmd
+from mcore_images import __version__, bench_cmd, build, debian_base, doctor, jobs, lock, plan, promote, smoke_cmd
 from mcore_images.errors import InputError
 from mcore_images.stacks import get_stack, load_stacks
 
@@ -104,6 +104,7 @@ def parser() -> argparse.ArgumentParser:
     doctor.add_parser(sub)
     smoke_cmd.add_parsers(sub)
     promote.add_parsers(sub)
+    bench_cmd.add_parser(sub)
     return top
 
 

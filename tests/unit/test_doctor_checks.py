@@ -466,6 +466,23 @@ def test_te_cudnn_mismatch_trap(world: World) -> None:
     assert "CUDNN_HOME" in found.fix
 
 
+def test_te_cudnn_torch_refuses_the_mix(world: World) -> None:
+    """Seen on the H200 box: after TE loaded the system cuDNN, torch raised instead of answering."""
+    world.package("transformer_engine", {"pytorch.py": ""})
+    torch = world.torch(cudnn=91900)
+
+    def refuse() -> int:
+        raise RuntimeError("cuDNN version incompatibility: PyTorch was compiled against (9, 19, 0) "
+                           "but found runtime version (9, 14, 0)")
+
+    torch.backends.cudnn.version = refuse
+    world.maps(SYS_CUDNN)
+    world.versions[SYS_CUDNN] = 91400
+    found = world.run("te.cudnn")
+    assert found.status == Status.FAIL and "incompatibility" in found.finding
+    assert "LD_LIBRARY_PATH" in found.fix
+
+
 def test_te_cudnn_one_copy(world: World) -> None:
     world.package("transformer_engine", {"pytorch.py": ""})
     world.torch(cudnn=91900)

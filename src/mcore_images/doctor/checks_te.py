@@ -119,8 +119,9 @@ def cudnn_text(code: int | None) -> str:
 @check(
     "te.cudnn",
     Status.FAIL,
-    "make TE load torch's cuDNN: export CUDNN_HOME=<site-packages>/nvidia/cudnn "
-    "(CUDNN_PATH works too), or remove the system libcudnn",
+    "make TE load torch's cuDNN: export CUDNN_HOME=<site-packages>/nvidia/cudnn and put "
+    "<site-packages>/nvidia/cudnn/lib first on LD_LIBRARY_PATH (CUDNN_HOME alone still lets cuDNN's "
+    "sub-libraries come from the system), or remove the system libcudnn",
 )
 def te_cudnn(ctx: Context) -> Outcome:
     """TE and torch use one cuDNN; a second, older one makes TE silently pick unfused attention."""
@@ -129,8 +130,13 @@ def te_cudnn(ctx: Context) -> Outcome:
     if probes.import_error(ctx, "transformer_engine.pytorch"):
         return skip("transformer_engine.pytorch does not import (see te.import)")
     torch = probes.imported(ctx, "torch")
-    torch_cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     copies = cudnn_copies(ctx)
+    try:
+        torch_cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    except RuntimeError as exc:  # torch itself refuses the mix: "cuDNN version incompatibility"
+        listed = ", ".join(f"{p} ({cudnn_text(v)})" for p, v in copies.items()) or "unknown copies"
+        return trip(f"torch refuses the cuDNN it finds after TE loaded: {exc}; loaded {listed}",
+                    loaded={p: cudnn_text(v) for p, v in copies.items()})
     details = {
         "torch_cudnn": cudnn_text(torch_cudnn),
         "loaded": {p: cudnn_text(v) for p, v in copies.items()},
