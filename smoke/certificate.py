@@ -79,6 +79,10 @@ def validate(cert: dict[str, Any]) -> list[str]:
             problems.append(f"runs[{i}]: status {run.get('status')!r} not one of {RUN_STATUSES}")
     if "bench" in cert and not isinstance(cert["bench"], dict):
         problems.append("bench section is not an object")
+    if "bridge" in cert:  # optional section added by `python -m smoke.bridge --certificate FILE`
+        from smoke.bridge_spec import shape_problems
+
+        problems += shape_problems(cert["bridge"])
     digest = cert["image"].get("digest")
     if digest is not None and not str(digest).startswith("sha256:"):
         problems.append(f"image digest {digest!r} is not a sha256 digest")
@@ -143,6 +147,10 @@ def render_markdown(cert: dict[str, Any]) -> str:
         from smoke.bench_gate import render_markdown as render_bench
 
         lines += ["", render_bench(cert["bench"]).rstrip("\n")]
+    if cert.get("bridge"):  # optional section added by `python -m smoke.bridge --certificate FILE`
+        from smoke.bridge_spec import markdown as render_bridge
+
+        lines += render_bridge(cert["bridge"])
     return "\n".join(lines) + "\n"
 
 
