@@ -1,0 +1,54 @@
+"""Fixtures of the app-layer tests: the runtime image of the same stack, to compare torch with."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import imagecheck as ic
+import pytest
+
+
+def _repository(ref: str) -> str | None:
+    ref = ref.split("@", 1)[0]
+    if ref.startswith("sha256:"):
+        return None
+    repo, sep, tag = ref.rpartition(":")
+    return repo if sep and "/" not in tag else ref
+
+
+def find_runtime_image(image: ic.ImageInfo) -> tuple[ic.ImageInfo | None, list[str]]:
+    """`<repo>:runtime-<stack>` (the app image's repository, then mcore-images) in the local store, and why
+    each candidate was passed over."""
+    repos = [r for r in (_repository(image.ref), "mcore-images") if r]
+    notes = []
+    for ref in dict.fromkeys(f"{repo}:runtime-{image.stack_name}" for repo in repos):
+        if not ic.image_exists(ref):
+            notes.append(f"{ref} is not in the local image store")
+            continue
+        found = ic.inspect_image(ref)
+        if found.layer != "runtime" or found.stack_name != image.stack_name:
+            notes.append(f"{ref} is a {found.layer} image of stack {found.stack_name}, not the runtime of "
+                         f"{image.stack_name}")
+            continue
+        return found, notes
+    return None, notes
+
+
+@pytest.fixture(scope="session")
+def runtime_image(image: ic.ImageInfo) -> ic.ImageInfo:
+    found, notes = find_runtime_image(image)
+    if found is None:
+        pytest.skip("no runtime image of this stack to compare torch with: " + "; ".join(notes))
+    return found
+
+
+@pytest.fixture(scope="session")
+def runtime_torch(runtime_image: ic.ImageInfo) -> dict[str, Any]:
+    """torch's distribution record in the runtime image (probe.py in a short-lived container)."""
+    out = ic.docker("run", "--rm", "--network", "none", "--entrypoint", "python", runtime_image.ref, "-c",
+                    ic.probe_source(), timeout=600)
+    torch = json.loads(out)["dists"].get("torch")
+    if torch is None:
+        pytest.fail(f"torch is not installed in {runtime_image.ref}")
+    return torch
