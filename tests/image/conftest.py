@@ -1,0 +1,180 @@
+"""Image tests: `pytest tests/image --image TAG` (or `make test-image IMAGE=TAG`).
+
+One container is started from the image for the whole session and always removed. What to expect
+comes from the image's labels (`docker image inspect`) and env/stacks.json. Tests live in one folder
+per layer (base/, kernels/, runtime/, app/); the image's io.mcore-images.layer label decides which
+folders apply: a runtime image runs the base, kernels and runtime tests (docker-stacks' pattern).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import imagecheck as ic
+import pytest
+import testinfra
+
+from mcore_images.build import SYSTEM_CA
+from mcore_images.stacks import LAYERS, Stack
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("mcore-images image tests")
+    group.addoption(
+        "--image",
+        metavar="TAG",
+        default=None,
+        help="the image to test (a local tag or id); without it the image tests are skipped",
+    )
+    group.addoption(
+        "--secret-file",
+        metavar="PATH",
+        action="append",
+        default=None,
+        help="a file the build received as a secret, to look for in every layer (repeatable; "
+        "default: $CA_BUNDLE or the system CA bundle, as `make build` passes it, "
+        "and $PIP_INDEX_URL_FILE when set)",
+    )
+    group.addoption(
+        "--base-image",
+        metavar="TAG",
+        default=None,
+        help="the base-layer image to compare torch with (default: mcore-images:base-<stack>)",
+    )
+
+
+def _image_info(config: pytest.Config) -> ic.ImageInfo | None:
+    """Inspect the image once per session; a wrong --image ends the run with one line, before any test."""
+    ref = config.getoption("--image")
+    if not ref:
+        return None
+    cached = getattr(config, "_mcore_image", None)
+    if cached is not None:
+        return cached
+    if not shutil.which("docker"):
+        raise pytest.UsageError("docker is not installed; run `make docker-engine` first")
+    if not ic.image_exists(ref):
+        raise pytest.UsageError(
+            f"image '{ref}' is not in the local image store; build it (`make build`) "
+            "or `docker pull` it, then pass its tag to --image"
+        )
+    info = ic.inspect_image(ref)
+    if info.layer not in LAYERS:
+        raise pytest.UsageError(
+            f"image '{ref}' has no valid io.mcore-images.layer label ({info.layer!r}): the image tests "
+            "read what to expect from the labels docker-bake.hcl sets; test an mcore-images image "
+            "or one built FROM it"
+        )
+    config._mcore_image = info  # type: ignore[attr-defined]
+    return info
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    info = _image_info(config)
+    for item in items:
+        try:
+            rel = item.path.relative_to(here)
+        except ValueError:
+            continue  # not an image test
+        if info is None:
+            item.add_marker(
+                pytest.mark.skip(reason="no --image given: run `pytest tests/image --image TAG` (CI always passes one)")
+            )
+            continue
+        folder = rel.parts[0]
+        if folder in LAYERS and not ic.layer_applies(folder, info.layer or ""):
+            item.add_marker(
+                pytest.mark.skip(
+                    reason=f"{folder} tests apply to {folder} images and their children; {info.ref} is a "
+                    f"{info.layer} image"
+                )
+            )
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    info = getattr(config, "_mcore_image", None)
+    if info is None:
+        return []
+    return [
+        f"image: {info.ref} ({info.id[:19]}), layer {info.layer}, stack {info.stack_name}, {info.size / ic.GB:.2f} GB"
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Fixtures.
+
+
+@pytest.fixture(scope="session")
+def image(pytestconfig: pytest.Config) -> ic.ImageInfo:
+    info = _image_info(pytestconfig)
+    if info is None:
+        pytest.skip("no --image given")
+    return info
+
+
+@pytest.fixture(scope="session")
+def labels(image: ic.ImageInfo) -> dict[str, str]:
+    return image.labels
+
+
+@pytest.fixture(scope="session")
+def stack(image: ic.ImageInfo) -> Stack:
+    found = ic.stack_for(image)
+    if found is None:
+        pytest.skip(
+            f"stack '{image.stack_name}' (label io.mcore-images.stack) is not in env/stacks.json of "
+            "this checkout; check out the revision the image was built from"
+        )
+    return found
+
+
+@pytest.fixture(scope="session")
+def container(image: ic.ImageInfo) -> Iterator[str]:
+    """One container for the session from `docker run -d --entrypoint sleep IMAGE`, always removed."""
+    cid = ic.start_container(image.ref)
+    try:
+        yield cid
+    finally:
+        ic.remove_container(cid)
+
+
+@pytest.fixture(scope="session")
+def host(container: str) -> Any:
+    return testinfra.get_host(f"docker://{container}")
+
+
+@pytest.fixture(scope="session")
+def facts(host: Any) -> dict[str, Any]:
+    """Versions, install records, import results and environment, from one probe run in the image."""
+    return ic.run_probe(host.run)
+
+
+@pytest.fixture(scope="session")
+def fs_trees(host: Any) -> list[str]:
+    return list(ic.iter_lines(host.run(ic.FIND_TREES).stdout))
+
+
+@pytest.fixture(scope="session")
+def secrets(pytestconfig: pytest.Config, host: Any) -> list[ic.Secret]:
+    paths = pytestconfig.getoption("--secret-file")
+    if not paths:
+        paths = [os.environ.get("CA_BUNDLE") or str(SYSTEM_CA)]
+        if os.environ.get("PIP_INDEX_URL_FILE"):
+            paths.append(os.environ["PIP_INDEX_URL_FILE"])
+    files = [Path(p) for p in paths if p and Path(p).is_file()]
+    if not files:
+        pytest.fail(f"no secret file to look for ({', '.join(paths)} missing); pass --secret-file PATH")
+    image_roots = host.run("find /usr/share/ca-certificates -name '*.crt' -type f -exec cat {} + 2>/dev/null")
+    public = [*ic.public_roots_host(), image_roots.stdout.encode()]
+    return [ic.make_secret(f, public) for f in files]
+
+
+@pytest.fixture(scope="session")
+def layer_scan(image: ic.ImageInfo, secrets: list[ic.Secret]) -> ic.LayerScan:
+    """One streamed pass over `docker save`: secret content in any layer, and which layers touch torch."""
+    return ic.scan_saved_image(image.ref, secrets, watch={"torch": ic.TORCH_PATHS})

@@ -1,0 +1,155 @@
+"""The checks fail against deliberately wrong images built on top of --image.
+
+Three throwaway images are built FROM the image under test with plain `docker build` and removed
+afterwards: one whose label disagrees with what is installed, one with a package uninstalled and a
+dirty build left in it, and one whose build leaked a secret into a layer that a later layer deletes.
+Each check's function must report a problem, and the image tests themselves (run in a subprocess
+with `--image <wrong image>`) must fail, naming the checks that caught it.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import imagecheck as ic
+import pytest
+
+HERE = Path(__file__).parent
+TAG = "mcore-images-negative"
+
+
+@pytest.fixture
+def wrong_images() -> Iterator[list[str]]:
+    """Tags built during a test; removed afterwards whatever happens."""
+    tags: list[str] = []
+    try:
+        yield tags
+    finally:
+        for tag in tags:
+            ic.remove_image(tag)
+
+
+def _tag(kind: str) -> str:
+    return f"{TAG}:{kind}-{uuid.uuid4().hex[:8]}"
+
+
+def _failed_tests(ref: str, select: str) -> tuple[int, set[str], str]:
+    """Run the image tests against `ref` in a subprocess: (exit code, names of failed tests, output)."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(HERE),
+        "--image",
+        ref,
+        "-k",
+        select,
+        "-q",
+        "-rf",
+        "-p",
+        "no:cacheprovider",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False, cwd=ic.REPO)
+    output = proc.stdout + proc.stderr
+    failed = set(re.findall(r"^FAILED \S+::(\S+)", output, re.M))
+    return proc.returncode, failed, output
+
+
+def test_negative_label_disagrees(image: ic.ImageInfo, facts: dict[str, Any], wrong_images: list[str]) -> None:
+    """LABEL io.mcore-images.<top component>=9.9.9 and a size budget of 1 MB: the version, pin and size
+    checks fail."""
+    key = ic.first_labelled(image, ("mcore", "te", "torch"))
+    assert key, "the image labels none of megatron-core, TE, torch"
+    dockerfile = f"FROM {image.ref}\nLABEL {ic.LABEL}{key}=9.9.9 {ic.LABEL}size-budget-gb=0.001\n"
+    wrong = ic.inspect_image(ic.build_image(dockerfile, _tag("label")))
+    wrong_images.append(wrong.ref)
+    assert wrong.layers == image.layers, "a LABEL-only build must keep the layers (so the facts are the same)"
+
+    assert ic.version_problems(key, wrong.labels, facts), f"version check passed with {key}=9.9.9"
+    stack = ic.stack_for(image)
+    if stack is not None:
+        assert ic.label_pin_problems(wrong, stack), "labels-vs-env/stacks.json check passed with 9.9.9"
+    assert ic.size_problems(wrong), "size check passed with a 1 MB budget"
+    assert not ic.version_problems(key, image.labels, facts), "the check must pass on the original image"
+
+    rc, failed, output = _failed_tests(wrong.ref, "version_label_matches_installed or labels_match or size")
+    expected = {f"test_version_label_matches_installed[{key}]", "test_size_within_budget"}
+    if stack is not None:
+        expected.add("test_labels_match_stacks_json")
+    assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+
+
+def test_negative_package_missing_and_dirty(image: ic.ImageInfo, wrong_images: list[str]) -> None:
+    """`pip uninstall -y mbridge` (or the top labelled package), plus a pip cache file, a .git folder
+    and a wrong CUDA_DEVICE_MAX_CONNECTIONS: the version, import, hygiene and env checks fail."""
+    key = ic.first_labelled(image, ("mbridge", "megatron-bridge", "mcore", "te", "torch"))
+    assert key, "the image labels no removable package"
+    dist = ic.COMPONENTS[key].dist
+    dockerfile = (
+        f"FROM {image.ref}\n"
+        f"RUN python -m pip uninstall -y {dist} "
+        "&& mkdir -p /root/.cache/pip/http /opt/src/thing/.git && echo cached > /root/.cache/pip/http/blob\n"
+        "ENV CUDA_DEVICE_MAX_CONNECTIONS=8\n"
+    )
+    ref = ic.build_image(dockerfile, _tag("missing"))
+    wrong_images.append(ref)
+    wrong = ic.inspect_image(ref)
+    facts = ic.probe_image(ref)
+
+    assert ic.installed(facts, dist or "") is None, f"{dist} is still installed"
+    assert ic.version_problems(key, wrong.labels, facts), f"version check passed without {dist}"
+    assert ic.import_problems(key, wrong.labels, facts), f"import check passed without {dist}"
+    assert ic.env_problems(wrong.env, wrong.stack_name, "config"), "env check passed with 8 connections"
+
+    select = "version_label_matches_installed or test_imports or leftovers or git"
+    expected = {
+        f"test_version_label_matches_installed[{key}]",
+        f"test_imports[{key}]",
+        "test_no_build_leftovers",
+        "test_no_build_trees_or_git",
+    }
+    if ic.layer_applies("runtime", wrong.layer or "base"):
+        select += " or required_env"
+        expected |= {"test_required_env_in_image_config", "test_required_env_inside_container"}
+    rc, failed, output = _failed_tests(ref, select)
+    assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+
+
+def test_negative_secret_in_deleted_layer(
+    image: ic.ImageInfo, layer_scan: ic.LayerScan, tmp_path: Path, wrong_images: list[str]
+) -> None:
+    """A build that copies its secret into a layer (deleted again by a later layer, so the final
+    filesystem is clean) and writes part of it, reshaped, elsewhere: the layer scan finds both."""
+    body = base64.b64encode(os.urandom(48 * 20)).decode()
+    lines = [body[i : i + 64] for i in range(0, len(body), 64)]
+    secret_file = tmp_path / "site-ca.pem"
+    secret_file.write_text("-----BEGIN CERTIFICATE-----\n" + "\n".join(lines) + "\n-----END CERTIFICATE-----\n")
+    secret = ic.make_secret(secret_file, public=[])
+    assert secret.probes, "a private certificate yields a probe"
+    dockerfile = (
+        f"FROM {image.ref}\n"
+        "RUN --mount=type=secret,id=leak cp /run/secrets/leak /root/leaked.pem\n"
+        "RUN --mount=type=secret,id=leak grep -v -- ----- /run/secrets/leak | tr -d '\\n' > /opt/joined.txt\n"
+        "RUN rm /root/leaked.pem\n"
+    )
+    ref = ic.build_image(dockerfile, _tag("secret"), secrets={"leak": secret_file})
+    wrong_images.append(ref)
+    final = ic.docker(
+        "run", "--rm", "--network", "none", "--entrypoint", "sh", ref, "-c", "ls /root/leaked.pem 2>&1 || true"
+    )
+    assert "No such file" in final, "the leaked copy must be gone from the final filesystem"
+
+    scan = ic.scan_saved_image(ref, [secret], skip_blobs=layer_scan.layers)
+    problems = ic.secret_problems(scan)
+    paths = {path for _, path, _ in scan.hits}
+    assert "/root/leaked.pem" in paths, f"the deleted copy was not found: {problems}"
+    assert "/opt/joined.txt" in paths, f"the reshaped content was not found: {problems}"
+    assert problems
