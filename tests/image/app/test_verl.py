@@ -50,14 +50,16 @@ def verl_facts(host: Any) -> dict[str, Any]:
     result = host.run("cd /workspace 2>/dev/null; timeout 600 python -c %s", VERL_PROBE)
     lines = [line for line in result.stdout.splitlines() if line.startswith(MARK)]
     if result.rc != 0 or not lines:
-        pytest.fail(f"the verl probe failed in the image (exit {result.rc}): "
-                    f"{(result.stdout + result.stderr).strip()[-3000:]}")
-    return json.loads(lines[-1][len(MARK):])
+        pytest.fail(
+            f"the verl probe failed in the image (exit {result.rc}): {(result.stdout + result.stderr).strip()[-3000:]}"
+        )
+    return json.loads(lines[-1][len(MARK) :])
 
 
 def test_verl_finds_megatron_core(verl_facts: dict[str, Any]) -> None:
     assert verl_facts["megatron_core_available"] is True, (
-        f"verl.utils.import_utils.is_megatron_core_available() gave {verl_facts['megatron_core_available']!r}")
+        f"verl.utils.import_utils.is_megatron_core_available() gave {verl_facts['megatron_core_available']!r}"
+    )
 
 
 def test_verl_models_mcore_imports(verl_facts: dict[str, Any]) -> None:
@@ -66,8 +68,10 @@ def test_verl_models_mcore_imports(verl_facts: dict[str, Any]) -> None:
 
 def test_verl_mcore_version_assertion_holds(verl_facts: dict[str, Any]) -> None:
     assert "assertion_error" not in verl_facts, verl_facts["assertion_error"]
-    assert verl_facts["assertions"], ("no megatron-core >= 0.13.0 assertion found in "
-                                      "verl.models.mcore.model_forward_fused: verl changed; update this test")
+    assert verl_facts["assertions"], (
+        "no megatron-core >= 0.13.0 assertion found in "
+        "verl.models.mcore.model_forward_fused: verl changed; update this test"
+    )
     failed = [a["expr"] for a in verl_facts["assertions"] if not a["holds"]]
     assert not failed, f"verl's assertion(s) {failed} fail with megatron-core {verl_facts['mcore_version']}"
     assert Version(Version(verl_facts["mcore_version"]).base_version) >= Version("0.13.0")
@@ -78,17 +82,22 @@ def test_torch_is_the_labelled_one(labels: dict[str, str], facts: dict[str, Any]
     assert pinned, "label io.mcore-images.torch is missing"
     have = ic.installed(facts, "torch")
     assert have and ic.same_version(pinned, have), f"io.mcore-images.torch={pinned} but torch {have} is installed"
-    assert verl_facts["torch"] == have, f"torch imports as {verl_facts['torch']} but {have} is installed"
+    assert ic.same_version(have, verl_facts["torch"]), f"torch imports as {verl_facts['torch']} but {have} is installed"
 
 
-def test_torch_unchanged_since_the_runtime_image(image: ic.ImageInfo, runtime_image: ic.ImageInfo,
-                                                 runtime_torch: dict[str, Any], facts: dict[str, Any]) -> None:
+def test_torch_unchanged_since_the_runtime_image(
+    image: ic.ImageInfo, runtime_image: ic.ImageInfo, runtime_torch: dict[str, Any], facts: dict[str, Any]
+) -> None:
     ours = facts["dists"].get("torch")
     assert ours, "torch is not installed in the app image"
     assert ours["version"] == runtime_torch["version"], (
-        f"torch {ours['version']} here, {runtime_torch['version']} in {runtime_image.ref}: the app layer swapped it")
+        f"torch {ours['version']} here, {runtime_torch['version']} in {runtime_image.ref}: the app layer swapped it"
+    )
     if runtime_image.layers != image.layers[: len(runtime_image.layers)]:
-        pytest.skip(f"{runtime_image.ref} is not this image's parent build (its layers differ): versions match; "
-                    "rebuild both to compare the installed files")
+        pytest.skip(
+            f"{runtime_image.ref} is not this image's parent build (its layers differ): versions match; "
+            "rebuild both to compare the installed files"
+        )
     assert ours["record_sha256"] == runtime_torch["record_sha256"], (
-        f"torch {ours['version']}'s RECORD differs from {runtime_image.ref}'s: the app layer reinstalled it")
+        f"torch {ours['version']}'s RECORD differs from {runtime_image.ref}'s: the app layer reinstalled it"
+    )
