@@ -78,8 +78,8 @@ ARCHITECTURES: dict[str, Arch] = {
 }
 
 DEFAULT_ARCHS = ("qwen2", "qwen3_moe")
-"""Dense and MoE checked by default: the MoE both bridges register and convert faithfully (see docs/bridge.md
-for what mixtral and qwen2_moe showed under mbridge 0.15.1)."""
+"""Dense and MoE checked by default. Qwen3-MoE is the MoE both bridges register, and the one mbridge converts
+faithfully (docs/bridge.md: what mixtral and qwen2_moe showed under the pinned mbridge)."""
 
 
 def parse_archs(text: str) -> tuple[str, ...]:
@@ -277,7 +277,7 @@ def unsupported_message(arch: str, hf_class: str, bridge: str, version: str | No
 def mcore_incompatible_message(bridge: str, version: str | None, mcore: str | None, error: str) -> str:
     return (f"{bridge} {version} cannot build models on megatron-core {mcore}: {error} "
             "(ModelType.encoder_and_decoder was removed in megatron-core 0.17; verl #6936); "
-            "use megatron-core <= 0.16.1 with this mbridge, or Megatron-Bridge")
+            "use a megatron-core older than 0.17 with this mbridge, or Megatron-Bridge")
 
 
 def known_cause(error: str, bridge: str, version: str | None, packages: dict[str, str | None],
