@@ -87,3 +87,24 @@ def patch_megatron() -> None:
     if not hasattr(moe_utils, "te_general_gemm"):
         # megatron-core 0.16 reads this name without defining it when TE is absent.
         moe_utils.te_general_gemm = None
+
+
+class _HideTransformerEngine:
+    """A meta-path finder that makes ``transformer_engine`` unimportable for this process."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "transformer_engine" or name.startswith("transformer_engine."):
+            raise ModuleNotFoundError(f"No module named {name!r} (hidden for the CPU smoke run)", name=name)
+
+
+def hide_transformer_engine() -> None:
+    """Keep megatron-core off Transformer Engine in a CPU run (call before importing megatron).
+
+    With TE installed, megatron-core uses it even under the local spec: the block's final norm,
+    FusedAdam and the multi-tensor grad norm are TE's CUDA kernels. Hidden, megatron-core takes its
+    torch fallbacks, which is what the local spec on CPU means.
+    """
+    import sys
+
+    if not any(isinstance(f, _HideTransformerEngine) for f in sys.meta_path):
+        sys.meta_path.insert(0, _HideTransformerEngine())

@@ -128,26 +128,29 @@ def transformer_config(run: Run, st: Settings) -> TransformerConfig:
     )
 
 
-def layer_spec(run: Run, shape: ModelShape) -> Any:
-    """Local spec (torch norm, local attention, SequentialMLP) or the Transformer Engine spec."""
+def block_spec(run: Run, cfg: TransformerConfig, vp: int | None) -> Any:
+    """The decoder block spec: local (torch norm, local attention, SequentialMLP) or Transformer Engine.
+
+    A block spec, not a layer spec: given only a layer spec, megatron-core picks the block's final
+    norm itself, and picks TE's norm whenever TE is installed, so a "local" run would still call a
+    TE kernel (on CPU it fails; on GPU it silently mixes specs).
+    """
     from megatron.core.models.gpt import gpt_layer_specs as specs
 
-    experts = shape.experts if run.model == "moe" else None
-    if run.spec == "te":
-        return specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts, moe_grouped_gemm=False)
-    return specs.get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False)
+    return specs.get_gpt_decoder_block_spec(
+        cfg, use_transformer_engine=run.spec == "te",
+        **_supported(specs.get_gpt_decoder_block_spec, vp_stage=vp))
 
 
 def build(run: Run, st: Settings, cfg: TransformerConfig) -> list[torch.nn.Module]:
     """Model chunks of this rank (several with vpp), name-seeded, cast, wrapped in megatron DDP."""
     lay, sh = run.layout, st.shape
-    spec = layer_spec(run, sh)
     chunks: list[torch.nn.Module] = []
     for vp in range(lay.vpp):
         stage = {"ignore_virtual": False, "vp_stage": vp} if lay.vpp > 1 else {}
         model = GPTModel(
             config=cfg,
-            transformer_layer_spec=spec,
+            transformer_layer_spec=block_spec(run, cfg, vp if lay.vpp > 1 else None),
             vocab_size=sh.vocab,
             max_sequence_length=sh.seq,
             pre_process=ps.is_pipeline_first_stage(**stage),

@@ -101,6 +101,7 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
             from smoke import cpu_shim
 
             cpu_shim.install()
+            cpu_shim.hide_transformer_engine()
         import megatron.core
 
         if args.cpu:
