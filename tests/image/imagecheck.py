@@ -303,7 +303,7 @@ def apex_commit_problems(labels: Mapping[str, str], facts: Mapping[str, Any]) ->
     records neither, and then the commit cannot be checked from inside the image."""
     pinned = labels.get(COMPONENTS["apex"].label, "")
     if not SHA40.match(pinned):
-        return [], f"io.mcore-images.apex is '{pinned}', not a commit"
+        return [], f"io.mcore-images.apex is '{pinned}': no commit to compare"
     entry = facts["dists"].get("apex")
     if entry is None:
         return [f"io.mcore-images.apex={pinned} but apex is not installed"], None
@@ -890,8 +890,10 @@ def doctor_problems(report: Mapping[str, Any]) -> list[str]:
 
 
 def build_image(dockerfile: str, tag: str, secrets: Mapping[str, Path] | None = None) -> str:
-    """`docker build` a Dockerfile given as text, with no build context (FROM an image already here)."""
-    args = ["build", "-q", "-t", tag]
+    """`docker build` a Dockerfile given as text, with no build context (FROM an image already here).
+    --no-cache: BuildKit's cache key ignores a secret's content, so a cached step would hold the secret
+    of an earlier run (a real trap: a rotated secret does not invalidate a leaky layer)."""
+    args = ["build", "-q", "--no-cache", "-t", tag]
     for sid, path in (secrets or {}).items():
         args += ["--secret", f"id={sid},src={path}"]
     docker(*args, "-", stdin=dockerfile, timeout=900)

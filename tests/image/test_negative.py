@@ -87,27 +87,33 @@ def test_negative_label_disagrees(image: ic.ImageInfo, facts: dict[str, Any], wr
     assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
 
 
-def test_negative_package_missing_and_dirty(image: ic.ImageInfo, wrong_images: list[str]) -> None:
+def test_negative_package_missing_and_dirty(
+    image: ic.ImageInfo, facts: dict[str, Any], wrong_images: list[str]
+) -> None:
     """`pip uninstall -y mbridge` (or the top labelled package), plus a pip cache file, a .git folder
     and a wrong CUDA_DEVICE_MAX_CONNECTIONS: the version, import, hygiene and env checks fail."""
     key = ic.first_labelled(image, ("mbridge", "megatron-bridge", "mcore", "te", "torch"))
     assert key, "the image labels no removable package"
-    dist = ic.COMPONENTS[key].dist
+    dist = ic.COMPONENTS[key].dist or ""
+    # TE is several distributions (meta, core wheel, compiled extension): remove them all.
+    dists = sorted(n for n in facts["dists"] if n == dist or (key == "te" and n.startswith(dist + "-")))
     dockerfile = (
         f"FROM {image.ref}\n"
-        f"RUN python -m pip uninstall -y {dist} "
+        f"RUN python -m pip uninstall -y {' '.join(dists)} "
         "&& mkdir -p /root/.cache/pip/http /opt/src/thing/.git && echo cached > /root/.cache/pip/http/blob\n"
         "ENV CUDA_DEVICE_MAX_CONNECTIONS=8\n"
     )
     ref = ic.build_image(dockerfile, _tag("missing"))
     wrong_images.append(ref)
     wrong = ic.inspect_image(ref)
-    facts = ic.probe_image(ref)
+    wrong_facts = ic.probe_image(ref)
 
-    assert ic.installed(facts, dist or "") is None, f"{dist} is still installed"
-    assert ic.version_problems(key, wrong.labels, facts), f"version check passed without {dist}"
-    assert ic.import_problems(key, wrong.labels, facts), f"import check passed without {dist}"
-    assert ic.env_problems(wrong.env, wrong.stack_name, "config"), "env check passed with 8 connections"
+    assert ic.installed(wrong_facts, dist) is None, f"{dist} is still installed"
+    assert ic.version_problems(key, wrong.labels, wrong_facts), f"version check passed without {dist}"
+    assert ic.import_problems(key, wrong.labels, wrong_facts), f"import check passed without {dist}"
+    runtime = ic.layer_applies("runtime", wrong.layer or "base")  # the required env is the runtime layer's
+    if runtime:
+        assert ic.env_problems(wrong.env, wrong.stack_name, "config"), "env check passed with 8 connections"
 
     select = "version_label_matches_installed or test_imports or leftovers or git"
     expected = {
@@ -116,7 +122,7 @@ def test_negative_package_missing_and_dirty(image: ic.ImageInfo, wrong_images: l
         "test_no_build_leftovers",
         "test_no_build_trees_or_git",
     }
-    if ic.layer_applies("runtime", wrong.layer or "base"):
+    if runtime:
         select += " or required_env"
         expected |= {"test_required_env_in_image_config", "test_required_env_inside_container"}
     rc, failed, output = _failed_tests(ref, select)

@@ -72,7 +72,9 @@ def test_smoke_cpu(host: Any) -> None:
     args = ic.smoke_cpu_args(helptext.stdout, out="/tmp/mcore-images-test-smoke")
     result = host.run(SMOKE.format(t=900, args=args))
     output = (result.stdout + result.stderr).strip()
-    assert result.rc == 0, f"python -m smoke {args} exited {result.rc}: {output[-3000:]}"
+    if result.rc != 0:  # the certificate names the failing run and error; torchrun's trace is the context
+        summary = host.run("head -n 12 /tmp/mcore-images-test-smoke/certificate.md 2>/dev/null || true").stdout
+        pytest.fail(f"python -m smoke {args} exited {result.rc}:\n{summary.strip()}\n--- output ---\n{output[-2000:]}")
     print(f"python -m smoke {args}:\n{output[-1500:]}")
 
 
