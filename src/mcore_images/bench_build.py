@@ -18,13 +18,17 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from mcore_images.errors import InputError
 
-_STEP = re.compile(r"^#(\d+) \[(?:[\w.-]+ )?([\w-]+) (\d+)/(\d+)\]")
+# "#12 [runtime-debian kernels 1/1] RUN ...": step id, stage, instruction. FROM steps only resolve
+# an image and are never CACHED, so they say nothing about reuse and are left out.
+_STEP = re.compile(r"^#(\d+) \[(?:[\w.-]+ )?([\w-]+) (\d+)/(\d+)\] (\w+)")
 _CACHED = re.compile(r"^#(\d+) CACHED")
 _DONE = re.compile(r"^#(\d+) DONE ([\d.]+)s")
 LAYER_STAGES = ("base", "builder", "kernels-build", "kernels", "runtime")
+LOG_DIR = Path("build") / "bench-build"  # each scenario's full BuildKit log
 
 
 @dataclass
@@ -46,7 +50,7 @@ def stage_status(log: str) -> dict[str, str]:
     cached: set[str] = set()
     done: set[str] = set()
     for line in log.splitlines():
-        if m := _STEP.match(line):
+        if (m := _STEP.match(line)) and m.group(5) != "FROM":
             names[m.group(1)] = m.group(2)
         elif m := _CACHED.match(line):
             cached.add(m.group(1))
@@ -71,6 +75,8 @@ def run_build(scenario: str, stack: str, sets: list[str], layer: str | None = No
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wall = time.monotonic() - start
     log = proc.stdout + proc.stderr
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    (LOG_DIR / f"{scenario}.log").write_text(log)
     if proc.returncode != 0:
         sys.stderr.write(log[-4000:])
     return Run(scenario, cmd[2:], round(wall, 1), proc.returncode, stage_status(log))

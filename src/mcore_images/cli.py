@@ -40,7 +40,7 @@ def _lock(args: argparse.Namespace) -> int:
         if args.check:
             problems += lock.check_locks(stack)
         else:
-            for path in lock.write_locks(stack):
+            for path in lock.write_locks(stack, keep_below=args.from_layer):
                 print(f"wrote {path}")
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
@@ -81,6 +81,8 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lock", help="compute (or --check) the hashed per-layer locks in env/locks")
     p.add_argument("--stack")
     p.add_argument("--check", action="store_true", help="verify locks against env/stacks.json, offline")
+    p.add_argument("--from-layer", choices=lock.LOCK_LAYERS[1:], default=None,
+                   help="keep the committed locks below this layer byte for byte; re-resolve from it up")
     p.set_defaults(func=_lock)
 
     p = sub.add_parser("base", help="build a debian stack's base image with debootstrap")

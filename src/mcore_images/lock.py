@@ -123,7 +123,9 @@ def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
         req = Path(tmp) / "requirements.in"
         req.write_text("\n".join(requirements) + "\n")
         con = Path(tmp) / "constraints.txt"
-        con.write_text("".join(f"{n}=={v}\n" for n, v in {**(constraints or {}), **below}.items()))
+        pinned = {**(constraints or {}), **below}
+        con.write_text("".join(f"{n}=={v}\n" for n, v in pinned.items())
+                       + "".join(f"{c}\n" for c in stack.constraints if c.split("<")[0].split(">")[0] not in pinned))
         cmd = [_uv(), "pip", "compile", str(req), "--constraint", str(con), "--generate-hashes",
                "--python-version", stack.python, "--python-platform", platform(stack), "--no-header",
                "--quiet", "--index-url", f"{PYPI_SIMPLE}/"]

@@ -114,6 +114,14 @@ def _mbridge_mcore(s: Stack) -> Iterator[tuple[str, str]]:
             "use megatron-core <= 0.16.1 with this mbridge, or set mbridge='none' and use Megatron-Bridge"
 
 
+@rule("mbridge-transformers")
+def _mbridge_transformers(s: Stack) -> Iterator[tuple[str, str]]:
+    # mbridge <= 0.15.1 reads hf_config.rope_theta; transformers 5 moved it to rope_parameters.
+    if s.has("mbridge") and not at_least(s.mbridge, "0.15.2") and "transformers<5" not in s.constraints:
+        yield (f"mbridge {s.mbridge} fails on transformers 5 (config.rope_theta moved into rope_parameters)",
+               "add 'transformers<5' to the stack's constraints")
+
+
 @rule("te-cuda")
 def _te_cuda(s: Stack) -> Iterator[tuple[str, str]]:
     if s.te_source not in ("build", "pypi"):

@@ -32,7 +32,8 @@ def stacks_file(root: Path | None = None) -> Path:
 
 @dataclass(frozen=True)
 class Stack:
-    """One pinned stack. 'none' marks a component the stack does not carry."""
+    """One pinned stack. 'none' marks a component the stack does not carry; `constraints` are extra
+    requirement specifiers every lock of the stack is resolved under (known incompatibilities)."""
 
     name: str
     flavor: str
@@ -51,6 +52,7 @@ class Stack:
     mbridge: str
     megatron_bridge: str
     verl: str
+    constraints: tuple[str, ...]
     cuda_archs: str
     groups: tuple[str, ...]
     size_budget_gb: dict[str, float]
@@ -93,6 +95,7 @@ def _parse(entry: dict) -> Stack:
         )
     values = dict(entry)
     values["groups"] = tuple(entry["groups"])
+    values["constraints"] = tuple(entry["constraints"])
     values["size_budget_gb"] = dict(entry["size_budget_gb"])
     return Stack(**values)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from mcore_images import bench_build
 
 LOG = """\
+#11 [base-debian os-debian 1/2] FROM docker.io/mcore-images/base-debian:trixie@sha256:be6b
+#11 DONE 0.0s
 #12 [base-debian base 1/1] RUN --mount=type=bind,source=docker/install-lock.sh
 #12 CACHED
 #14 [kernels-debian builder 1/2] RUN if [ debian != ngc ]

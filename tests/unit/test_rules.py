@@ -37,6 +37,7 @@ BAD = [
     ("sources", "debian", {"torch_source": "base"}),
     ("sources", "debian", {"te_source": "none"}),
     ("cuda-archs", "debian", {"cuda_archs": "sm_90"}),
+    ("mbridge-transformers", "debian", {"constraints": ()}),
     ("size-budget", "debian", {"size_budget_gb": {"base": 1.0}}),
 ]
 
