@@ -28,8 +28,9 @@ def find_runtime_image(image: ic.ImageInfo) -> tuple[ic.ImageInfo | None, list[s
             continue
         found = ic.inspect_image(ref)
         if found.layer != "runtime" or found.stack_name != image.stack_name:
-            notes.append(f"{ref} is a {found.layer} image of stack {found.stack_name}, not the runtime of "
-                         f"{image.stack_name}")
+            notes.append(
+                f"{ref} is a {found.layer} image of stack {found.stack_name}, not the runtime of {image.stack_name}"
+            )
             continue
         return found, notes
     return None, notes
@@ -46,8 +47,18 @@ def runtime_image(image: ic.ImageInfo) -> ic.ImageInfo:
 @pytest.fixture(scope="session")
 def runtime_torch(runtime_image: ic.ImageInfo) -> dict[str, Any]:
     """torch's distribution record in the runtime image (probe.py in a short-lived container)."""
-    out = ic.docker("run", "--rm", "--network", "none", "--entrypoint", "python", runtime_image.ref, "-c",
-                    ic.probe_source(), timeout=600)
+    out = ic.docker(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--entrypoint",
+        "python",
+        runtime_image.ref,
+        "-c",
+        ic.probe_source(),
+        timeout=600,
+    )
     torch = json.loads(out)["dists"].get("torch")
     if torch is None:
         pytest.fail(f"torch is not installed in {runtime_image.ref}")

@@ -20,8 +20,15 @@ from mcore_images.stacks import NONE
 BRIDGE_LABELS = ("mbridge", "megatron-bridge")
 BRIDGE = "cd /workspace 2>/dev/null; timeout {t} python -m smoke.bridge {args}"
 # An architecture neither bridge converts (GPT-2): what a user's unsupported model looks like.
-UNSUPPORTED = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 512, "n_embd": 128,
-               "n_layer": 2, "n_head": 4, "n_positions": 256}
+UNSUPPORTED = {
+    "architectures": ["GPT2LMHeadModel"],
+    "model_type": "gpt2",
+    "vocab_size": 512,
+    "n_embd": 128,
+    "n_layer": 2,
+    "n_head": 4,
+    "n_positions": 256,
+}
 
 
 def labelled_bridges(image: ic.ImageInfo) -> list[str]:
@@ -32,8 +39,10 @@ def labelled_bridges(image: ic.ImageInfo) -> list[str]:
 def bridges(image: ic.ImageInfo, host: Any) -> list[str]:
     found = labelled_bridges(image)
     if not found:
-        pytest.skip(f"{image.ref} labels no bridge (io.mcore-images.mbridge={image.label('mbridge')}, "
-                    f"io.mcore-images.megatron-bridge={image.label('megatron-bridge')}): nothing to check")
+        pytest.skip(
+            f"{image.ref} labels no bridge (io.mcore-images.mbridge={image.label('mbridge')}, "
+            f"io.mcore-images.megatron-bridge={image.label('megatron-bridge')}): nothing to check"
+        )
     if not host.file("/opt/mcore-images/smoke/bridge.py").is_file:
         pytest.skip("this image's smoke suite has no bridge check (smoke/bridge.py): it predates it")
     return found
@@ -44,8 +53,10 @@ def run_bridge(host: Any, args: str, timeout: int = 900) -> tuple[Any, dict[str,
     try:
         report = json.loads(result.stdout)
     except ValueError:
-        pytest.fail(f"python -m smoke.bridge {args} printed no JSON report (exit {result.rc}): "
-                    f"{(result.stdout + result.stderr).strip()[-3000:]}")
+        pytest.fail(
+            f"python -m smoke.bridge {args} printed no JSON report (exit {result.rc}): "
+            f"{(result.stdout + result.stderr).strip()[-3000:]}"
+        )
     return result, report
 
 
@@ -53,8 +64,10 @@ def test_bridge_round_trip_logits_and_fwd_bwd_on_cpu(host: Any, bridges: list[st
     """Every labelled bridge passes for a dense and a MoE architecture; exit 0."""
     args = f"--cpu --bridges {','.join(bridges)}"
     result, report = run_bridge(host, args)
-    lines = [f"{r['arch']}/{r['bridge']}: {r['status']}" + (f" at {r['stage']}: {r['reason']}" if r["reason"] else "")
-             for r in report["architectures"]]
+    lines = [
+        f"{r['arch']}/{r['bridge']}: {r['status']}" + (f" at {r['stage']}: {r['reason']}" if r["reason"] else "")
+        for r in report["architectures"]
+    ]
     print(f"python -m smoke.bridge {args}:\n" + "\n".join(lines))
     assert result.rc == 0, f"exit {result.rc}, {report['status']}: {report.get('error') or ''}\n" + "\n".join(lines)
     for bridge in bridges:
@@ -73,6 +86,8 @@ def test_unsupported_architecture_is_one_clear_error(host: Any, bridges: list[st
     assert result.rc == 1, f"an unsupported architecture must fail (exit 1), got {result.rc}: {report}"
     for record in report["architectures"]:
         assert record["status"] == "failed" and record["stage"] == "config", record
-        assert record["reason"].startswith("config conversion failed: architecture GPT2LMHeadModel (model_type "
-                                           f"'gpt2') is not supported by {record['bridge']} "), record["reason"]
+        assert record["reason"].startswith(
+            "config conversion failed: architecture GPT2LMHeadModel (model_type "
+            f"'gpt2') is not supported by {record['bridge']} "
+        ), record["reason"]
         assert "check model architecture compatibility" in record["reason"]
