@@ -90,14 +90,24 @@ def run_image_tests(ref: str, run: Runner = subprocess.run) -> dict[str, Any]:
             "summary": lines[-1] if lines else ""}
 
 
-def docker_smoke_command(ref: str, out_dir: Path, smoke_args: Sequence[str]) -> list[str]:
-    """``docker run`` that runs the smoke in the image and writes the certificate to ``out_dir``."""
-    gpu = [] if "--cpu" in smoke_args else ["--gpus", "all"]
+def _docker_run(ref: str, out_dir: Path, cpu: bool, *command: str) -> list[str]:
+    gpu = [] if cpu else ["--gpus", "all"]
     env = [item for pair in NO_MULTICAST for item in ("-e", pair)]
     return [
         "docker", "run", "--rm", *gpu, "--ipc=host", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
-        *env, "-v", f"{out_dir.resolve()}:/cert", ref, "python", "-m", "smoke", "--out", "/cert", *smoke_args,
+        *env, "-v", f"{out_dir.resolve()}:/cert", ref, *command,
     ]
+
+
+def docker_smoke_command(ref: str, out_dir: Path, smoke_args: Sequence[str]) -> list[str]:
+    """``docker run`` that runs the smoke in the image and writes the certificate to ``out_dir``."""
+    return _docker_run(ref, out_dir, "--cpu" in smoke_args, "python", "-m", "smoke", "--out", "/cert", *smoke_args)
+
+
+def docker_bridge_command(ref: str, out_dir: Path, cpu: bool) -> list[str]:
+    """``docker run`` of the HF <-> Megatron bridge check, adding its section to the certificate."""
+    return _docker_run(ref, out_dir, cpu, "python", "-m", "smoke.bridge", *(["--cpu"] if cpu else []),
+                       "--certificate", "/cert/certificate.json")
 
 
 def _header(cert: dict[str, Any]) -> str:
@@ -129,7 +139,10 @@ def bind(out_dir: Path, digest: ImageDigest, tests: dict[str, Any], smoke_rc: in
                 "error": f"the smoke wrote no certificate (docker run exited {smoke_rc})", "runs": []}
     smoke_code = cert.get("exit_code", 2) if cert.get("exit_code") in (0, 1, 2) else 2
     tests_failed = not tests.get("skipped") and not tests["passed"]
-    code = 1 if (tests_failed or smoke_code == 1) else smoke_code
+    # A bridge that converts wrongly fails the image; one that cannot run (no bridge in the image,
+    # or a bridge that cannot build models on this megatron-core) is recorded in its section.
+    bridge_failed = (cert.get("bridge") or {}).get("exit_code") == 1
+    code = 1 if (tests_failed or smoke_code == 1 or bridge_failed) else smoke_code
     cert["image"] = {k: v for k, v in asdict(digest).items()}
     cert["image_tests"] = tests
     cert["certify"] = {"status": {0: "passed", 1: "failed", 2: "could-not-run"}[code], "exit_code": code}
@@ -152,6 +165,10 @@ def certify(ref: str, out_dir: Path, smoke_args: Sequence[str], skip_image_tests
     cmd = docker_smoke_command(ref, out_dir, smoke_args)
     print("[certify] " + " ".join(cmd), flush=True)
     smoke_rc = run(cmd).returncode
+    if (out_dir / "certificate.json").exists():
+        bridge = docker_bridge_command(ref, out_dir, "--cpu" in smoke_args)
+        print("[certify] " + " ".join(bridge), flush=True)
+        run(bridge)
     code = bind(out_dir, digest, tests, smoke_rc)
     print(f"[certify] wrote {out_dir / 'certificate.json'} and certificate.md (exit {code})", flush=True)
     return code

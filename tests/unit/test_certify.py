@@ -22,8 +22,9 @@ class FakeDocker:
     """Stands in for subprocess.run: answers `docker image inspect` and records every command."""
 
     def __init__(self, inspect: Any = None, rc: int = 0, stderr: str = "", smoke_cert: dict | None = None,
-                 test_rc: int = 0) -> None:
+                 test_rc: int = 0, bridge: dict | None = None) -> None:
         self.inspect, self.rc, self.stderr = inspect, rc, stderr
+        self.bridge = bridge
         self.smoke_cert, self.test_rc = smoke_cert, test_rc
         self.calls: list[list[str]] = []
 
@@ -34,6 +35,13 @@ class FakeDocker:
             return subprocess.CompletedProcess(cmd, self.rc, out, self.stderr)
         if "pytest" in cmd:
             return subprocess.CompletedProcess(cmd, self.test_rc, "12 passed in 3.0s\n", "")
+        if cmd[:2] == ["docker", "run"] and "smoke.bridge" in cmd:
+            cert_path = Path(cmd[cmd.index("-v") + 1].split(":")[0], "certificate.json")
+            if self.bridge is not None:
+                cert = json.loads(cert_path.read_text())
+                cert["bridge"] = self.bridge
+                cert_path.write_text(json.dumps(cert))
+            return subprocess.CompletedProcess(cmd, (self.bridge or {}).get("exit_code", 2), "", "")
         if cmd[:2] == ["docker", "run"]:
             mount = cmd[cmd.index("-v") + 1].split(":")[0]
             if self.smoke_cert is not None:
@@ -110,6 +118,22 @@ def test_failed_image_tests_or_smoke_fail_the_certificate(tmp_path: Path) -> Non
     code = certify.certify("i", tmp_path / "c", [], run=FakeDocker({"Id": IMAGE_ID}, smoke_cert=None))
     cert = json.loads((tmp_path / "c" / "certificate.json").read_text())
     assert code == 2 and "wrote no certificate" in cert["error"] and cert["image"]["digest"] == IMAGE_ID
+
+
+def test_bridge_check_runs_after_the_smoke_and_gates(tmp_path: Path) -> None:
+    passed = {"status": "passed", "exit_code": 0, "architectures": [], "error": None}
+    fake = FakeDocker({"Id": IMAGE_ID}, smoke_cert=smoke_cert(), bridge=passed)
+    assert certify.certify("i", tmp_path / "a", ["--cpu"], run=fake) == 0
+    bridge_cmd = next(c for c in fake.calls if "smoke.bridge" in c)
+    assert "--cpu" in bridge_cmd and "--gpus" not in bridge_cmd and "/cert/certificate.json" in bridge_cmd
+    cert = json.loads((tmp_path / "a" / "certificate.json").read_text())
+    assert cert["bridge"]["status"] == "passed"
+    wrong = {**passed, "status": "failed", "exit_code": 1}
+    assert certify.certify("i", tmp_path / "b", [], run=FakeDocker({"Id": IMAGE_ID}, smoke_cert=smoke_cert(),
+                                                                   bridge=wrong)) == 1
+    absent = {**passed, "status": "could-not-run", "exit_code": 2}
+    assert certify.certify("i", tmp_path / "c", [], run=FakeDocker({"Id": IMAGE_ID}, smoke_cert=smoke_cert(),
+                                                                   bridge=absent)) == 0
 
 
 def test_unknown_image_stops_before_tests_or_smoke(tmp_path: Path) -> None:
