@@ -8,6 +8,7 @@ folders apply: a runtime image runs the base, kernels and runtime tests (docker-
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Iterator
@@ -69,8 +70,17 @@ def _image_info(config: pytest.Config) -> ic.ImageInfo | None:
             "read what to expect from the labels docker-bake.hcl sets; test an mcore-images image "
             "or one built FROM it"
         )
+    pinned = ic.pin_image(info.id)
+    config._mcore_pin = pinned  # type: ignore[attr-defined]
+    info = dataclasses.replace(info, ref=pinned, name=ref)
     config._mcore_image = info  # type: ignore[attr-defined]
     return info
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    pinned = getattr(config, "_mcore_pin", None)
+    if pinned:
+        ic.unpin_image(pinned)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -90,7 +100,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if folder in LAYERS and not ic.layer_applies(folder, info.layer or ""):
             item.add_marker(
                 pytest.mark.skip(
-                    reason=f"{folder} tests apply to {folder} images and their children; {info.ref} is a "
+                    reason=f"{folder} tests apply to {folder} images and their children; {info.shown} is a "
                     f"{info.layer} image"
                 )
             )
@@ -101,7 +111,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if info is None:
         return []
     return [
-        f"image: {info.ref} ({info.id[:19]}), layer {info.layer}, stack {info.stack_name}, {info.size / ic.GB:.2f} GB"
+        f"image: {info.shown} = {info.id[:19]} (pinned as {info.ref} for the session), layer {info.layer}, "
+        f"stack {info.stack_name}, {info.content_size / ic.GB:.2f} GB content, {info.size / ic.GB:.2f} GB unpacked"
     ]
 
 

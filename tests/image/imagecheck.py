@@ -131,6 +131,11 @@ class ImageInfo:
     size: int  # the layers unpacked (what the classic store calls Size; what a node stores)
     content_size: int  # `docker image inspect` Size: compressed with containerd's store, unpacked with the classic
     layers: tuple[str, ...]
+    name: str = ""  # the reference as the user gave it (ref may be a session tag pinned to its id)
+
+    @property
+    def shown(self) -> str:
+        return self.name or self.ref
 
     @property
     def layer(self) -> str | None:
@@ -194,6 +199,23 @@ def inspect_image(ref: str) -> ImageInfo:
         content_size=content,
         layers=tuple((data.get("RootFS") or {}).get("Layers") or ()),
     )
+
+
+PIN_REPO = "mcore-images-test"
+
+
+def pin_image(image_id: str) -> str:
+    """A session tag on the image's id: every check (container, FROM, docker save) then sees the same
+    image even if its tag is rebuilt meanwhile."""
+    tag = f"{PIN_REPO}:pin-{uuid.uuid4().hex[:12]}"
+    docker("tag", image_id, tag, timeout=60)
+    return tag
+
+
+def unpin_image(tag: str) -> None:
+    """Remove the session tag (only a tag; the image stays while another tag or a container uses it)."""
+    if tag.startswith(f"{PIN_REPO}:pin-"):
+        subprocess.run(["docker", "image", "rm", tag], capture_output=True, check=False, timeout=300)
 
 
 def image_exists(ref: str) -> bool:
@@ -799,7 +821,7 @@ def find_base_image(image: ImageInfo, explicit: str | None = None) -> ImageInfo 
     stack = image.stack_name
     if image.layer == "base":
         return "this is the base image itself"
-    repos = [r for r in (_repository(image.ref), "mcore-images") if r]
+    repos = [r for r in (_repository(image.shown), "mcore-images") if r]
     candidates = [explicit] if explicit else list(dict.fromkeys(f"{repo}:base-{stack}" for repo in repos))
     notes = []
     for ref in candidates:

@@ -11,7 +11,7 @@ BASE_LABELS = ("layer", "stack", "flavor", "base", "python", "cuda", "torch", "s
 
 def test_base_labels_present(image: ic.ImageInfo) -> None:
     missing = [ic.LABEL + key for key in BASE_LABELS if image.label(key) in (None, "")]
-    assert not missing, f"{image.ref} lacks labels {missing}; docker-bake.hcl sets them on every layer"
+    assert not missing, f"{image.shown} lacks labels {missing}; docker-bake.hcl sets them on every layer"
     assert image.layer in LAYERS
 
 
