@@ -106,7 +106,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
 
 
-def pytest_report_header(config: pytest.Config) -> list[str]:
+def pytest_report_collectionfinish(config: pytest.Config, start_path: Path, items: list[pytest.Item]) -> list[str]:
+    """After collection (pytest_report_header is not called for a conftest below the rootdir)."""
     info = getattr(config, "_mcore_image", None)
     if info is None:
         return []
