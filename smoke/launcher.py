@@ -142,7 +142,9 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     for stale in (out / "certificate.json", out / "certificate.md"):
         stale.unlink(missing_ok=True)
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+        # One node: rendezvous on loopback, so a container without a network (or whose hostname does
+        # not resolve) starts as fast as any other.
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr", "127.0.0.1", "--nnodes", "1",
         "--nproc-per-node", str(the_plan.world), "--max-restarts", "0", "-m", "smoke", *worker_argv(argv, out),
     ]
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
