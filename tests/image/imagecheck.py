@@ -808,7 +808,8 @@ def loader_problems(found: Mapping[str, Any]) -> list[str]:
 # torch unchanged since the base layer.
 
 
-def _repository(ref: str) -> str | None:
+def repository(ref: str) -> str | None:
+    """The repository part of an image reference (None for a bare image id)."""
     ref = ref.split("@", 1)[0]
     if ref.startswith("sha256:"):
         return None
@@ -821,7 +822,7 @@ def find_base_image(image: ImageInfo, explicit: str | None = None) -> ImageInfo 
     stack = image.stack_name
     if image.layer == "base":
         return "this is the base image itself"
-    repos = [r for r in (_repository(image.shown), "mcore-images") if r]
+    repos = [r for r in (repository(image.shown), "mcore-images") if r]
     candidates = [explicit] if explicit else list(dict.fromkeys(f"{repo}:base-{stack}" for repo in repos))
     notes = []
     for ref in candidates:

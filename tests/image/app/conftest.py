@@ -9,18 +9,10 @@ import imagecheck as ic
 import pytest
 
 
-def _repository(ref: str) -> str | None:
-    ref = ref.split("@", 1)[0]
-    if ref.startswith("sha256:"):
-        return None
-    repo, sep, tag = ref.rpartition(":")
-    return repo if sep and "/" not in tag else ref
-
-
 def find_runtime_image(image: ic.ImageInfo) -> tuple[ic.ImageInfo | None, list[str]]:
     """`<repo>:runtime-<stack>` (the app image's repository, then mcore-images) in the local store, and why
     each candidate was passed over."""
-    repos = [r for r in (_repository(image.ref), "mcore-images") if r]
+    repos = [r for r in (ic.repository(image.ref), "mcore-images") if r]
     notes = []
     for ref in dict.fromkeys(f"{repo}:runtime-{image.stack_name}" for repo in repos):
         if not ic.image_exists(ref):
