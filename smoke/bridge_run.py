@@ -37,10 +37,10 @@ from smoke.bridge_spec import (
     logit_delta,
     mcore_incompatible_message,
     new_result,
-    rel,
     seed_for,
     unsupported_message,
 )
+from smoke.tolerance import rel_delta
 
 BATCH, SEQ = 2, 32
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -513,7 +513,7 @@ def check(arch_cfg: dict[str, Any], bridge: str, cpu: bool, dtype: str, tol: Tol
         stage = "forward-backward"
         fb = forward_backward(models, batch)
         result["forward_backward"] = fb
-        result["loss"] = {"megatron": fb["loss"], "transformers": ref_loss, "rel_diff": rel(fb["loss"], ref_loss)}
+        result["loss"] = {"megatron": fb["loss"], "transformers": ref_loss, "rel_diff": rel_delta(fb["loss"], ref_loss)}
         problems = judge(result, tol)
         result["stage"] = "done"
         result["status"] = "failed" if problems else "passed"

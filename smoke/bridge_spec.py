@@ -11,6 +11,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from smoke.tolerance import guarded_ratio
+
 SCHEMA = "mcore-images/bridge-check/v1"
 STATUSES = ("passed", "failed", "could-not-run")
 BRIDGES = ("mbridge", "megatron-bridge")
@@ -240,19 +242,7 @@ def tolerance(dtype: str) -> Tolerance:
 
 def logit_delta(max_abs_diff: float, ref_max_abs: float) -> float:
     """max|Δ| relative to the largest reference logit; inf for non-finite input, so NaN never passes."""
-    if not (math.isfinite(max_abs_diff) and math.isfinite(ref_max_abs)):
-        return math.inf
-    if ref_max_abs == 0.0:
-        return 0.0 if max_abs_diff == 0.0 else math.inf
-    return max_abs_diff / ref_max_abs
-
-
-def rel(value: float, ref: float) -> float:
-    if not (math.isfinite(value) and math.isfinite(ref)):
-        return math.inf
-    if ref == 0.0:
-        return 0.0 if value == 0.0 else math.inf
-    return abs(value - ref) / abs(ref)
+    return guarded_ratio(max_abs_diff, ref_max_abs)
 
 
 # ---------------------------------------------------------------------------------------------

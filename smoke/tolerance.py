@@ -53,13 +53,21 @@ def for_dtype(dtype: str) -> Tolerance:
     return Tolerance(dtype=dtype, loss_rtol=loss, grad_norm_rtol=grad, why=why)
 
 
+def guarded_ratio(num: float, den: float) -> float:
+    """num / den for comparisons against a tolerance: inf when either is not finite (a NaN never
+    passes), 0 for 0/0, inf for x/0."""
+    if not (math.isfinite(num) and math.isfinite(den)):
+        return math.inf
+    if den == 0.0:
+        return 0.0 if num == 0.0 else math.inf
+    return num / den
+
+
 def rel_delta(value: float, ref: float) -> float:
     """|value - ref| / |ref|; inf when either is not finite, so a NaN never passes."""
     if not (math.isfinite(value) and math.isfinite(ref)):
         return math.inf
-    if ref == 0.0:
-        return 0.0 if value == 0.0 else math.inf
-    return abs(value - ref) / abs(ref)
+    return guarded_ratio(abs(value - ref), abs(ref))
 
 
 def spread(values: list[float]) -> float:

@@ -9,8 +9,6 @@ bench.md. In an image the host's ``env/bench-baselines.json`` is mounted where t
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -69,14 +67,9 @@ def run_bench(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         cmd = docker_bench_command(args.image, out, extra, cert)
     else:
-        root = smoke_cmd.smoke_root()
         cmd = local_bench_command(out, extra, cert)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p))
-    print("[bench] " + " ".join(cmd), flush=True)
-    try:
-        return subprocess.run(cmd, env=env).returncode
-    except FileNotFoundError as exc:
-        raise InputError(f"{cmd[0]} not found: install it, or run without --image") from exc
+        env = smoke_cmd.local_env()
+    return smoke_cmd.execute("bench", cmd, env)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -58,6 +58,21 @@ def _own_options(parser: argparse.ArgumentParser, command: str) -> None:
                             help="smoke only; the certificate records that the image tests did not run")
 
 
+def local_env() -> dict[str, str]:
+    """This environment with the checkout's smoke/ first on PYTHONPATH (for runs outside an image)."""
+    return dict(os.environ,
+                PYTHONPATH=os.pathsep.join(p for p in (str(smoke_root()), os.environ.get("PYTHONPATH")) if p))
+
+
+def execute(label: str, cmd: list[str], env: dict[str, str] | None) -> int:
+    """Print and run one command (here or `docker run`); a missing program is a one-line error."""
+    print(f"[{label}] " + " ".join(cmd), flush=True)
+    try:
+        return subprocess.run(cmd, env=env).returncode
+    except FileNotFoundError as exc:
+        raise InputError(f"{cmd[0]} not found: install it, or run without --image") from exc
+
+
 def run_smoke(args: argparse.Namespace) -> int:
     """Run the suite on this machine, or in ``--image`` through docker; returns its exit code."""
     extra = _passthrough(args)  # first: it may fill args.out / args.image
@@ -67,14 +82,9 @@ def run_smoke(args: argparse.Namespace) -> int:
         cmd = certify.docker_smoke_command(args.image, out, extra)
         env = None
     else:
-        root = smoke_root()
         cmd = [sys.executable, "-m", "smoke", *(["--out", args.out] if args.out else []), *extra]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p))
-    print("[smoke] " + " ".join(cmd), flush=True)
-    try:
-        return subprocess.run(cmd, env=env).returncode
-    except FileNotFoundError as exc:
-        raise InputError(f"{cmd[0]} not found: install it, or run without --image") from exc
+        env = local_env()
+    return execute("smoke", cmd, env)
 
 
 def default_out(image: str) -> Path:

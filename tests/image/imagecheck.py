@@ -840,19 +840,7 @@ def find_base_image(image: ImageInfo, explicit: str | None = None) -> ImageInfo 
 
 
 def base_torch_problems(base: ImageInfo, facts: Mapping[str, Any]) -> list[str]:
-    out = docker(
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--entrypoint",
-        "python",
-        base.ref,
-        "-c",
-        probe_source(),
-        timeout=600,
-    )
-    theirs = json.loads(out)["dists"].get("torch")
+    theirs = probe_image(base.ref, modules=())["dists"].get("torch")
     ours = facts["dists"].get("torch")
     if not theirs or not ours:
         return [f"torch missing: in {base.ref}: {bool(theirs)}, here: {bool(ours)}"]
@@ -932,12 +920,13 @@ def first_labelled(image: ImageInfo, keys: Iterable[str]) -> str | None:
     return next((k for k in keys if image.label(k) not in (None, NONE)), None)
 
 
-def probe_image(ref: str) -> dict[str, Any]:
-    """Facts from a short-lived container of `ref` (removed afterwards)."""
+def probe_image(ref: str, modules: Iterable[str] = PROBE_MODULES) -> dict[str, Any]:
+    """Facts from a short-lived container of `ref` (removed afterwards); `modules=()` skips the
+    import checks when only installed distributions are needed."""
     import testinfra
 
     cid = start_container(ref)
     try:
-        return run_probe(testinfra.get_host(f"docker://{cid}").run)
+        return run_probe(testinfra.get_host(f"docker://{cid}").run, modules)
     finally:
         remove_container(cid)

@@ -318,7 +318,7 @@ def test_host_runs_the_bench_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
         seen.update(cmd=cmd, env=env)
         return subprocess.CompletedProcess(cmd, 1)
 
-    monkeypatch.setattr(bench_cmd.subprocess, "run", fake_run)
+    monkeypatch.setattr(smoke_cmd.subprocess, "run", fake_run)
     args = parse("--out", str(tmp_path), "--", "--configs", "dense-1b")
     assert args.func(args) == 1
     assert seen["cmd"][1:] == ["-m", "smoke.bench", "--out", str(tmp_path), "--configs", "dense-1b"]
@@ -327,7 +327,7 @@ def test_host_runs_the_bench_here(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 
 def test_host_runs_the_bench_in_an_image_with_our_baselines(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(bench_cmd.subprocess, "run",
+    monkeypatch.setattr(smoke_cmd.subprocess, "run",
                         lambda cmd, env=None: seen.update(cmd=cmd) or subprocess.CompletedProcess(cmd, 0))
     (tmp_path / "cert").mkdir()
     (tmp_path / "cert" / "certificate.json").write_text("{}")

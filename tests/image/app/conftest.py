@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import imagecheck as ic
@@ -39,19 +38,7 @@ def runtime_image(image: ic.ImageInfo) -> ic.ImageInfo:
 @pytest.fixture(scope="session")
 def runtime_torch(runtime_image: ic.ImageInfo) -> dict[str, Any]:
     """torch's distribution record in the runtime image (probe.py in a short-lived container)."""
-    out = ic.docker(
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        "--entrypoint",
-        "python",
-        runtime_image.ref,
-        "-c",
-        ic.probe_source(),
-        timeout=600,
-    )
-    torch = json.loads(out)["dists"].get("torch")
+    torch = ic.probe_image(runtime_image.ref, modules=())["dists"].get("torch")
     if torch is None:
         pytest.fail(f"torch is not installed in {runtime_image.ref}")
     return torch
