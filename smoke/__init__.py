@@ -1,9 +1,15 @@
-"""GPU smoke suite for Megatron-Core images: real training steps on every parallel layout that fits.
+"""Megatron-Core checks that ship inside every image: three programs on one runtime kit.
 
-Shipped inside every image at /opt/mcore-images/smoke and run as ``python -m smoke``. It imports only
-torch, megatron-core (Transformer Engine when present) and the standard library; the modules
-``layouts``, ``shards``, ``tolerance``, ``certificate`` and ``exitcodes`` import without torch so
-that host tests and ``--dry-run`` work anywhere.
+- ``python -m smoke``: real training steps on every parallel layout that fits, cross-layout parity,
+  a certificate (this package's top-level modules);
+- ``python -m smoke.bridge``: Hugging Face <-> Megatron through mbridge / Megatron-Bridge (smoke/bridge/);
+- ``python -m smoke.bench``: training throughput of reference models, gated (smoke/bench/);
+- ``smoke.kit``: what all three stand on (bootstrap, tolerances, seeds, environment facts).
+
+They import torch, megatron-core (TE and the bridges when present), the standard library and, from the
+tooling, only its standard-library data modules (``mcore_images.components``, ``mcore_images.schemas``).
+The pure modules (layouts, shards, judge, certificate, kit.errors, kit.numerics, kit.seeds, bridge.spec,
+bench.model, bench.gate) import without torch, so host tests and ``--dry-run`` work anywhere.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -11,10 +11,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "mcore-images/smoke-certificate/v1"
+from mcore_images import components, schemas
+
+SCHEMA = schemas.CERTIFICATE
 STATUSES = ("passed", "failed", "could-not-run", "running")
 RUN_STATUSES = ("passed", "failed", "skipped", "not-run")
-PACKAGES = ("python", "torch", "megatron-core", "transformer-engine", "mbridge", "megatron-bridge", "apex")
 
 TOP_KEYS = {
     "schema": str,
@@ -80,7 +81,7 @@ def validate(cert: dict[str, Any]) -> list[str]:
     if "bench" in cert and not isinstance(cert["bench"], dict):
         problems.append("bench section is not an object")
     if "bridge" in cert:  # optional section added by `python -m smoke.bridge --certificate FILE`
-        from smoke.bridge_spec import shape_problems
+        from smoke.bridge.spec import shape_problems
 
         problems += shape_problems(cert["bridge"])
     digest = cert["image"].get("digest")
@@ -115,10 +116,11 @@ def render_markdown(cert: dict[str, Any]) -> str:
         f"- Created: {cert['created']}",
         f"- Hardware: {gpu.get('count', 0)} × {gpu.get('model', 'no GPU')}, driver {gpu.get('driver', '–')}, "
         f"CUDA {env.get('cuda') or '–'}, NCCL {env.get('nccl') or '–'}, cuDNN {env.get('cudnn') or '–'}",
-        "- Packages: " + ", ".join(f"{name} {pkgs.get(name) or '–'}" for name in PACKAGES),
+        "- Packages: " + ", ".join(f"{name} {pkgs.get(name) or '–'}" for name in components.certificate_packages()),
         f"- Settings: {settings.get('world_size', '?')} rank(s) on {settings.get('nodes', '?')} node(s), "
         f"{settings.get('backend', '?')}, {settings.get('dtype', '?')}, {settings.get('steps', '?')} steps × "
         f"{settings.get('global_batch', '?')} sequences × {settings.get('seq', '?')} tokens",
+        f"- Math: {(settings.get('math') or {}).get('how', '–')}",
         f"- Tolerance: {cert['tolerance'].get('why', '–')}",
     ]
     timing = cert["timing"]
@@ -144,11 +146,11 @@ def render_markdown(cert: dict[str, Any]) -> str:
         lines += ["", "## Failed checks", ""]
         lines += [f"- {rid}: {c['name']} — {c.get('detail', '')}" for rid, c in failed]
     if cert.get("bench"):  # optional section added by `python -m smoke.bench --cert DIR`
-        from smoke.bench_gate import render_markdown as render_bench
+        from smoke.bench.gate import render_markdown as render_bench
 
         lines += ["", render_bench(cert["bench"]).rstrip("\n")]
     if cert.get("bridge"):  # optional section added by `python -m smoke.bridge --certificate FILE`
-        from smoke.bridge_spec import markdown as render_bridge
+        from smoke.bridge.spec import markdown as render_bridge
 
         lines += render_bridge(cert["bridge"])
     return "\n".join(lines) + "\n"

@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from smoke import exitcodes, faults, layouts
+from smoke import faults, layouts
+from smoke.kit import errors
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="ranks available on this node (default: every visible GPU; 2 with --cpu)")
     parser.add_argument("--cpu", action="store_true", help="run on CPU with gloo (CI); fp32 unless --dtype")
     parser.add_argument("--dtype", choices=("bf16", "fp32"), help="compute dtype (default: bf16 on GPU, fp32 on CPU)")
+    parser.add_argument("--allow-tf32", action="store_true",
+                        help="with --dtype fp32 on GPUs: let GEMMs run as TF32 and judge with TF32's tolerance "
+                        "(default: TF32 off, fp32's tolerance)")
     parser.add_argument("--dist-opt", action=argparse.BooleanOptionalAction, default=None,
                         help="megatron distributed optimizer (default: on for GPU, off for CPU)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a collective gives up")
@@ -44,16 +48,20 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
     models = tuple(m.strip() for m in args.models.split(",") if m.strip())
     bad = [m for m in models if m not in layouts.MODELS]
     if bad or not models:
-        raise exitcodes.CouldNotRun(f"unknown model(s) {bad or models}: use --models dense,moe or a subset")
+        raise errors.CouldNotRun(f"unknown model(s) {bad or models}: use --models dense,moe or a subset")
     args.models = models
     if args.steps < 2:
-        raise exitcodes.CouldNotRun(f"--steps {args.steps} is too few: use >= 2 so the loss can fall")
+        raise errors.CouldNotRun(f"--steps {args.steps} is too few: use >= 2 so the loss can fall")
     if args.timeout <= 0 or args.watchdog <= 0:
-        raise exitcodes.CouldNotRun("--timeout and --watchdog must be positive seconds")
+        raise errors.CouldNotRun("--timeout and --watchdog must be positive seconds")
     if args.nproc < 0:
-        raise exitcodes.CouldNotRun(f"--nproc {args.nproc} is negative: give a count of ranks")
+        raise errors.CouldNotRun(f"--nproc {args.nproc} is negative: give a count of ranks")
+    if args.nproc and args.layouts is None and args.nproc not in layouts.CATALOGUE:
+        sizes = ", ".join(map(str, sorted(layouts.CATALOGUE)))
+        raise errors.CouldNotRun(f"--nproc {args.nproc}: the smoke's layouts run on {sizes} ranks; pass one of "
+                                 f"those, or --layouts naming layouts that fit {args.nproc}")
     if args.cpu and args.spec == "te":
-        raise exitcodes.CouldNotRun("--spec te needs GPUs: drop --cpu or use --spec local")
+        raise errors.CouldNotRun("--spec te needs GPUs: drop --cpu or use --spec local")
     args.dtype = args.dtype or ("fp32" if args.cpu else "bf16")
     if args.dist_opt is None:
         args.dist_opt = not args.cpu
@@ -85,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 sizes = [available]
             for size in sizes:
                 print(layouts.render_plan(plan_from_args(args, size)))
-            return exitcodes.PASSED
+            return errors.PASSED
         if in_torchrun():
             from smoke import worker
 
@@ -98,6 +106,6 @@ def main(argv: list[str] | None = None) -> int:
         from smoke.launcher import launch
 
         return launch(args, argv)
-    except exitcodes.CouldNotRun as exc:
+    except errors.CouldNotRun as exc:
         print(f"smoke: could not run: {exc}", file=sys.stderr)
-        return exitcodes.COULD_NOT_RUN
+        return errors.COULD_NOT_RUN

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from megatron.core import parallel_state as ps
 
+from smoke.kit.seeds import seed_for
 from smoke.layouts import ModelShape
 from smoke.shards import (
     Split,
@@ -18,7 +19,6 @@ from smoke.shards import (
     global_name,
     global_shape,
     init_std,
-    seed_for,
     shard_ranges,
 )
 

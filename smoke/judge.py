@@ -10,8 +10,8 @@ import math
 import statistics
 from typing import Any
 
+from smoke.kit.numerics import Tolerance, rel_delta, spread
 from smoke.layouts import Run
-from smoke.tolerance import Tolerance, rel_delta, spread
 
 
 def _check(name: str, ok: bool, detail: str) -> dict[str, Any]:

@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from smoke import certificate, exitcodes, layouts
+from smoke import certificate, layouts
+from smoke.kit import errors
 
 GRACE_S = 30.0
 """The launcher's watchdog waits this long past the ranks' own, so theirs reports first."""
@@ -77,20 +78,20 @@ def classify(rc: int | None, cert: dict[str, Any] | None, states: list[dict[str,
     if finished and (rc == 0 or cert["status"] == "failed"):
         return cert["exit_code"], cert.get("error")
     if not states:
-        return exitcodes.COULD_NOT_RUN, "no rank started (torchrun or rendezvous failed): see the log above"
-    could_not = [s for s in states if s.get("code") == exitcodes.COULD_NOT_RUN]
+        return errors.COULD_NOT_RUN, "no rank started (torchrun or rendezvous failed): see the log above"
+    could_not = [s for s in states if s.get("code") == errors.COULD_NOT_RUN]
     if could_not:
-        return exitcodes.COULD_NOT_RUN, f"rank {could_not[0]['rank']}: {could_not[0]['error']}"
-    errors = [s for s in states if s.get("error")]
-    if errors:
-        first = errors[0]
-        return exitcodes.FAILED, f"rank {first['rank']} failed in {first['phase']}: {first['error']}"
+        return errors.COULD_NOT_RUN, f"rank {could_not[0]['rank']}: {could_not[0]['error']}"
+    failed = [s for s in states if s.get("error")]
+    if failed:
+        first = failed[0]
+        return errors.FAILED, f"rank {first['rank']} failed in {first['phase']}: {first['error']}"
     if watchdog_fired:
         phases = sorted({s.get("phase", "?") for s in states})
-        return exitcodes.FAILED, f"watchdog: run exceeded its time; ranks were in {phases}"
+        return errors.FAILED, f"watchdog: run exceeded its time; ranks were in {phases}"
     stuck = [s for s in states if s.get("phase") != "done"]
     where = f"rank {stuck[0]['rank']} last in {stuck[0]['phase']}" if stuck else "all ranks finished"
-    return exitcodes.FAILED, f"torchrun exited {rc}: a rank died without a report ({where})"
+    return errors.FAILED, f"torchrun exited {rc}: a rank died without a report ({where})"
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -105,6 +106,14 @@ def _stop(proc: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+
+
+def package_roots() -> list[str]:
+    """Where this launcher's smoke and mcore_images packages live: the ranks import the very same copies."""
+    import mcore_images
+
+    return list(dict.fromkeys(str(Path(m.__file__).resolve().parent.parent)
+                              for m in (sys.modules["smoke"], mcore_images)))
 
 
 def worker_argv(argv: list[str], out: Path) -> list[str]:
@@ -130,14 +139,13 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     the_plan = plan_from_args(args, available)
     print(layouts.render_plan(the_plan), flush=True)
     if importlib.util.find_spec("torch") is None:
-        raise exitcodes.CouldNotRun("torch is not installed: run the smoke inside an image with torch")
+        raise errors.CouldNotRun("torch is not installed: run the smoke inside an image with torch")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="smoke-out-"))
     state = Path(tempfile.mkdtemp(prefix="smoke-state-"))
-    package_root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ)
     env.update(
         SMOKE_STATE_DIR=str(state), SMOKE_LAUNCH_T=repr(launched), PYTHONUNBUFFERED="1",
-        PYTHONPATH=os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p),
+        PYTHONPATH=os.pathsep.join(p for p in (*package_roots(), env.get("PYTHONPATH")) if p),
     )
     for stale in (out / "certificate.json", out / "certificate.md"):
         stale.unlink(missing_ok=True)
@@ -166,11 +174,11 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     code, error = classify(rc, cert, states, fired)
     shutil.rmtree(state, ignore_errors=True)
     if cert is None:
-        from smoke import envinfo  # stdlib-only part: package versions
+        from smoke.kit import envinfo  # stdlib-only part: package versions
 
         cert = certificate.new(["python", "-m", "smoke", *argv], dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
         cert["environment"] = {"packages": envinfo.packages()}
-    cert["status"] = {0: "passed", 1: "failed", 2: "could-not-run"}[code]
+    cert["status"] = errors.STATUS[code]
     cert["exit_code"] = code
     cert["error"] = error
     timing = cert.setdefault("timing", {})

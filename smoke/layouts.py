@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from smoke.exitcodes import CouldNotRun
+from smoke.kit.errors import CouldNotRun
 
 DIMS = ("dp", "tp", "pp", "vpp", "ep", "cp")
 

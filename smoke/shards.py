@@ -1,4 +1,4 @@
-"""Global-name initialisation math: names, seeds, std-devs, shard slices and CP token indices.
+"""Global-name initialisation math: names, std-devs, shard slices and CP token indices.
 
 Every weight is drawn from a generator seeded by its *global* name (global layer index, global expert
 index), in its *global* shape, and then sliced for the local shard. So every layout starts from the
@@ -8,19 +8,12 @@ check the slicing math without torch.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from dataclasses import dataclass
 
 _LAYER = re.compile(r"(^|\.)layers\.(\d+)\.")
 _EXPERT = re.compile(r"(\.local_experts\.)(\d+)\.")
-
-
-def seed_for(name: str, base_seed: int) -> int:
-    """A 63-bit seed from the global parameter name: stable across processes, hosts and Pythons."""
-    digest = hashlib.sha256(f"{base_seed}:{name}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
 def global_name(local: str, layer_numbers: dict[int, int], expert_indices: dict[int, list[int]]) -> str:

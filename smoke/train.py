@@ -1,32 +1,25 @@
 """One smoke run: a layout, a model (dense or MoE) and a layer spec, trained for N real steps.
 
-Follows megatron-core's own minimal loop (parallel_state → GPTModel → DDP → megatron optimizer →
-get_forward_backward_func with several micro-batches → finalize_model_grads → step), with the
-hooks megatron.training would install set here by hand.
+The bootstrap (parallel state, DDP + optimizer + hooks, the step) is the kit's (smoke.kit.megatron);
+here: the small GPT's config, its name-seeded global initialisation, the fixed batch, and what each
+rank records for rank 0 to judge.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from dataclasses import dataclass
-from datetime import timedelta
-from functools import partial
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from megatron.core import parallel_state as ps
-from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 from megatron.core.models.gpt.gpt_model import GPTModel
-from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-from megatron.core.pipeline_parallel.schedules import get_forward_backward_func
-from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
-from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from smoke import faults, globalinit
+from smoke.kit import megatron
 from smoke.layouts import Layout, ModelShape, Run
 from smoke.shards import batch_slice, cp_token_indices
 
@@ -54,30 +47,6 @@ class Settings:
     @property
     def device(self) -> torch.device:
         return torch.device("cpu") if self.cpu else torch.device("cuda", torch.cuda.current_device())
-
-
-def _supported(func: Any, **kwargs: Any) -> dict[str, Any]:
-    """Keep only the keyword arguments ``func`` accepts (megatron-core grows options per release)."""
-    params = inspect.signature(func).parameters
-    return {k: v for k, v in kwargs.items() if k in params}
-
-
-def init_parallel(lay: Layout, st: Settings) -> None:
-    """Re-initialise megatron's process groups for ``lay`` (the world group stays: NCCL paid once)."""
-    ps.destroy_model_parallel()
-    ps.initialize_model_parallel(
-        **_supported(
-            ps.initialize_model_parallel,
-            tensor_model_parallel_size=lay.tp,
-            pipeline_model_parallel_size=lay.pp,
-            virtual_pipeline_model_parallel_size=lay.vpp if lay.vpp > 1 else None,
-            context_parallel_size=lay.cp,
-            expert_model_parallel_size=lay.ep,
-            distributed_timeout_minutes=st.timeout_s / 60.0,
-            create_gloo_process_groups=st.cpu,
-        )
-    )
-    model_parallel_cuda_manual_seed(st.seed)
 
 
 def transformer_config(run: Run, st: Settings) -> TransformerConfig:
@@ -139,11 +108,11 @@ def block_spec(run: Run, cfg: TransformerConfig, vp: int | None) -> Any:
 
     return specs.get_gpt_decoder_block_spec(
         cfg, use_transformer_engine=run.spec == "te",
-        **_supported(specs.get_gpt_decoder_block_spec, vp_stage=vp))
+        **megatron.supported(specs.get_gpt_decoder_block_spec, vp_stage=vp))
 
 
 def build(run: Run, st: Settings, cfg: TransformerConfig) -> list[torch.nn.Module]:
-    """Model chunks of this rank (several with vpp), name-seeded, cast, wrapped in megatron DDP."""
+    """This rank's model chunks (several with vpp), initialised from the name-seeded global model."""
     lay, sh = run.layout, st.shape
     chunks: list[torch.nn.Module] = []
     for vp in range(lay.vpp):
@@ -163,15 +132,7 @@ def build(run: Run, st: Settings, cfg: TransformerConfig) -> list[torch.nn.Modul
         if not st.cpu:
             model.cuda(torch.cuda.current_device())
         globalinit.apply(model, base_seed=st.seed, shape=sh, gated=cfg.gated_linear_unit)
-        if cfg.bf16:
-            model = Float16Module(cfg, model)
-        ddp = DistributedDataParallelConfig(
-            grad_reduce_in_fp32=True,
-            overlap_grad_reduce=False,
-            use_distributed_optimizer=st.dist_opt,
-            check_for_nan_in_grad=True,
-        )
-        chunks.append(DistributedDataParallel(config=cfg, ddp_config=ddp, module=model))
+        chunks.append(model)
     return chunks
 
 
@@ -198,20 +159,6 @@ def micro_batches(st: Settings, lay: Layout) -> list[dict[str, Any]]:
     return out
 
 
-def _loss_func(output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """Per-token loss sum and token count: megatron divides by the global count in finalize_model_grads."""
-    losses = output.float().reshape(-1)
-    total = losses.sum()
-    count = torch.tensor(losses.numel(), dtype=torch.int, device=losses.device)
-    return total, count, {"lm loss": torch.stack([total.detach(), count.float()])}
-
-
-def _forward_step(data: Any, model: torch.nn.Module) -> tuple[torch.Tensor, Any]:
-    mb = next(data)
-    out = model(mb["tokens"], mb["position_ids"], mb["attention_mask"], labels=mb["labels"])
-    return out, partial(_loss_func)
-
-
 def _checksums(chunks: list[torch.nn.Module]) -> tuple[float, float]:
     """(dense, expert) float64 sums of parameter values: replicas must hold identical weights."""
     dense = expert = 0.0
@@ -234,58 +181,28 @@ def train(run: Run, st: Settings) -> dict[str, Any]:
     """Build and train one run on this rank; returns this rank's record for rank 0 to judge."""
     t0 = time.perf_counter()
     lay = run.layout
-    init_parallel(lay, st)
+    megatron.init_parallel(tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, ep=lay.ep, cpu=st.cpu,
+                           timeout_s=st.timeout_s, seed=st.seed)
     cfg = transformer_config(run, st)
-    chunks = build(run, st, cfg)
-    opt = get_megatron_optimizer(
-        OptimizerConfig(
-            optimizer="adam", lr=st.lr, weight_decay=0.0, adam_beta2=0.95, clip_grad=1.0,
-            bf16=cfg.bf16, params_dtype=torch.float32, use_distributed_optimizer=st.dist_opt,
-        ),
-        chunks,
-        **_supported(get_megatron_optimizer, use_gloo_process_groups=st.cpu),
-    )
-    # What megatron.training's setup_model_and_optimizer would install:
-    cfg.no_sync_func = [c.no_sync for c in chunks] if len(chunks) > 1 else chunks[0].no_sync
-    cfg.finalize_model_grads_func = finalize_model_grads
-    cfg.grad_scale_func = opt.scale_loss
+    chunks, opt = megatron.wrap(build(run, st, cfg), cfg, dist_opt=st.dist_opt, cpu=st.cpu, lr=st.lr)
     mbs = micro_batches(st, lay)
     last = ps.is_pipeline_last_stage()
     _sync(st)
     build_s = time.perf_counter() - t0
-    forward_backward = get_forward_backward_func()
+    dp_group = ps.get_data_parallel_group(with_context_parallel=True)
     losses: list[float] = []
     norms: list[float] = []
     step_s: list[float] = []
     for step in range(st.steps):
         faults.maybe(st.fault, st.fault_rank, step)
         t = time.perf_counter()
-        for chunk in chunks:
-            chunk.zero_grad_buffer()
-        opt.zero_grad()
-        data = [iter(mbs) for _ in chunks] if len(chunks) > 1 else iter(mbs)
-        reduced = forward_backward(
-            forward_step_func=_forward_step,
-            data_iterator=data,
-            model=chunks if len(chunks) > 1 else chunks[0],
-            num_microbatches=len(mbs),
-            seq_length=st.shape.seq,
-            micro_batch_size=1,
-            decoder_seq_length=st.shape.seq,
-            forward_only=False,
-        )
-        _, grad_norm, _ = opt.step()
-        loss = math.nan
-        if last:
-            pair = torch.stack([r["lm loss"] for r in reduced]).sum(0)
-            torch.distributed.all_reduce(pair, group=ps.get_data_parallel_group(with_context_parallel=True))
-            loss = float(pair[0] / pair[1])
+        reduced, grad_norm = megatron.train_step(chunks, opt, mbs, seq=st.shape.seq, micro_batch=1)
+        loss = megatron.reduced_loss(reduced, dp_group) if last else math.nan
         _sync(st)
         step_s.append(time.perf_counter() - t)
         losses.append(loss)
-        norms.append(float(grad_norm) if grad_norm is not None else math.nan)
+        norms.append(math.nan if grad_norm is None else grad_norm)
     dense, expert = _checksums(chunks)
-    dp_group = ps.get_data_parallel_group(with_context_parallel=True)
     edp_group = ps.get_expert_data_parallel_group() if run.model == "moe" else dp_group
     record = {
         "rank": torch.distributed.get_rank(),
@@ -302,8 +219,3 @@ def train(run: Run, st: Settings) -> dict[str, Any]:
     del opt, chunks
     ps.destroy_model_parallel()
     return record
-
-
-def process_group_timeout(seconds: float) -> timedelta:
-    """The collective timeout: short so a hung collective fails a CI run instead of stalling it."""
-    return timedelta(seconds=seconds)

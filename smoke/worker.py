@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
 import json
 import os
 import threading
@@ -18,7 +17,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from smoke import certificate, exitcodes, judge, layouts, tolerance
+from smoke import certificate, judge, layouts
+from smoke.kit import errors, numerics
+from smoke.kit import transformer_engine as te
 
 
 class Status:
@@ -43,23 +44,12 @@ def start_watchdog(seconds: float, status: Status) -> None:
     def fire() -> None:
         msg = f"watchdog: rank {status.data['rank']} still in phase {status.data['phase']!r} after {seconds:.0f} s"
         print(f"[smoke] {msg}", flush=True)
-        status.update(error=msg, code=exitcodes.FAILED)
-        os._exit(exitcodes.FAILED)
+        status.update(error=msg, code=errors.FAILED)
+        os._exit(errors.FAILED)
 
     timer = threading.Timer(seconds, fire)
     timer.daemon = True
     timer.start()
-
-
-def te_state(spec: str, cpu: bool) -> tuple[bool, str | None]:
-    """(TE usable, why not). An installed TE that fails to import is an error, not a skip."""
-    if cpu or spec == "local" or importlib.util.find_spec("transformer_engine") is None:
-        return False, None
-    try:
-        import transformer_engine.pytorch  # noqa: F401
-    except Exception as exc:  # a broken TE install: report it, do not hide it
-        return False, f"transformer_engine is installed but does not import: {exc}".splitlines()[0]
-    return True, None
 
 
 def settings_for(args: argparse.Namespace, world: int) -> Any:
@@ -80,25 +70,26 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     start_watchdog(args.watchdog, status)
     try:
         return _run(args, argv, rank, world, status)
-    except exitcodes.CouldNotRun as exc:
+    except errors.CouldNotRun as exc:
         print(f"[smoke] rank {rank}: could not run: {exc}", flush=True)
-        status.update(error=str(exc), code=exitcodes.COULD_NOT_RUN)
-        os._exit(exitcodes.COULD_NOT_RUN)
+        status.update(error=str(exc), code=errors.COULD_NOT_RUN)
+        os._exit(errors.COULD_NOT_RUN)
     except BaseException as exc:  # any crash must end this rank now, loudly
         traceback.print_exc()
-        status.update(error=f"{type(exc).__name__}: {exc}".splitlines()[0], code=exitcodes.FAILED)
-        os._exit(exitcodes.FAILED)
+        status.update(error=f"{type(exc).__name__}: {exc}".splitlines()[0], code=errors.FAILED)
+        os._exit(errors.FAILED)
 
 
 def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, status: Status) -> int:
     t_start = time.time()
     launched = float(os.environ.get("SMOKE_LAUNCH_T", t_start))
     status.update(phase="import")
+    maths = numerics.settle(args.dtype, "cpu" if args.cpu else "cuda", args.allow_tf32)
     try:
         import torch
 
         if args.cpu:
-            from smoke import cpu_shim
+            from smoke.kit import cpu_shim
 
             cpu_shim.install()
             cpu_shim.hide_transformer_engine()
@@ -106,20 +97,16 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
 
         if args.cpu:
             cpu_shim.patch_megatron()
-        from smoke import envinfo, train
+        from smoke import train
+        from smoke.kit import envinfo, megatron
     except ImportError as exc:
-        raise exitcodes.CouldNotRun(f"{exc}: run in an image with torch and megatron-core") from exc
-    te_ok, te_error = te_state(args.spec, args.cpu)
+        raise errors.CouldNotRun(f"{exc}: run in an image with torch and megatron-core") from exc
+    numerics.apply_to_torch(maths)
+    te_ok, te_error = te.state(not args.cpu and args.spec != "local")
     t_imported = time.time()
 
     status.update(phase="init")
-    if not args.cpu:
-        if not torch.cuda.is_available():
-            raise exitcodes.CouldNotRun("torch sees no GPU: pass --cpu for a CPU (gloo) run")
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    torch.distributed.init_process_group(
-        backend="gloo" if args.cpu else "nccl", timeout=train.process_group_timeout(args.timeout)
-    )
+    megatron.init_process_group(args.cpu, args.timeout)
     torch.distributed.barrier()
     t_init = time.time()
 
@@ -129,7 +116,7 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
     st = settings_for(args, world)
     the_plan = layouts.plan(world, layouts.parse_layouts(args.layouts), te=te_ok, models=tuple(args.models),
                             specs=specs, shape=st.shape)
-    tol = tolerance.for_dtype(args.dtype)
+    tol = numerics.parity(maths)
     out = Path(args.out) if args.out else None
     cert = certificate.new(["python", "-m", "smoke", *argv], dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
     if rank == 0:
@@ -143,7 +130,8 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
             "te_available": te_ok, "te_error": te_error, "distributed_optimizer": args.dist_opt,
             "timeout_s": args.timeout, "watchdog_s": args.watchdog, "seed": args.seed, "lr": args.lr,
         }
-        cert["tolerance"] = tol.__dict__
+        cert["settings"]["math"] = maths.to_dict()
+        cert["tolerance"] = tol.to_dict()
         print(layouts.render_plan(the_plan), flush=True)
         if out:
             certificate.write(cert, out)
@@ -171,7 +159,7 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
     failed = [r["id"] for r in cert["runs"] if r["status"] == "failed"] if rank == 0 else []
     if te_error and rank == 0:
         failed.append("transformer-engine import")
-    code = exitcodes.FAILED if failed else exitcodes.PASSED
+    code = errors.FAILED if failed else errors.PASSED
     if rank == 0:
         cert["status"] = "failed" if failed else "passed"
         cert["exit_code"] = code

@@ -6,13 +6,16 @@ ends with one line and a non-zero exit before docker is touched.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from mcore_images import debian_base, jobs, overrides, rules, tags
+from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.plan import make_plan, select
 from mcore_images.stacks import Stack, load_stacks, repo_root
@@ -43,9 +46,14 @@ def check_docker() -> None:
         raise InputError("the Docker Engine does not answer; start it with `make docker-engine`")
 
 
-def bake_env(plan: jobs.JobPlan) -> dict[str, str]:
+def bake_env(request: BuildRequest) -> dict[str, str]:
+    """The environment bake runs with: explicit job counts (bake turns them into build secrets, which
+    stay out of the compile step's cache key), the CA bundle secret, the commit for the labels."""
     env = dict(os.environ)
-    env.update(plan.env())
+    for name, value in (("MAX_JOBS", request.max_jobs), ("NVCC_THREADS", request.nvcc_threads)):
+        env.pop(name, None)
+        if value:
+            env[name] = value
     if "CA_BUNDLE" not in env and SYSTEM_CA.is_file():
         env["CA_BUNDLE"] = str(SYSTEM_CA)
     if "GIT_SHA" not in env:
@@ -56,40 +64,68 @@ def bake_env(plan: jobs.JobPlan) -> dict[str, str]:
     return env
 
 
-def build(stack: str | None = None, group: str | None = None, layer: str | None = None,
-          max_jobs: str | None = None, nvcc_threads: str | None = None, dry_run: bool = False,
-          extra: list[str] | None = None, sets: list[str] | None = None) -> int:
+@dataclass(frozen=True)
+class BuildRequest:
+    """One `mcore-images build`: what to build, how many compile jobs, which pins to override."""
+
+    stack: str | None = None
+    group: str | None = None
+    layer: str | None = None
+    max_jobs: str | None = None
+    nvcc_threads: str | None = None
+    sets: tuple[str, ...] = ()
+    bake_args: tuple[str, ...] = ()
+    dry_run: bool = False
+
+    def validate(self) -> None:
+        """Every input checked before anything is resolved or built; InputError names the fix."""
+        if self.stack and self.group:
+            raise InputError("give either STACK or GROUP, not both (e.g. `make build STACK=debian`)")
+        if self.layer and not self.stack:
+            raise InputError(f"--layer {self.layer} picks a layer of one stack; add --stack (e.g. --stack debian "
+                             f"--layer {self.layer}), or build a group without --layer")
+        if self.sets and not self.stack:
+            raise InputError("--set overrides one stack's pins; add --stack (e.g. --stack debian --set mcore=0.16.0)")
+        jobs.parse_positive("MAX_JOBS", self.max_jobs)
+        jobs.parse_positive("NVCC_THREADS", self.nvcc_threads)
+
+
+def _jobs_line(request: BuildRequest) -> str:
+    given = [f"{k}={v}" for k, v in (("MAX_JOBS", request.max_jobs), ("NVCC_THREADS", request.nvcc_threads)) if v]
+    if given:
+        return (f"jobs: {' '.join(given)} given; the compile steps use them (passed as build secrets, so they "
+                "are not part of the cache key) and plan the rest from the builder's own CPUs and memory")
+    return "jobs: planned inside each compile step from the builder's own CPUs and memory (`mcore-images jobs`)"
+
+
+def build(request: BuildRequest) -> int:
+    """Validate everything, then run docker buildx bake; returns bake's exit code."""
+    request.validate()
     stacks = load_stacks()
-    if stack and group:
-        raise InputError("give either STACK or GROUP, not both (e.g. `make build STACK=debian`)")
-    changes = overrides.parse(sets or [])
-    if changes and not stack:
-        raise InputError("--set overrides one stack's pins; add --stack (e.g. --stack debian --set mcore=0.16.0)")
-    group = None if stack else (group or "default")
-    selected = select(stacks, stack, group)
+    changes = overrides.parse(list(request.sets))
+    group = None if request.stack else (request.group or "default")
+    selected = select(stacks, request.stack, group)
     if changes:
         selected = [overrides.apply(selected[0], changes)]
         broken = rules.check(selected[0])
         if broken:
-            raise InputError(f"with --set {' '.join(sets or [])}: {broken[0]}")
+            raise InputError(f"with --set {' '.join(request.sets)}: {broken[0]}")
     violations = [v for p in make_plan(selected, group) for v in p.violations]
     if violations:
         for v in violations[1:]:
             print(f"error: {v}", file=sys.stderr)
         raise InputError(str(violations[0]))
-    archs = max(len(s.cuda_archs.split(";")) for s in selected)
-    job_plan = jobs.plan(jobs.detect(), component="te", archs=archs, max_jobs=max_jobs, nvcc_threads=nvcc_threads)
-    print(f"jobs: MAX_JOBS={job_plan.max_jobs} NVCC_THREADS={job_plan.nvcc_threads} ({job_plan.reason})")
-    targets = bake_targets(selected, stack, group, layer)
+    print(_jobs_line(request))
+    targets = bake_targets(selected, request.stack, group, request.layer)
     root = repo_root()
-    stacks_file = root / "docker-bake.json"
-    env = bake_env(job_plan)
+    stacks_json = root / "docker-bake.json"
+    env = bake_env(request)
     if changes:
-        stacks_file, locks = overrides.workspace(stacks, selected[0], changes, root)
+        stacks_json, locks = overrides.workspace(stacks, selected[0], changes, root)
         env["LOCKS"] = str(locks)
-        print(f"override: {', '.join(f'{k}={v}' for k, v in changes.items())}; bake file {stacks_file}, "
+        print(f"override: {', '.join(f'{k}={v}' for k, v in changes.items())}; bake file {stacks_json}, "
               f"locks {locks} (from layer '{overrides.first_changed_layer(changes)}' up)")
-    cmd = ["docker", "buildx", "bake", "-f", str(root / "docker-bake.hcl"), "-f", str(stacks_file),
+    cmd = ["docker", "buildx", "bake", "-f", str(root / "docker-bake.hcl"), "-f", str(stacks_json),
            "--progress=plain", *targets]
     if changes:
         # An override build gets its full tags only: the short alias (runtime-debian) keeps
@@ -99,12 +135,32 @@ def build(stack: str | None = None, group: str | None = None, layer: str | None 
         for name in changed.layers:
             full = tags.image(tags.layer_tag(name, changed), registry)
             cmd += ["--set", f"{name}-{changed.name}.tags={full}"]
-    cmd += extra or []
+    cmd += list(request.bake_args)
     print("bake: " + " ".join(cmd[3:]))
-    if dry_run:
+    if request.dry_run:
         return 0
     check_docker()
     for s in selected:
         if s.flavor == "debian":
             print(debian_base.ensure(s))
     return subprocess.run(cmd, env=env, cwd=root, check=False).returncode
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stack", help="build every layer of one stack (each gets its tags)")
+    p.add_argument("--group", help="build a bake group: default (the debian runtime), ci, release, all")
+    p.add_argument("--layer", help="with --stack: build up to this layer (base, kernels, runtime, app)")
+    p.add_argument("--max-jobs", help="compile jobs (default: planned inside each compile step; validated)")
+    p.add_argument("--nvcc-threads", help="nvcc --threads per compile job (default: planned; validated)")
+    p.add_argument("--dry-run", action="store_true", help="validate and print the bake command only")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one pin of --stack for this build (re-resolves the locks it touches)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    return build(BuildRequest(args.stack, args.group, args.layer, args.max_jobs, args.nvcc_threads,
+                              tuple(args.set), tuple(args.passthrough), args.dry_run))
+
+
+COMMANDS = (Command("build", "check rules, then docker buildx bake a stack or a group", _arguments, _run,
+                    passthrough="docker buildx bake (e.g. --push, --set <target>.contexts.apex=DIR)"),)

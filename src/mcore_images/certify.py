@@ -8,6 +8,7 @@ digest and the image-test outcome to it. Never imports torch, megatron-core or t
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -17,13 +18,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mcore_images import container, images, schemas
+from mcore_images.command import Command
 from mcore_images.errors import InputError
 
 Runner = Callable[..., subprocess.CompletedProcess]
-DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 ROOT = Path(__file__).resolve().parents[2]
-NO_MULTICAST = ("NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1")
-"""NVLink multicast off: a program using it can take a shared host's GPUs out of service."""
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,11 @@ class ImageDigest:
     repo_digest: str | None = None
 
 
-def _repository(ref: str) -> str:
-    """``registry:5000/team/name:tag`` → ``registry:5000/team/name`` (a digest suffix dropped too)."""
-    name = ref.split("@", 1)[0]
-    last = name.rsplit("/", 1)[-1]
-    return name.rsplit(":", 1)[0] if ":" in last else name
+def _repository_of(ref: str) -> str | None:
+    try:
+        return images.repository(ref)
+    except ValueError:
+        return None
 
 
 def resolve_digest(ref: str, run: Runner = subprocess.run) -> ImageDigest:
@@ -63,12 +63,12 @@ def resolve_digest(ref: str, run: Runner = subprocess.run) -> ImageDigest:
     if isinstance(data, list):
         data = data[0] if data else {}
     repo_digests = [d for d in data.get("RepoDigests") or [] if "@" in d]
-    mine = [d for d in repo_digests if d.split("@", 1)[0] == _repository(ref)] or repo_digests
-    if mine and DIGEST.match(mine[0].split("@", 1)[1]):
+    mine = [d for d in repo_digests if d.split("@", 1)[0] == _repository_of(ref)] or repo_digests
+    if mine and images.is_digest(mine[0].split("@", 1)[1]):
         return ImageDigest(ref, mine[0].split("@", 1)[1],
                            "RepoDigests: the registry manifest digest (pull by it to get this image)", mine[0])
     image_id = str(data.get("Id", ""))
-    if DIGEST.match(image_id):
+    if images.is_digest(image_id):
         return ImageDigest(ref, image_id,
                            "image ID: the local config digest (the image has no registry digest: never pushed "
                            "or pulled); it identifies the image's content but cannot be pulled")
@@ -90,24 +90,16 @@ def run_image_tests(ref: str, run: Runner = subprocess.run) -> dict[str, Any]:
             "summary": lines[-1] if lines else ""}
 
 
-def _docker_run(ref: str, out_dir: Path, cpu: bool, *command: str) -> list[str]:
-    gpu = [] if cpu else ["--gpus", "all"]
-    env = [item for pair in NO_MULTICAST for item in ("-e", pair)]
-    return [
-        "docker", "run", "--rm", *gpu, "--ipc=host", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864",
-        *env, "-v", f"{out_dir.resolve()}:/cert", ref, *command,
-    ]
-
-
 def docker_smoke_command(ref: str, out_dir: Path, smoke_args: Sequence[str]) -> list[str]:
     """``docker run`` that runs the smoke in the image and writes the certificate to ``out_dir``."""
-    return _docker_run(ref, out_dir, "--cpu" in smoke_args, "python", "-m", "smoke", "--out", "/cert", *smoke_args)
+    return container.run_command(ref, ["python", "-m", "smoke", "--out", "/cert", *smoke_args],
+                                 gpus="--cpu" not in smoke_args, mounts={out_dir: "/cert"})
 
 
 def docker_bridge_command(ref: str, out_dir: Path, cpu: bool) -> list[str]:
     """``docker run`` of the HF <-> Megatron bridge check, adding its section to the certificate."""
-    return _docker_run(ref, out_dir, cpu, "python", "-m", "smoke.bridge", *(["--cpu"] if cpu else []),
-                       "--certificate", "/cert/certificate.json")
+    return container.run_command(ref, ["python", "-m", "smoke.bridge", *(["--cpu"] if cpu else []),
+                                       "--certificate", "/cert"], gpus=not cpu, mounts={out_dir: "/cert"})
 
 
 def _header(cert: dict[str, Any]) -> str:
@@ -135,7 +127,7 @@ def bind(out_dir: Path, digest: ImageDigest, tests: dict[str, Any], smoke_rc: in
     if path.exists():
         cert = json.loads(path.read_text())
     else:
-        cert = {"schema": "mcore-images/smoke-certificate/v1", "status": "could-not-run", "exit_code": 2,
+        cert = {"schema": schemas.CERTIFICATE, "status": "could-not-run", "exit_code": 2,
                 "error": f"the smoke wrote no certificate (docker run exited {smoke_rc})", "runs": []}
     smoke_code = cert.get("exit_code", 2) if cert.get("exit_code") in (0, 1, 2) else 2
     tests_failed = not tests.get("skipped") and not tests["passed"]
@@ -172,3 +164,27 @@ def certify(ref: str, out_dir: Path, smoke_args: Sequence[str], skip_image_tests
     code = bind(out_dir, digest, tests, smoke_rc)
     print(f"[certify] wrote {out_dir / 'certificate.json'} and certificate.md (exit {code})", flush=True)
     return code
+
+
+def default_out(image: str) -> Path:
+    """``out/certify/<image with / and : made safe>``."""
+    return Path("out") / "certify" / re.sub(r"[^A-Za-z0-9._-]+", "_", image)
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("image", help="image reference, e.g. mcore-images:runtime-debian or REPO@sha256:…")
+    p.add_argument("--out", help="folder for certificate.json/.md (default: out/certify/<image>)")
+    p.add_argument("--skip-image-tests", action="store_true",
+                   help="smoke only; the certificate records that the image tests did not run")
+
+
+def _run(args: argparse.Namespace) -> int:
+    out = Path(args.out) if args.out else default_out(args.image)
+    return certify(args.image, out, list(args.passthrough), skip_image_tests=args.skip_image_tests)
+
+
+COMMANDS = (Command("certify", "run image tests, the smoke and the bridge check in an image; write a certificate "
+                    "bound to its digest", _arguments, _run,
+                    description="Resolve IMAGE's digest (docker image inspect), run tests/image, the smoke suite and "
+                    "the bridge check in the image, and write certificate.json and certificate.md.",
+                    passthrough="python -m smoke"),)

@@ -6,14 +6,16 @@ Needs no registry at all. The image is reused when it exists (the build cache ke
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
 import tempfile
 import time
 
+from mcore_images.command import Command
 from mcore_images.errors import InputError
-from mcore_images.stacks import Stack
+from mcore_images.stacks import Stack, get_stack
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
@@ -46,3 +48,17 @@ def ensure(stack: Stack, force: bool = False, mirror: str | None = None) -> str:
         if tar.wait() != 0:
             raise InputError(f"tar of the debootstrap tree failed; check free space in {tempfile.gettempdir()}")
     return f"base {stack.base_image} built from {mirror} in {time.monotonic() - start:.0f} s"
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stack", default="debian", help="a debian-flavor stack (default: debian)")
+    p.add_argument("--force", action="store_true", help="rebuild it from the mirror even when it exists")
+    p.add_argument("--mirror", default=None, help=f"Debian mirror URL (default: $DEBIAN_MIRROR or {DEFAULT_MIRROR})")
+
+
+def _run(args: argparse.Namespace) -> int:
+    print(ensure(get_stack(args.stack), force=args.force, mirror=args.mirror))
+    return 0
+
+
+COMMANDS = (Command("base", "build a debian stack's base image from a Debian mirror (debootstrap)", _arguments, _run),)

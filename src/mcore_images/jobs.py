@@ -11,11 +11,14 @@ divided by NVCC_THREADS afterwards (the trap where MAX_JOBS=4, NVCC_THREADS=4 be
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mcore_images.command import Command, standalone
 from mcore_images.errors import InputError
 
 GIB = 1024**3
@@ -185,3 +188,34 @@ def plan(resources: Resources, component: str = "te", archs: int = 1,
     return JobPlan(max_jobs=chosen, nvcc_threads=threads, nvte_build_threads_per_job=threads,
                    per_job_gib=round(per_job, 2), headroom_gib=round(headroom, 2), resources=resources,
                    component=component, reason=reason)
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--component", default="te", choices=sorted(PROFILES), help="what is compiled (its memory model)")
+    p.add_argument("--archs", type=int, default=1, help="number of CUDA architectures compiled")
+    p.add_argument("--max-jobs", default=None, help="explicit MAX_JOBS (wins over the plan; validated)")
+    p.add_argument("--nvcc-threads", default=None, help="explicit NVCC_THREADS (wins over the plan; validated)")
+    p.add_argument("--env", action="store_true", help="print KEY=VALUE lines only (for a shell's eval)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    result = plan(detect(), component=args.component, archs=args.archs, max_jobs=args.max_jobs,
+                  nvcc_threads=args.nvcc_threads)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    elif args.env:
+        print("\n".join(f"{k}={v}" for k, v in result.env().items()))
+    else:
+        print(" ".join(f"{k}={v}" for k, v in result.env().items()))
+        print(f"reason: {result.reason}")
+        print(f"resources: {result.resources.cpu_source}; {result.resources.memory_source}")
+    return 0
+
+
+COMMANDS = (Command("jobs", "plan MAX_JOBS / NVCC_THREADS for a CUDA extension compile on this machine",
+                    _arguments, _run, prints_data=True),)
+
+
+
+if __name__ == "__main__":  # a build step mounts only this planner: python -m mcore_images.jobs --env
+    raise SystemExit(standalone(COMMANDS[0]))

@@ -10,21 +10,27 @@ the pins, and `mcore-images lock` rewrites them.
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import urllib.request
 from email.parser import Parser
 from pathlib import Path
 
-from mcore_images.errors import InputError
-from mcore_images.stacks import Stack, repo_root
+from packaging.requirements import Requirement
 
-LOCK_LAYERS = ("base", "builder", "kernels", "runtime", "app")
+from mcore_images import components
+from mcore_images.command import Command
+from mcore_images.components import LOCK_LAYERS
+from mcore_images.errors import InputError
+from mcore_images.stacks import Stack, get_stack, load_stacks, repo_root
+
 # Layers that branch off the chain: built FROM base, but nothing above them inherits their packages.
 SIDE_LAYERS = ("builder",)
 # glibc of each base (manylinux tag uv resolves wheels for): wheels newer than the base cannot load.
@@ -67,10 +73,12 @@ def sdist_requirements(name: str, version: str) -> list[str]:
 
 
 def layer_inputs(stack: Stack, te_torch_requires: list[str] | None = None) -> dict[str, list[str]]:
-    """Top-level requirements each layer adds, from the stack's pins."""
+    """Top-level requirements each layer adds: each component's (from the catalogue) in the lock of the
+    layer that installs it, the builder's toolchain when something compiles, and what TE's compiled
+    extension requires."""
     inputs: dict[str, list[str]] = {layer: [] for layer in LOCK_LAYERS}
-    if stack.torch_source == "pypi":
-        inputs["base"].append(f"torch=={stack.torch}")
+    for comp in components.CATALOGUE:
+        inputs[comp.layer] += comp.lock_requirements(stack)
     compiles = stack.te_source == "build" or stack.apex not in ("none", "base")
     if compiles:
         inputs["builder"] += ["setuptools", "wheel", "pybind11", "ninja", "packaging"]
@@ -79,23 +87,25 @@ def layer_inputs(stack: Stack, te_torch_requires: list[str] | None = None) -> di
             # No CUDA toolkit in a plain Debian base: nvcc comes from PyPI, as separate wheels that
             # must all match torch's CUDA minor. The other flavors' bases carry nvcc.
             inputs["builder"] += [f"nvidia-{part}=={cu}.*" for part in ("cuda-nvcc", "cuda-cccl", "cuda-crt", "nvvm")]
-    if stack.te_source in ("build", "pypi"):
+    if stack.te_source == "build":
         core = f"transformer-engine-cu{cuda_major(stack)}"
-        inputs["kernels"] += [f"transformer-engine=={stack.te}", f"{core}=={stack.te}"]
         # The extension is compiled here and installed without deps: lock what it requires.
         for requirement in te_torch_requires or []:
             name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
             if name not in ("torch", core):
                 inputs["kernels"].append(requirement)
-    if stack.has("mcore"):
-        inputs["runtime"].append(f"megatron-core=={stack.mcore}")
-    if stack.has("mbridge"):
-        inputs["runtime"].append(f"mbridge[megatron]=={stack.mbridge}")
-    if stack.has("megatron_bridge"):
-        inputs["runtime"].append(f"megatron-bridge=={stack.megatron_bridge}")
-    if stack.has("verl"):
-        inputs["app"].append(f"verl=={stack.verl}")
     return inputs
+
+
+def expected_pins(stack: Stack) -> dict[str, dict[str, str]]:
+    """Lock layer -> {distribution: version} that the committed locks must hold for the stack's pins."""
+    out: dict[str, dict[str, str]] = {}
+    for comp in components.CATALOGUE:
+        for text in comp.lock_requirements(stack):
+            requirement = Requirement(text)
+            version = next(iter(requirement.specifier)).version
+            out.setdefault(comp.layer, {})[requirement.name.lower()] = version
+    return out
 
 
 def pins(text: str) -> dict[str, str]:
@@ -154,11 +164,35 @@ def _drop_base_provided(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def resolution_line(stack: Stack) -> str:
+    """What every layer of the stack is resolved for: Python, platform and the stack's constraints."""
+    constraints = f", constraints: {'; '.join(stack.constraints)}" if stack.constraints else ""
+    return f"# Python {stack.python}, {platform(stack)}{constraints}."
+
+
 def header(stack: Stack, layer: str, requirements: list[str]) -> str:
     top = ", ".join(requirements) or "nothing (this layer installs no package from PyPI)"
     return (f"# Lock of layer '{layer}' of stack '{stack.name}': derived from env/stacks.json by "
             f"`mcore-images lock --stack {stack.name}`; do not edit.\n"
-            f"# Python {stack.python}, {platform(stack)}. Top level: {top}\n")
+            f"{resolution_line(stack)} Top level: {top}\n")
+
+
+def resolved_inputs(stack: Stack) -> dict[str, list[str]]:
+    """Every layer's top-level requirements, with what TE's extension sdist requires (read from PyPI)."""
+    te_requires = (sdist_requirements("transformer-engine-torch", stack.te)
+                   if stack.te_source == "build" else [])
+    return layer_inputs(stack, te_requires)
+
+
+def first_stale_layer(stack: Stack, inputs: dict[str, list[str]], folder: Path) -> str | None:
+    """The lowest lock layer whose committed file was not resolved from these inputs (None: all current).
+    A layer's header records its Python, platform, constraints and top-level requirements."""
+    for layer in LOCK_LAYERS:
+        path = folder / f"{layer}.txt"
+        want = header(stack, layer, inputs[layer])
+        if not path.is_file() or not path.read_text().startswith(want):
+            return layer
+    return None
 
 
 def lock_dir(stack: Stack, root: Path | None = None) -> Path:
@@ -178,9 +212,7 @@ def write_locks(stack: Stack, root: Path | None = None, keep_below: str | None =
     megatron-core bump then changes the runtime lock alone, and the layers below stay cached.
     Every layer gets a file (a header alone where it installs nothing).
     """
-    te_requires = (sdist_requirements("transformer-engine-torch", stack.te)
-                   if stack.te_source == "build" else [])
-    inputs = layer_inputs(stack, te_requires)
+    inputs = resolved_inputs(stack)
     folder = folder or lock_dir(stack, root)
     folder.mkdir(parents=True, exist_ok=True)
     first = LOCK_LAYERS.index(keep_below) if keep_below else 0
@@ -211,14 +243,7 @@ def check_locks(stack: Stack, root: Path | None = None) -> list[str]:
     """Problems between a stack's pins and its committed locks (offline; no resolution)."""
     problems = []
     folder = lock_dir(stack, root)
-    expected = {
-        "base": {"torch": stack.torch} if stack.torch_source == "pypi" else {},
-        "kernels": ({"transformer-engine": stack.te, f"transformer-engine-cu{cuda_major(stack)}": stack.te}
-                    if stack.te_source in ("build", "pypi") else {}),
-        "runtime": {k: v for k, v in (("megatron-core", stack.mcore), ("mbridge", stack.mbridge),
-                                      ("megatron-bridge", stack.megatron_bridge)) if v != "none"},
-        "app": {"verl": stack.verl} if stack.has("verl") else {},
-    }
+    expected = expected_pins(stack)
     seen: dict[str, str] = {}
     for layer in LOCK_LAYERS:
         path = folder / f"{layer}.txt"
@@ -236,6 +261,63 @@ def check_locks(stack: Stack, root: Path | None = None) -> list[str]:
             if name in seen and seen[name] != version:
                 problems.append(f"{path.name}: {name}=={version} conflicts with {seen[name]} from a lower layer")
             seen[name] = version
-        if found and "--hash=sha256:" not in path.read_text():
+        text = path.read_text()
+        if found and "--hash=sha256:" not in text:
             problems.append(f"{path}: no hashes; run `mcore-images lock --stack {stack.name}`")
+        lines = text.splitlines()
+        if len(lines) < 2 or not lines[1].startswith(resolution_line(stack)):
+            problems.append(f"env/locks/{stack.name}/{layer}.txt was not resolved for {resolution_line(stack)[2:]} "
+                            f"run `mcore-images lock --stack {stack.name}`")
     return problems
+
+
+def update_locks(stack: Stack, full: bool = False, from_layer: str | None = None) -> tuple[str | None, list[Path]]:
+    """Re-resolve what the pins changed: from the lowest stale layer up (``full``: every layer;
+    ``from_layer``: from that one), keeping the layers below it byte for byte. Returns (first layer
+    resolved or None when all were current, files written)."""
+    folder = lock_dir(stack)
+    inputs = resolved_inputs(stack)
+    first = "base" if full else (from_layer or first_stale_layer(stack, inputs, folder))
+    if first is None and not check_locks(stack):
+        return None, []
+    first = first or "base"
+    keep_below = None if first == "base" else first
+    return first, write_locks(stack, keep_below=keep_below, keep_from=folder if keep_below else None)
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stack", help="one stack (default: every stack)")
+    p.add_argument("--check", action="store_true",
+                   help="only check the committed locks against env/stacks.json, offline (exit 1 on a problem)")
+    p.add_argument("--full", action="store_true", help="re-resolve every layer, not just the stale ones")
+    p.add_argument("--from-layer", choices=LOCK_LAYERS[1:], default=None,
+                   help="re-resolve from this layer up, keeping the layers below byte for byte")
+
+
+def _run(args: argparse.Namespace) -> int:
+    stacks = load_stacks()
+    chosen = [get_stack(args.stack, stacks)] if args.stack else list(stacks.values())
+    if args.check:
+        problems = {s.name: check_locks(s) for s in chosen}
+        if args.json:
+            print(json.dumps(problems, indent=2))
+        else:
+            for name, found in problems.items():
+                print(f"{name}: " + ("locks match env/stacks.json" if not found else f"{len(found)} problem(s)"))
+                for problem in found:
+                    print(f"  error: {problem}", file=sys.stderr)
+        return 1 if any(problems.values()) else 0
+    report = {}
+    for stack in chosen:
+        first, written = update_locks(stack, args.full, args.from_layer)
+        report[stack.name] = {"from_layer": first, "written": [str(p) for p in written]}
+        if not args.json:
+            print(f"{stack.name}: locks current" if first is None else
+                  f"{stack.name}: re-resolved from layer '{first}' up ({len(written)} files)")
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+COMMANDS = (Command("lock", "resolve the hashed per-layer locks in env/locks (or --check them, offline)",
+                    _arguments, _run, prints_data=True),)

@@ -8,21 +8,22 @@ the `locks` context points at the workspace, so the layers below stay cached.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
-from mcore_images import lock
+from mcore_images import components, lock
 from mcore_images.errors import InputError
-from mcore_images.stacks import Stack, repo_root
+from mcore_images.stacks import SETTING_LOCK_LAYER, Stack, parse_document, pin_problem, repo_root, stacks_file
 
-# The first lock layer each field can change (fields that change no lock map to None).
-FIRST_LOCK_LAYER: dict[str, str | None] = {
-    "base_image": "base", "base_digest": "base", "debian_suite": "base", "python": "base", "cuda": "base",
-    "torch": "base", "torch_source": "base", "te_source": "builder", "apex": "builder", "te": "kernels",
-    "mcore": "runtime", "mbridge": "runtime", "megatron_bridge": "runtime", "verl": "app",
-    "cuda_archs": None, "description": None, "notes": None,
-}
+
+def first_lock_layer(key: str) -> str | None:
+    """The lowest lock layer a change of this stack field can change (None: no lock)."""
+    if key in components.BY_KEY:
+        return components.BY_KEY[key].lock_layer
+    return SETTING_LOCK_LAYER[key]
+
+
+OVERRIDABLE = (*components.KEYS, *SETTING_LOCK_LAYER)
 
 
 def parse(assignments: list[str]) -> dict[str, str]:
@@ -32,19 +33,30 @@ def parse(assignments: list[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not value:
             raise InputError(f"--set '{item}' is not KEY=VALUE; e.g. --set mcore=0.16.0")
-        if key not in FIRST_LOCK_LAYER:
-            raise InputError(f"--set {key}: not an overridable pin; use one of {', '.join(FIRST_LOCK_LAYER)}")
+        if key not in OVERRIDABLE:
+            raise InputError(f"--set {key}: not an overridable pin; use one of {', '.join(OVERRIDABLE)}")
+        if key in components.BY_KEY and (problem := pin_problem(key, value)):
+            raise InputError(f"--set {problem}")
         out[key] = value
     return out
 
 
 def first_changed_layer(changes: dict[str, str]) -> str | None:
-    layers = [FIRST_LOCK_LAYER[key] for key in changes if FIRST_LOCK_LAYER[key]]
+    layers = [layer for key in changes if (layer := first_lock_layer(key))]
     return min(layers, key=lock.LOCK_LAYERS.index) if layers else None
 
 
-def apply(stack: Stack, changes: dict[str, str]) -> Stack:
-    return dataclasses.replace(stack, **changes)
+def apply(stack: Stack, changes: dict[str, str], root: Path | None = None) -> Stack:
+    """The stack with the changes, checked as env/stacks.json itself is (schema, pins)."""
+    path = stacks_file(root)
+    document = json.loads(path.read_text())
+    for entry in document["variable"]["STACKS"]["default"]:
+        if entry["name"] == stack.name:
+            entry.update(changes)
+    try:
+        return parse_document(document, path)[stack.name]
+    except InputError as exc:
+        raise InputError(f"with --set {' '.join(f'{k}={v}' for k, v in changes.items())}: {exc}") from None
 
 
 def workspace(stacks: dict[str, Stack], changed: Stack, changes: dict[str, str],

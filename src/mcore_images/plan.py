@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import dataclass, field
 
-from mcore_images import rules, tags
+from mcore_images import components, rules, tags
+from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.stacks import Stack, groups, load_stacks
 
@@ -83,16 +85,15 @@ def render_text(plans: list[StackPlan]) -> str:
 
 
 def render_markdown(plans: list[StackPlan]) -> str:
-    """The stacks table embedded in README.md (kept in sync by a test)."""
-    head = ("| stack | flavor | base | Python | CUDA | torch | TE | apex | megatron-core | mbridge | "
-            "Megatron-Bridge | verl | groups |")
-    rows = [head, "|" + "---|" * 13]
+    """The stacks table embedded in README.md (written by `make update`, checked by `make validate`);
+    one column per catalogue component."""
+    head = ["stack", "flavor", "base", *(c.title for c in components.CATALOGUE), "groups"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in plans:
         s = p.stack
-        apex = s.apex[:8] if len(s.apex) == 40 else s.apex
-        rows.append(f"| `{s.name}` | {s.flavor} | `{s.base_image}` ({p.base_status}) | {s.python} | {s.cuda} | "
-                    f"{s.torch} | {s.te} | {apex} | {s.mcore} | {s.mbridge} | {s.megatron_bridge} | {s.verl} | "
-                    f"{', '.join(s.groups) or '—'} |")
+        cells = [f"`{s.name}`", s.flavor, f"`{s.base_image}` ({p.base_status})",
+                 *(c.short(s.pins[c.key]) for c in components.CATALOGUE), ", ".join(s.groups) or "—"]
+        rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
@@ -107,3 +108,21 @@ def run(stack: str | None, group: str | None, fmt: str, registry: str = "") -> t
     else:
         text = render_text(plans)
     return text, 1 if any(p.violations for p in plans) else 0
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stack", help="one stack (default: all)")
+    p.add_argument("--group", help="the stacks of one bake group (default, ci, release, all)")
+    p.add_argument("--registry", default="", help="prefix the tags with this registry, e.g. ghcr.io/acme")
+    p.add_argument("--format", choices=("text", "markdown", "names"), default="text",
+                   help="text (default), the README table (markdown), or stack names one per line")
+
+
+def _run(args: argparse.Namespace) -> int:
+    text, code = run(args.stack, args.group, "json" if args.json else args.format, args.registry)
+    print(text)
+    return code
+
+
+COMMANDS = (Command("plan", "list stacks, targets, tags and rule verdicts (exit 1 when a rule is broken)",
+                    _arguments, _run, prints_data=True),)

@@ -8,28 +8,18 @@ No list of stacks is ever written in YAML: change env/ and the next run's matrix
 
 from __future__ import annotations
 
+import argparse
 import json
-import re
 from pathlib import Path
 from typing import Any
 
-from mcore_images import tags
+from mcore_images import images, tags
+from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.plan import make_plan, select
+from mcore_images.policy import CERTIFIED_LAYERS
 from mcore_images.stacks import Stack, load_stacks
-
-CERTIFIED_LAYERS = ("runtime", "app")
-"""Layers that carry megatron-core, so the GPU smoke can certify them; only these get public tags."""
-
-_SHA = re.compile(r"^[0-9a-f]{7,40}$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-
-
-def candidate_tag(target: str, sha: str) -> str:
-    """The tag a build pushes before certification: ``candidate-<git sha>-<target>``."""
-    if not _SHA.match(sha):
-        raise InputError(f"--sha {sha!r} is not a git commit (7 to 40 lowercase hex digits): pass $GITHUB_SHA")
-    return f"candidate-{sha}-{target}"
+from mcore_images.tags import candidate_tag
 
 
 def build_matrix(group: str, registry: str = "", repo: str = tags.DEFAULT_REPO, sha: str = "",
@@ -69,12 +59,6 @@ def targets_by_name(stacks: dict[str, Stack]) -> dict[str, tuple[Stack, str]]:
     return {tags.target(layer, s): (s, layer) for s in stacks.values() for layer in s.layers}
 
 
-def _repository(name: str) -> str:
-    """``reg:5000/team/img:tag`` → ``reg:5000/team/img``."""
-    last = name.rsplit("/", 1)[-1]
-    return name.rsplit(":", 1)[0] if ":" in last else name
-
-
 def certify_matrix(candidates: Path, stacks: dict[str, Stack] | None = None) -> dict[str, Any]:
     """One entry per certifiable candidate found in the bake metadata files under ``candidates``.
 
@@ -104,9 +88,34 @@ def certify_matrix(candidates: Path, stacks: dict[str, Stack] | None = None) -> 
                 continue
             digest = str(record.get("containerimage.digest", ""))
             names = [n for n in str(record.get("image.name", "")).split(",") if n]
-            if not _DIGEST.match(digest) or not names:
+            if not images.is_digest(digest) or not names:
                 raise InputError(f"{path}: target '{target}' has no pushed digest/image name; build it with push")
             found[target] = {"stack": stack.name, "layer": layer, "target": target,
-                             "image": f"{_repository(names[0])}@{digest}"}
+                             "image": f"{images.repository(names[0])}@{digest}"}
     order = list(known)
     return {"include": sorted(found.values(), key=lambda e: order.index(e["target"]))}
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--group", default=None, help="bake group (default: release)")
+    p.add_argument("--registry", default="", help="with --sha: add candidate tags and the build cache ref")
+    p.add_argument("--repo", default=tags.DEFAULT_REPO, help=f"repository name (default {tags.DEFAULT_REPO})")
+    p.add_argument("--sha", default="", help="the git commit being built")
+    p.add_argument("--candidates", default=None, metavar="DIR",
+                   help="folder of bake metadata JSON: print one entry per certifiable candidate instead")
+    p.add_argument("--pretty", action="store_true", help="indent (default: one line, for $GITHUB_OUTPUT)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.candidates:
+        if args.group or args.registry or args.sha:
+            raise InputError("--candidates reads the build's metadata; drop --group/--registry/--sha")
+        matrix = certify_matrix(Path(args.candidates))
+    else:
+        matrix = build_matrix(args.group or "release", args.registry, args.repo, args.sha)
+    print(json.dumps(matrix, indent=2 if args.pretty else None, separators=None if args.pretty else (",", ":")))
+    return 0
+
+
+COMMANDS = (Command("matrix", "GitHub Actions matrix JSON for a bake group, or for built candidates", _arguments,
+                    _run, description="Always prints JSON (one line for $GITHUB_OUTPUT, or --pretty)."),)

@@ -1,21 +1,41 @@
 """Read the pinned stacks from env/stacks.json, the one source of truth for every version.
 
-env/stacks.json is written in docker-bake's JSON form (a `STACKS` variable), so bake reads the
-very same file through the `docker-bake.json` link at the top of the tree and no version is
-ever copied into HCL, YAML or a Dockerfile.
+env/stacks.json is written in docker-bake's JSON form (a `STACKS` variable), so bake reads the very
+same file through the `docker-bake.json` link at the top of the tree and no version is ever copied
+into HCL, YAML or a Dockerfile. Its shape is checked against env/stacks.schema.json (jsonschema), its
+component pins against the catalogue (components.py, parsed with `packaging`), before any command
+uses a stack: a bad file is one line naming the stack, the field and what to write instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from dataclasses import dataclass, fields
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from mcore_images import components
+from mcore_images.components import FROM_BASE, LAYERS, NONE
 from mcore_images.errors import InputError
 
-NONE = "none"
-LAYERS = ("base", "kernels", "runtime", "app")
+__all__ = ["LAYERS", "NONE", "Stack", "get_stack", "groups", "load_stacks", "repo_root", "stacks_file"]
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_MAJOR_MINOR = re.compile(r"^\d+\.\d+$")
+
+# The lowest lock layer a change of each stack setting touches (components carry their own in the
+# catalogue); None: the setting changes no lock (an override of it re-uses the committed locks).
+SETTING_LOCK_LAYER: dict[str, str | None] = {
+    "base_image": "base", "base_digest": "base", "debian_suite": "base", "torch_source": "base",
+    "te_source": "builder", "cuda_archs": None, "description": None, "notes": None,
+}
 
 
 def repo_root() -> Path:
@@ -30,10 +50,18 @@ def stacks_file(root: Path | None = None) -> Path:
     return (root or repo_root()) / "env" / "stacks.json"
 
 
+def schema_file() -> Path:
+    """env/stacks.schema.json of the checkout this package lives in (the schema is the tool's contract),
+    else of repo_root()."""
+    own = Path(__file__).resolve().parents[2] / "env" / "stacks.schema.json"
+    return own if own.is_file() else repo_root() / "env" / "stacks.schema.json"
+
+
 @dataclass(frozen=True)
 class Stack:
-    """One pinned stack. 'none' marks a component the stack does not carry; `constraints` are extra
-    requirement specifiers every lock of the stack is resolved under (known incompatibilities)."""
+    """One pinned stack: its settings, and one pin per catalogue component (``stack.torch``, ``stack.pins``).
+    'none' marks a component the stack does not carry; `constraints` are extra requirement specifiers
+    every lock of the stack is resolved under (known incompatibilities)."""
 
     name: str
     flavor: str
@@ -41,30 +69,31 @@ class Stack:
     base_image: str
     base_digest: str
     debian_suite: str
-    python: str
-    cuda: str
-    torch: str
     torch_source: str
-    te: str
     te_source: str
-    apex: str
-    mcore: str
-    mbridge: str
-    megatron_bridge: str
-    verl: str
     constraints: tuple[str, ...]
     cuda_archs: str
     groups: tuple[str, ...]
-    size_budget_gb: dict[str, float]
+    size_budget_gb: Mapping[str, float]
     notes: str
+    pins: Mapping[str, str]
+
+    def __getattr__(self, name: str) -> str:
+        """A component's pin by its key: ``stack.mcore``."""
+        pins = self.__dict__.get("pins") or {}
+        if name in pins:
+            return pins[name]
+        raise AttributeError(f"Stack has no field or component {name!r}")
 
     @property
     def layers(self) -> tuple[str, ...]:
-        """Layers this stack builds: the app layer only where it pins verl."""
-        return LAYERS if self.has("verl") else LAYERS[:-1]
+        """Layers this stack builds: a layer above runtime only where a component of it is pinned."""
+        top = [c.layer for c in components.CATALOGUE if self.has(c.key)]
+        highest = max(LAYERS.index("runtime"), *(LAYERS.index(layer) for layer in top))
+        return LAYERS[: highest + 1]
 
     def has(self, component: str) -> bool:
-        return getattr(self, component) != NONE
+        return self.pins[component] != NONE
 
     @property
     def base_ref(self) -> str:
@@ -76,41 +105,117 @@ class Stack:
         return bool(self.base_digest) or self.flavor == "debian"
 
     def versions(self) -> dict[str, str]:
-        """Every pinned component version, as labelled on the image and checked by the image tests."""
-        keys = ("python", "cuda", "torch", "te", "apex", "mcore", "mbridge", "megatron_bridge", "verl")
-        return {key: getattr(self, key) for key in keys}
+        """Every component pin, in catalogue order (labelled on the image, checked by the image tests)."""
+        return dict(self.pins)
+
+    def replace(self, **changes: Any) -> Stack:
+        """A copy with settings and/or pins changed (``replace(mcore="0.16.0", notes="…")``)."""
+        pins = {k: v for k, v in changes.items() if k in components.BY_KEY}
+        settings = {k: v for k, v in changes.items() if k not in pins}
+        return dataclasses.replace(self, pins={**self.pins, **pins}, **settings)
+
+    def to_entry(self) -> dict[str, Any]:
+        """The stack as env/stacks.json writes it (settings, then pins)."""
+        entry: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "pins"}
+        entry.update(constraints=list(self.constraints), groups=list(self.groups),
+                     size_budget_gb=dict(self.size_budget_gb), **self.pins)
+        return entry
 
 
-_FIELDS = {f.name for f in fields(Stack)}
+SETTINGS = tuple(f.name for f in dataclasses.fields(Stack) if f.name != "pins")
 
 
-def _parse(entry: dict) -> Stack:
-    missing = sorted(_FIELDS - entry.keys())
-    extra = sorted(entry.keys() - _FIELDS)
-    name = entry.get("name", "?")
-    if missing or extra:
-        raise InputError(
-            f"env/stacks.json: stack '{name}' has missing fields {missing} / unknown fields {extra}; "
-            "every stack carries the same keys (use 'none' for an absent component)"
-        )
-    values = dict(entry)
-    values["groups"] = tuple(entry["groups"])
-    values["constraints"] = tuple(entry["constraints"])
-    values["size_budget_gb"] = dict(entry["size_budget_gb"])
-    return Stack(**values)
+def pin_problem(key: str, value: str) -> str | None:
+    """Why ``value`` cannot be the pin of component ``key`` (None when it can): one phrase naming the fix."""
+    comp = components.BY_KEY.get(key)
+    if comp is None:
+        return f"'{key}' is not a component; known: {', '.join(components.KEYS)}"
+    if value == NONE and comp.pin != "major_minor":
+        return None
+    if value == FROM_BASE and (comp.source or comp.pin == "commit"):
+        return None
+    if comp.pin == "commit":
+        if _COMMIT.match(value):
+            return None
+        return f"{key}={value!r} is not a commit (a branch or tag moves); pin the full 40-hex commit, or 'none'"
+    if comp.pin == "major_minor":
+        if _MAJOR_MINOR.match(value):
+            return None
+        return f"{key}={value!r} is not MAJOR.MINOR; write e.g. '3.12' (any patch release matches)"
+    try:
+        Version(value)
+    except InvalidVersion:
+        return f"{key}={value!r} is not a version (PEP 440); write one such as '1.2.3', or 'none'"
+    return None
+
+
+def _schema_error(path: Path, data: Any) -> str | None:
+    """The first place where the file breaks env/stacks.schema.json, as one line with what to write."""
+    try:
+        import jsonschema
+    except ImportError:
+        raise InputError("the jsonschema package is needed to read env/stacks.json; `pip install jsonschema` "
+                         "(`make setup` installs it)") from None
+    schema = json.loads(schema_file().read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    error = next(iter(sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))), None)
+    if error is None:
+        return None
+    where = list(error.absolute_path)
+    stack = ""
+    if len(where) >= 4 and isinstance(where[3], int):
+        entry = data["variable"]["STACKS"]["default"][where[3]]
+        stack = f"stack '{entry.get('name', where[3]) if isinstance(entry, dict) else where[3]}'"
+        where = where[4:]
+    field = ".".join(str(p) for p in where)
+    hint = error.schema.get("description") or (error.parent.schema.get("description") if error.parent else None)
+    place = ", ".join(p for p in (stack, f"field {field}" if field else "") if p)
+    return f"{path}: {place + ': ' if place else ''}{error.message}" + (f"; write {hint}" if hint else "")
+
+
+def _parse(path: Path, entry: dict[str, Any]) -> Stack:
+    name = entry["name"]
+    pins = {k: v for k, v in entry.items() if k not in SETTINGS}
+    missing = [k for k in components.KEYS if k not in pins]
+    unknown = [k for k in pins if k not in components.BY_KEY]
+    if missing or unknown:
+        raise InputError(f"{path}: stack '{name}': " + "; ".join(
+            ([f"no pin for {', '.join(missing)} (every stack pins every component; 'none' when absent)"]
+             if missing else [])
+            + ([f"unknown field(s) {', '.join(unknown)} (components are listed in src/mcore_images/components.py)"]
+               if unknown else [])))
+    for key, value in pins.items():
+        if problem := pin_problem(key, value):
+            raise InputError(f"{path}: stack '{name}': {problem}")
+    for text in entry["constraints"]:
+        try:
+            Requirement(text)
+        except InvalidRequirement:
+            raise InputError(f"{path}: stack '{name}': constraint {text!r} is not a requirement specifier; "
+                             "write one such as 'transformers<5'") from None
+    settings = {k: entry[k] for k in SETTINGS}
+    settings.update(groups=tuple(entry["groups"]), constraints=tuple(entry["constraints"]),
+                    size_budget_gb=dict(entry["size_budget_gb"]))
+    return Stack(**settings, pins={c.key: pins[c.key] for c in components.CATALOGUE})
 
 
 def load_stacks(path: Path | None = None) -> dict[str, Stack]:
-    """All stacks by name, in file order."""
+    """All stacks by name, in file order; InputError (one line) for a file that is not well-formed."""
     path = path or stacks_file()
     try:
         data = json.loads(path.read_text())
-        entries = data["variable"]["STACKS"]["default"]
     except FileNotFoundError:
         raise InputError(f"{path} not found; run from the mcore-images checkout or set MCORE_IMAGES_ROOT") from None
-    except (KeyError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not a bake variable file with STACKS.default ({exc}); fix its JSON") from None
-    stacks = [_parse(entry) for entry in entries]
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not JSON ({exc}); fix its syntax") from None
+    return parse_document(data, path)
+
+
+def parse_document(data: Any, path: Path) -> dict[str, Stack]:
+    """Stacks from a parsed env/stacks.json document (``path`` only names it in errors)."""
+    if problem := _schema_error(path, data):
+        raise InputError(problem)
+    stacks = [_parse(path, entry) for entry in data["variable"]["STACKS"]["default"]]
     names = [s.name for s in stacks]
     if len(set(names)) != len(names):
         raise InputError(f"{path}: duplicate stack names {names}; give each stack a unique name")

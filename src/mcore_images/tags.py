@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
 
-from mcore_images.stacks import Stack
+from mcore_images.command import Command
+from mcore_images.components import BY_KEY
+from mcore_images.errors import InputError
+from mcore_images.stacks import Stack, get_stack
 
 DEFAULT_REPO = "mcore-images"
-_SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
 def origin(stack: Stack) -> str:
@@ -25,7 +29,7 @@ def platform(stack: Stack) -> str:
 
 
 def layer_tag(layer: str, stack: Stack) -> str:
-    apex = stack.apex[:8] if _SHA.match(stack.apex) else stack.apex
+    apex = BY_KEY["apex"].short(stack.apex)
     return {
         "base": f"base-{platform(stack)}",
         "kernels": f"kernels-te{stack.te}-apex{apex}-{platform(stack)}",
@@ -45,3 +49,43 @@ def tags(layer: str, stack: Stack, registry: str = "", repo: str = DEFAULT_REPO)
 
 def target(layer: str, stack: Stack) -> str:
     return f"{layer}-{stack.name}"
+
+
+_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+def candidate_tag(target: str, sha: str, option: str = "--sha") -> str:
+    """The tag a build pushes before certification: ``candidate-<git sha>-<target>``."""
+    if not _SHA.match(sha):
+        raise InputError(f"{option} {sha!r} is not a git commit (7 to 40 lowercase hex digits): pass the commit "
+                         "that built the image (e.g. $GITHUB_SHA)")
+    return f"candidate-{sha}-{target}"
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stack", required=True, help="the stack (see `mcore-images plan`)")
+    p.add_argument("--layer", default=None, help="one layer (default: every layer of the stack)")
+    p.add_argument("--registry", default="", help="prefix the tags with this registry, e.g. ghcr.io/acme")
+    p.add_argument("--repo", default=DEFAULT_REPO, help=f"repository name under the registry (default {DEFAULT_REPO})")
+    p.add_argument("--candidate", default="", metavar="SHA",
+                   help="print the candidate tags candidate-<SHA>-<target> a build of commit SHA pushes")
+
+
+def _run(args: argparse.Namespace) -> int:
+    stack = get_stack(args.stack)
+    if args.layer and args.layer not in stack.layers:
+        raise InputError(f"stack '{stack.name}' has no layer '{args.layer}'; choose one of: {', '.join(stack.layers)}")
+    out: dict[str, list[str]] = {}
+    for layer in [args.layer] if args.layer else list(stack.layers):
+        name = target(layer, stack)
+        out[name] = ([image(candidate_tag(name, args.candidate, "--candidate"), args.registry, args.repo)]
+                     if args.candidate else tags(layer, stack, args.registry, args.repo))
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print("\n".join(tag for target_tags in out.values() for tag in target_tags))
+    return 0
+
+
+COMMANDS = (Command("tags", "print the public (or candidate) tags of a stack's layers", _arguments, _run,
+                    prints_data=True),)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -11,6 +10,8 @@ import pytest
 from mcore_images.stacks import Stack, load_stacks
 
 ROOT = Path(__file__).resolve().parents[2]
+PYTHONPATH = f"{ROOT}:{ROOT / 'src'}"
+"""What a program of this checkout (python -m smoke, …) needs on its path: smoke/ and the tooling's src/."""
 
 
 @pytest.fixture(scope="session")
@@ -29,8 +30,8 @@ def debian(stacks: dict[str, Stack]) -> Stack:
 
 
 def variant(stack: Stack, **changes: object) -> Stack:
-    """A copy of a real stack with some fields changed (bad inputs for the rules)."""
-    return dataclasses.replace(stack, **changes)
+    """A copy of a real stack with some fields or pins changed (bad inputs for the rules)."""
+    return stack.replace(**changes)
 
 
 def write_stacks(path: Path, entries: list[dict]) -> Path:

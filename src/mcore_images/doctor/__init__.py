@@ -19,6 +19,7 @@ import platform
 from collections.abc import Sequence
 from pathlib import Path
 
+from mcore_images.command import Command, standalone
 from mcore_images.doctor.model import (
     REGISTRY,
     Check,
@@ -64,18 +65,7 @@ def select(checks: dict[str, Check], only: Sequence[str] | None) -> list[Check]:
     return chosen
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add the `doctor` subcommand to the mcore-images command line."""
-    parser = sub.add_parser(
-        "doctor",
-        help="diagnose this environment and name the fix for each problem",
-        description=__doc__.splitlines()[0],
-    )
-    configure(parser)
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print findings as JSON (for certify and CI)")
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--only",
         action="append",
@@ -94,7 +84,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run each check in its own interpreter (survives a segfault in an import; slower)",
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,9 +135,10 @@ def run(args: argparse.Namespace) -> int:
     return exit_code(findings)
 
 
+COMMANDS = (Command("doctor", "diagnose this environment and name the fix for each problem", _arguments, run,
+                    description=__doc__.splitlines()[0], prints_data=True),)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m mcore_images.doctor`: the doctor on its own, without the rest of the command line."""
-    parser = argparse.ArgumentParser(prog="mcore-images doctor", description=__doc__.splitlines()[0])
-    configure(parser)
-    args = parser.parse_args(argv)
-    return int(args.func(args))
+    return standalone(COMMANDS[0], None if argv is None else list(argv))

@@ -1,0 +1,370 @@
+"""`python -m smoke.bench`: training throughput of reference models — tokens/s, TFLOP/s per GPU, MFU.
+
+Runs inside images (standard library + torch + megatron-core, Transformer Engine when present). For
+each config (``dense-1b``, ``moe-small``; smoke/bench/model.py) and layer spec (local; TE when it
+imports) it builds the model with megatron's own initialisation, wraps it in megatron DDP with
+megatron's optimizer (TE's FusedAdam when TE is installed, torch's Adam otherwise — the result names
+which), runs warm-up steps, then times steps with CUDA events and reports the median. FLOPs formula,
+peaks and MFU: smoke/bench/model.py; regression gate against env/bench-baselines.json:
+smoke/bench/gate.py. One process (one GPU) by default; ``torchrun --nproc-per-node N -m smoke.bench``
+for data parallelism over N GPUs (``--tp`` for tensor parallelism, with sequence parallelism under TE).
+
+Exit codes: 0 every result passed the gate (or had no baseline), 1 a run failed or regressed,
+2 nothing could run (bad flags, no torch / megatron-core / GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from smoke.bench import gate as bench_gate
+from smoke.bench import model as bench_model
+from smoke.bench.model import BenchConfig
+from smoke.kit import errors
+from smoke.kit import transformer_engine as te
+
+
+def default_baselines() -> Path:
+    """env/bench-baselines.json of $MCORE_IMAGES_ROOT (images set it), else of the checkout holding smoke/."""
+    root = os.environ.get("MCORE_IMAGES_ROOT") or Path(__file__).resolve().parents[2]
+    return Path(root) / "env" / "bench-baselines.json"
+FORMULA = "6·N·T + 12·L·h·s·T + 6·h·V·T (N: active matmul parameters of the layers; no causal halving)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m smoke.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--configs", default=",".join(bench_model.DEFAULT_CONFIGS),
+                   help=f"comma-separated, of: {', '.join(bench_model.CONFIGS)}")
+    p.add_argument("--specs", default="auto", help="auto (local, plus te when TE imports), local, te, or local,te")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps first (kernel selection, allocator)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
+    p.add_argument("--micro-batch", type=int, default=0, help="override the config's micro-batch size")
+    p.add_argument("--micro-batches", type=int, default=0, help="override the config's micro-batches per step")
+    p.add_argument("--tp", type=int, default=1, help="tensor parallel size (sequence parallel under TE)")
+    p.add_argument("--dist-opt", action=argparse.BooleanOptionalAction, default=True,
+                   help="megatron distributed optimizer (default on)")
+    p.add_argument("--stack", default=os.environ.get("MCORE_IMAGES_STACK"),
+                   help="stack name for the baseline key (default: $MCORE_IMAGES_STACK, else the versions)")
+    p.add_argument("--baselines", default=None,
+                   help="baselines file (default: env/bench-baselines.json of $MCORE_IMAGES_ROOT or of this checkout)")
+    p.add_argument("--max-drop-pct", type=float, default=None,
+                   help=f"fail when TFLOP/s drops more than this %% below the baseline "
+                        f"(default: the file's, else {bench_gate.DEFAULT_MAX_DROP_PCT:g})")
+    p.add_argument("--out", help="folder for bench.json and bench.md")
+    p.add_argument("--certificate", metavar="DIR", help="a smoke certificate folder to add the bench section to")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds before a collective gives up")
+    p.add_argument("--write-baselines", metavar="PATH",
+                   help="store this run's results as baselines in PATH (merged; existing keys replaced)")
+    p.add_argument("--cpu", action="store_true", help="gloo on CPU, fp32 (tests of this code; no numbers)")
+    p.add_argument("--dry-run", action="store_true", help="print configs and FLOPs per step; needs no torch")
+    return p
+
+
+def normalise(args: argparse.Namespace) -> argparse.Namespace:
+    """Reject bad flags in one line before anything expensive starts."""
+    names = [c.strip() for c in args.configs.split(",") if c.strip()]
+    bad = [c for c in names if c not in bench_model.CONFIGS]
+    if bad or not names:
+        raise errors.CouldNotRun(f"unknown config(s) {bad or names}: choose from {', '.join(bench_model.CONFIGS)}")
+    args.configs = names
+    specs = [s.strip() for s in args.specs.split(",") if s.strip()]
+    if not specs or any(s not in ("auto", "local", "te") for s in specs) or ("auto" in specs and len(specs) > 1):
+        raise errors.CouldNotRun(f"bad --specs {args.specs!r}: use auto, local, te or local,te")
+    args.specs = specs
+    if args.cpu and "te" in specs:
+        raise errors.CouldNotRun("--specs te needs a GPU: drop --cpu")
+    if args.steps < 1 or args.warmup < 0 or args.tp < 1 or args.micro_batch < 0 or args.micro_batches < 0:
+        raise errors.CouldNotRun("--steps >= 1, --warmup >= 0, --tp >= 1, micro-batch overrides >= 0")
+    if args.baselines is None and default_baselines().is_file():
+        args.baselines = str(default_baselines())
+    args.baseline_data = None
+    if args.baselines:
+        if not Path(args.baselines).is_file():
+            raise errors.CouldNotRun(f"baselines file {args.baselines} not found: give an existing --baselines file")
+        try:
+            args.baseline_data = bench_gate.load_baselines(Path(args.baselines))
+        except ValueError as exc:
+            raise errors.CouldNotRun(f"{exc}: fix the file or pass another --baselines") from exc
+    if args.certificate and not (Path(args.certificate) / "certificate.json").is_file():
+        raise errors.CouldNotRun(f"{args.certificate}/certificate.json not found: run `python -m smoke --out "
+                                 f"{args.certificate}` first, or drop --certificate")
+    return args
+
+
+def configs_for(args: argparse.Namespace) -> list[BenchConfig]:
+    from dataclasses import replace
+
+    out = []
+    for name in args.configs:
+        cfg = bench_model.CONFIGS[name]
+        if args.micro_batch:
+            cfg = replace(cfg, micro_batch=args.micro_batch)
+        if args.micro_batches:
+            cfg = replace(cfg, micro_batches=args.micro_batches)
+        out.append(cfg)
+    return out
+
+
+def dry_run(args: argparse.Namespace) -> int:
+    for cfg in configs_for(args):
+        terms = cfg.flops_terms()
+        print(f"{cfg.name}: N={cfg.active_params() / 1e9:.3f} B active, {cfg.total_params() / 1e9:.3f} B total, "
+              f"T={cfg.tokens_per_step()} tokens/step, FLOPs/step={sum(terms.values()):.4e} "
+              f"(dense {terms['dense']:.3e}, attention {terms['attention']:.3e}, logits {terms['logits']:.3e})")
+    return errors.PASSED
+
+
+# --------------------------------------------------------------------------------------------- torch side
+
+
+def _optimizer_name(opt: Any) -> str:
+    inner = getattr(opt, "chained_optimizers", None) or [opt]
+    names = set()
+    for o in inner:
+        base = getattr(o, "optimizer", o)
+        names.add(f"{type(base).__module__.split('.')[0]}.{type(base).__name__}")
+    return ",".join(sorted(names))
+
+
+def _model(cfg: BenchConfig, spec: str, tp: int, cpu: bool) -> tuple[Any, Any]:
+    import torch
+    import torch.nn.functional as F
+    from megatron.core.models.gpt import gpt_layer_specs as specs
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    moe: dict[str, Any] = {}
+    if cfg.moe:
+        moe = dict(
+            num_moe_experts=cfg.experts, moe_router_topk=cfg.topk, moe_ffn_hidden_size=cfg.moe_ffn,
+            moe_token_dispatcher_type="allgather" if cpu else "alltoall",
+            moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2,
+            moe_grouped_gemm=spec == "te",
+        )
+    dtype = torch.float32 if cpu else torch.bfloat16
+    config = TransformerConfig(
+        num_layers=cfg.layers, hidden_size=cfg.hidden, num_attention_heads=cfg.heads,
+        num_query_groups=cfg.kv_heads, ffn_hidden_size=cfg.ffn, gated_linear_unit=cfg.gated,
+        activation_func=F.silu, add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0,
+        tensor_model_parallel_size=tp, sequence_parallel=spec == "te" and tp > 1,
+        bf16=not cpu, params_dtype=dtype, pipeline_dtype=dtype, use_cpu_initialization=cpu,
+        calculate_per_token_loss=True, **moe,
+    )
+    experts = cfg.experts if cfg.moe else None
+    if spec == "te":
+        layer_spec = specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts,
+                                                                      moe_grouped_gemm=bool(cfg.moe))
+    else:
+        layer_spec = specs.get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False)
+    model = GPTModel(config=config, transformer_layer_spec=layer_spec, vocab_size=cfg.vocab,
+                     max_sequence_length=cfg.seq, pre_process=True, post_process=True,
+                     share_embeddings_and_output_weights=False,
+                     position_embedding_type="learned_absolute" if cpu else "rope")
+    if not cpu:
+        model.cuda(torch.cuda.current_device())
+    return model, config
+
+
+def run_one(cfg: BenchConfig, spec: str, args: argparse.Namespace, world: int) -> dict[str, Any]:
+    """Build, warm up, time; returns the measured record (raises on failure)."""
+    import torch
+    from megatron.core import parallel_state as ps
+
+    from smoke.kit import megatron
+
+    cpu = args.cpu
+    gc.collect()  # what an earlier run in this process left must not count towards this run's memory
+    before_gib = None
+    if not cpu:
+        torch.cuda.empty_cache()
+        before_gib = torch.cuda.memory_allocated() / 2**30
+    t0 = time.perf_counter()
+    megatron.init_parallel(tp=args.tp, cpu=cpu, timeout_s=args.timeout, seed=1234)
+    dp = ps.get_data_parallel_world_size()
+    model, config = _model(cfg, spec, args.tp, cpu)
+    chunks, opt = megatron.wrap([model], config, dist_opt=args.dist_opt and not cpu, cpu=cpu, lr=1e-4,
+                                weight_decay=0.01, check_for_nan=False)
+    device = torch.device("cpu") if cpu else torch.device("cuda", torch.cuda.current_device())
+    gen = torch.Generator().manual_seed(7 + ps.get_data_parallel_rank())
+    tokens = torch.randint(0, cfg.vocab, (cfg.micro_batches, cfg.micro_batch, cfg.seq + 1), generator=gen).to(device)
+    positions = torch.arange(cfg.seq, device=device)[None].expand(cfg.micro_batch, -1)
+    mask = None
+    if spec == "local":  # TE's causal attention needs no mask; the local spec's softmax takes one
+        mask = torch.triu(torch.ones(cfg.seq, cfg.seq, dtype=torch.bool, device=device), diagonal=1)[None, None]
+    batches = [{"tokens": tokens[i, :, :-1].contiguous(), "labels": tokens[i, :, 1:].contiguous(),
+                "position_ids": positions, "attention_mask": mask} for i in range(cfg.micro_batches)]
+    dp_group = ps.get_data_parallel_group()
+
+    def step() -> Any:
+        reduced, _ = megatron.train_step(chunks, opt, batches, seq=cfg.seq, micro_batch=cfg.micro_batch)
+        return megatron.reduced_pair(reduced, dp_group)
+
+    if not cpu:
+        torch.cuda.synchronize()
+    build_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    for _ in range(args.warmup):
+        step()
+    if not cpu:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    warmup_s = time.perf_counter() - t1
+    marks: list[tuple[Any, Any]] = []
+    pairs = []
+    for _ in range(args.steps):  # timed with CUDA events: the host runs ahead as a training loop's does
+        if cpu:
+            start = time.perf_counter()
+            pairs.append(step())
+            marks.append((start, time.perf_counter()))
+        else:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            pairs.append(step())
+            end.record()
+            marks.append((begin, end))
+    if cpu:
+        step_s = [b - a for a, b in marks]
+        peak_gib = reserved_gib = None
+    else:
+        torch.cuda.synchronize()
+        step_s = [a.elapsed_time(b) / 1000.0 for a, b in marks]
+        peak_gib = torch.cuda.max_memory_allocated() / 2**30
+        reserved_gib = torch.cuda.max_memory_reserved() / 2**30
+    loss = [float(p[0] / p[1]) for p in pairs]
+    record = {
+        "config": cfg.name, "spec": spec, "status": "ok", "error": None,
+        "world_size": world, "dp": dp, "tp": args.tp, "sequence_parallel": bool(config.sequence_parallel),
+        "micro_batch": cfg.micro_batch, "micro_batches": cfg.micro_batches, "seq": cfg.seq,
+        "tokens_per_step": cfg.tokens_per_step(dp),
+        "step_ms": [round(t * 1000, 3) for t in step_s],
+        "step_ms_median": bench_model.median(step_s) * 1000,
+        "step_ms_min": min(step_s) * 1000, "step_ms_max": max(step_s) * 1000,
+        "build_s": build_s, "warmup_s": warmup_s,
+        "peak_mem_gib": peak_gib, "peak_reserved_gib": reserved_gib, "allocated_before_gib": before_gib,
+        "loss": loss, "loss_first": loss[0], "loss_last": loss[-1],
+        "attention_backend": te.attention_backend(spec), "optimizer": _optimizer_name(opt),
+    }
+    ps.destroy_model_parallel()
+    return record
+
+
+def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
+    t_start = time.time()
+    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+    try:
+        import torch
+
+        if args.cpu:
+            from smoke.kit import cpu_shim
+
+            cpu_shim.install()
+        import megatron.core
+
+        if args.cpu:
+            cpu_shim.patch_megatron()
+        from smoke.kit import envinfo, megatron
+    except ImportError as exc:
+        raise errors.CouldNotRun(f"{exc}: run in an image with torch and megatron-core") from exc
+
+    te_ok, te_error = te.state(not args.cpu)
+    specs = (["local", "te"] if te_ok else ["local"]) if args.specs == ["auto"] else args.specs
+    if "te" in specs and not te_ok:
+        raise errors.CouldNotRun(te_error or "--specs te needs Transformer Engine: it is not installed")
+    rank, world = megatron.init_process_group(args.cpu, args.timeout)
+    t_ready = time.time()
+    packages = envinfo.packages()
+    gpu = "CPU (gloo)" if args.cpu else torch.cuda.get_device_name()
+    peak, peak_source = (None, "CPU run: no peak") if args.cpu else bench_model.peak_tflops(gpu)
+    stack = bench_gate.stack_key(args.stack, packages)
+    results = []
+    for cfg in configs_for(args):
+        for spec in specs:
+            key = {"gpu": gpu, "stack": stack, "config": cfg.name, "spec": spec, "world_size": world}
+            try:
+                rec = run_one(cfg, spec, args, world)
+                rec.update(bench_model.throughput(cfg, rec["step_ms_median"] / 1000, world, rec["dp"], peak))
+            except Exception as exc:  # record and go on: one failing config must not hide the others
+                if rank == 0:
+                    traceback.print_exc()
+                rec = {"status": "error", "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+                if not args.cpu:
+                    torch.cuda.empty_cache()
+            rec = {**key, **rec}
+            results.append(rec)
+            if rank == 0:
+                print(_line(rec), flush=True)
+    status, judged = bench_gate.gate(results, args.baseline_data, args.max_drop_pct)
+    if te_error:
+        status = "failed"
+    bench = {
+        "schema": bench_gate.RESULT_SCHEMA, "status": status, "error": te_error,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": ["python", "-m", "smoke.bench", *sys.argv[1:]],
+        "gpu": gpu, "world_size": world, "stack": stack, "packages": packages,
+        "cudnn_loaded": te.cudnn_libraries(), "cudnn_torch": None if args.cpu else te.torch_cudnn(),
+        "cudnn_home": os.environ.get("CUDNN_HOME") or os.environ.get("CUDNN_PATH"),
+        "te_available": te_ok, "specs": specs, "warmup": args.warmup, "steps": args.steps,
+        "peak_tflops": peak, "peak_source": peak_source, "formula": FORMULA,
+        "configs": {cfg.name: cfg.to_dict() for cfg in configs_for(args)},
+        "baselines_file": args.baselines, "results": judged,
+        "timing": {"imports_init_s": t_ready - t_start, "total_s": time.time() - t_start},
+    }
+    megatron.teardown()
+    return (rank, bench)
+
+
+def _line(rec: dict[str, Any]) -> str:
+    if rec.get("status") == "error":
+        return f"[bench] {rec['config']}/{rec['spec']}: ERROR {rec['error']}"
+    mfu = rec.get("mfu")
+    return (f"[bench] {rec['config']}/{rec['spec']}: {rec['step_ms_median']:.1f} ms/step "
+            f"(min {rec['step_ms_min']:.1f}, max {rec['step_ms_max']:.1f}), {rec['tokens_per_s']:,.0f} tokens/s, "
+            f"{rec['tflops_per_gpu']:.1f} TFLOP/s/GPU, MFU {'–' if mfu is None else f'{mfu * 100:.1f} %'}, "
+            f"peak {rec['peak_mem_gib'] or 0:.1f} GiB, attention {rec['attention_backend']}, opt {rec['optimizer']}")
+
+
+def write_outputs(bench: dict[str, Any], args: argparse.Namespace) -> None:
+    text = bench_gate.render_markdown(bench)
+    print(text, flush=True)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "bench.json").write_text(json.dumps(bench, indent=2, default=str) + "\n")
+        (out / "bench.md").write_text(text)
+    if args.certificate:
+        from smoke import certificate
+
+        cert_dir = Path(args.certificate)
+        cert = json.loads((cert_dir / "certificate.json").read_text())
+        certificate.write(bench_gate.attach(cert, bench), cert_dir)
+    if args.write_baselines:
+        path = Path(args.write_baselines)
+        current = bench_gate.load_baselines(path) if path.is_file() else None
+        merged = bench_gate.merge_baselines(current, bench)
+        path.write_text(json.dumps(merged, indent=2) + "\n")
+        print(f"[bench] baselines written to {path}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        args = normalise(args)
+        if args.dry_run:
+            return dry_run(args)
+        rank, bench = measure(args)
+    except errors.CouldNotRun as exc:
+        print(f"bench: could not run: {exc}", file=sys.stderr)
+        return errors.COULD_NOT_RUN
+    if rank == 0:
+        write_outputs(bench, args)
+    return errors.FAILED if bench["status"] == "failed" else errors.PASSED
+

@@ -1,0 +1,54 @@
+"""Whether Transformer Engine is usable here, and what it chose: the same answer for every program."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+
+def state(wanted: bool) -> tuple[bool, str | None]:
+    """(TE usable, why not). Not wanted (a CPU run, the local spec) or not installed: (False, None).
+    An installed TE that fails to import is an error to report, never a silent skip."""
+    if not wanted or importlib.util.find_spec("transformer_engine") is None:
+        return False, None
+    try:
+        import transformer_engine.pytorch  # noqa: F401
+    except Exception as exc:  # a broken TE install: report it, do not hide it
+        return False, f"transformer_engine is installed but does not import: {exc}".splitlines()[0]
+    return True, None
+
+
+def cudnn_libraries() -> list[str]:
+    """libcudnn main libraries mapped into this process (two different copies: TE may go unfused)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    return sorted({line.split()[-1] for line in maps.splitlines() if "/libcudnn.so" in line})
+
+
+def torch_cudnn() -> int | str | None:
+    """torch's cuDNN version, or the error torch raises when TE loaded a different cuDNN."""
+    import torch
+
+    try:
+        return torch.backends.cudnn.version()
+    except RuntimeError as exc:  # two cuDNNs in one process: torch refuses the one TE loaded
+        return f"error: {exc}".splitlines()[0][:200]
+
+
+def attention_backend(spec: str) -> str:
+    """What TE's DotProductAttention last chose (read from TE's module state), or the local spec's."""
+    if spec != "te":
+        return "local (unfused, torch softmax)"
+    try:
+        from transformer_engine.pytorch.attention.dot_product_attention import _attention_backends as b
+    except Exception:  # older/newer TE without this state: say so rather than guess
+        return "te (backend not readable)"
+    if b.get("use_flash_attention"):
+        return f"te flash ({b.get('flash_attention_backend')})"
+    if b.get("use_fused_attention"):
+        return f"te fused ({str(b.get('fused_attention_backend')).split('.')[-1]})"
+    if b.get("use_unfused_attention"):
+        return "te unfused"
+    return "te (not selected yet)"

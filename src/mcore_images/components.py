@@ -1,0 +1,157 @@
+"""The component catalogue: what each versioned part of an image is, written once.
+
+A component is something a stack pins in env/stacks.json (under the component's ``key``) and an image
+carries. Everything that needs to know about components derives it from ``CATALOGUE``: the OCI labels
+docker-bake.hcl sets (its generated ``COMPONENTS`` block), the stack fields and their validation, the
+lock inputs and which lock layer a pin change re-resolves, the README stacks table, promotion's label
+and certificate checks, the image tests' version and import checks, and the package list the smoke
+certificate records. Adding a component is one entry here, its pin in each stack of env/stacks.json,
+and the Dockerfile step that installs it (docs/contributing.md).
+
+Standard library only: the smoke suite imports this module inside images, next to torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+LAYERS = ("base", "kernels", "runtime", "app")
+"""Image layers, bottom up; each has its own tag."""
+
+LOCK_LAYERS = ("base", "builder", "kernels", "runtime", "app")
+"""Lock files per stack (env/locks/<stack>/<layer>.txt); the builder is a side branch off base."""
+
+NONE = "none"
+"""The pin of a component a stack does not carry."""
+
+FROM_BASE = "base"
+"""The pin of a component the base image itself provides (NGC's apex)."""
+
+PIN_KINDS = ("version", "major_minor", "commit")
+"""How a pin is written and compared: a PEP 440 version (compared by public release), a major.minor
+version (Python, CUDA: any patch release matches), or a 40-hex git commit (a source checkout)."""
+
+
+@dataclass(frozen=True)
+class Component:
+    """One versioned component. Field docs say which consumer reads what."""
+
+    key: str
+    """The field in env/stacks.json that pins it (also `Stack.<key>`, `--set <key>=…`)."""
+    label: str
+    """The OCI label ``io.mcore-images.<label>`` on every image from ``layer`` up."""
+    title: str
+    """How README and messages name it."""
+    layer: str
+    """The image layer that adds it (its label and checks apply from there up)."""
+    lock_layer: str | None
+    """The lowest lock layer a change of its pin can change (None: a pin change touches no lock)."""
+    pin: str = "version"
+    """One of PIN_KINDS."""
+    distributions: tuple[str, ...] = ()
+    """PyPI distributions: the first is the one whose version the pin names; the others are names the
+    same install may carry (megatron_core) or its sibling wheels (TE's extension)."""
+    modules: tuple[str, ...] = ()
+    """Imports that must work where the component is pinned, and fail with ModuleNotFoundError where it
+    is 'none' (the image tests' import checks)."""
+    requirements: tuple[str, ...] = ()
+    """Lock inputs, formatted with ``version`` (the pin) and ``cuda_major``."""
+    source: str | None = None
+    """A stack field saying where the component comes from; the lock lists it only for LOCKED_SOURCES."""
+    certificate: str | None = None
+    """Its key under the certificate's environment.packages (None: recorded elsewhere, e.g. CUDA)."""
+
+    @property
+    def oci_label(self) -> str:
+        return f"io.mcore-images.{self.label}"
+
+    @property
+    def distribution(self) -> str | None:
+        return self.distributions[0] if self.distributions else None
+
+    def short(self, pin: str) -> str:
+        """The pin as tags and tables show it (a commit by its first 8 digits)."""
+        return pin[:8] if self.pin == "commit" and len(pin) == 40 else pin
+
+    def lock_requirements(self, stack: Any) -> list[str]:
+        """What this component adds to the lock of its layer for a stack (any object with the stack's
+        fields as attributes); [] when it adds nothing (absent, from the base image, or not locked)."""
+        version = getattr(stack, self.key)
+        if version in (NONE, FROM_BASE) or not self.requirements:
+            return []
+        if self.source and getattr(stack, self.source) not in LOCKED_SOURCES:
+            return []
+        return [r.format(version=version, cuda_major=stack.cuda.split(".")[0]) for r in self.requirements]
+
+
+LOCKED_SOURCES = ("pypi", "build")
+"""Sources whose packages the locks pin (`base` means the base image provides them)."""
+
+CATALOGUE: tuple[Component, ...] = (
+    Component("python", "python", "Python", "base", "base", pin="major_minor", certificate="python"),
+    Component("cuda", "cuda", "CUDA", "base", "base", pin="major_minor"),
+    Component("torch", "torch", "torch", "base", "base", distributions=("torch",), modules=("torch",),
+              requirements=("torch=={version}",), source="torch_source", certificate="torch"),
+    Component("te", "te", "TE", "kernels", "kernels",
+              distributions=("transformer-engine", "transformer-engine-torch"),
+              modules=("transformer_engine", "transformer_engine.pytorch"),
+              requirements=("transformer-engine=={version}", "transformer-engine-cu{cuda_major}=={version}"),
+              source="te_source", certificate="transformer-engine"),
+    # apex is compiled from its git source (a commit), so a change re-runs the builder's compile step.
+    Component("apex", "apex", "apex", "kernels", "builder", pin="commit", distributions=("apex",),
+              modules=("apex", "fused_layer_norm_cuda", "amp_C", "fused_weight_gradient_mlp_cuda"),
+              certificate="apex"),
+    Component("mcore", "mcore", "megatron-core", "runtime", "runtime",
+              distributions=("megatron-core", "megatron_core"),
+              modules=("megatron.core", "megatron.core.parallel_state", "megatron.core.models.gpt"),
+              requirements=("megatron-core=={version}",), certificate="megatron-core"),
+    Component("mbridge", "mbridge", "mbridge", "runtime", "runtime", distributions=("mbridge",),
+              modules=("mbridge",), requirements=("mbridge[megatron]=={version}",), certificate="mbridge"),
+    Component("megatron_bridge", "megatron-bridge", "Megatron-Bridge", "runtime", "runtime",
+              distributions=("megatron-bridge", "megatron_bridge"), modules=("megatron.bridge",),
+              requirements=("megatron-bridge=={version}",), certificate="megatron-bridge"),
+    Component("verl", "verl", "verl", "app", "app", distributions=("verl",), modules=("verl",),
+              requirements=("verl=={version}",), certificate="verl"),
+)
+
+BY_KEY: dict[str, Component] = {c.key: c for c in CATALOGUE}
+BY_LABEL: dict[str, Component] = {c.label: c for c in CATALOGUE}
+KEYS: tuple[str, ...] = tuple(c.key for c in CATALOGUE)
+
+
+def of_layer(layer: str) -> list[Component]:
+    """The components an image layer adds."""
+    return [c for c in CATALOGUE if c.layer == layer]
+
+
+def labelled_in(layer: str) -> list[Component]:
+    """The components whose label an image of ``layer`` carries (its own and its parents')."""
+    return [c for c in CATALOGUE if LAYERS.index(c.layer) <= LAYERS.index(layer)]
+
+
+def certificate_packages() -> tuple[str, ...]:
+    """The package keys a certificate records, in catalogue order."""
+    return tuple(c.certificate for c in CATALOGUE if c.certificate)
+
+
+def by_certificate(key: str) -> Component:
+    return next(c for c in CATALOGUE if c.certificate == key)
+
+
+def check() -> list[str]:
+    """Problems with the catalogue itself (a test keeps this empty)."""
+    problems = []
+    for c in CATALOGUE:
+        if c.layer not in LAYERS:
+            problems.append(f"{c.key}: layer {c.layer!r} is not one of {LAYERS}")
+        if c.lock_layer is not None and c.lock_layer not in LOCK_LAYERS:
+            problems.append(f"{c.key}: lock_layer {c.lock_layer!r} is not one of {LOCK_LAYERS}")
+        if c.pin not in PIN_KINDS:
+            problems.append(f"{c.key}: pin kind {c.pin!r} is not one of {PIN_KINDS}")
+        if (c.requirements or c.modules) and not c.distributions:
+            problems.append(f"{c.key}: requirements or modules without a distribution")
+    for name, index in (("key", BY_KEY), ("label", BY_LABEL)):
+        if len(index) != len(CATALOGUE):
+            problems.append(f"two components share a {name}")
+    return problems

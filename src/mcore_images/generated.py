@@ -1,0 +1,136 @@
+"""Generated regions of hand-written files: each has a writer (`make update`) and a checker (`make validate`).
+
+A region sits between two marker lines in its file and is rendered from the one place its facts live:
+
+- README.md, the stacks table: from env/stacks.json and the component catalogue;
+- docker-bake.hcl, the ``COMPONENTS`` and ``LAYER_ORDER`` variables its labels are computed from:
+  from the catalogue (components.py), so bake labels every component without a list of its own.
+
+The locks (env/locks) are the other generated files; lock.py writes and checks them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mcore_images import components, lock, plan
+from mcore_images.command import Command, print_json
+from mcore_images.errors import InputError
+from mcore_images.stacks import load_stacks, repo_root, stacks_file
+
+
+@dataclass(frozen=True)
+class Region:
+    path: str
+    begin: str
+    end: str
+    render: Callable[[Path], str]
+
+    def current(self, root: Path) -> tuple[str, int, int]:
+        """(file text, start, stop): the region's body is text[start:stop]."""
+        text = (root / self.path).read_text()
+        start, stop = text.find(self.begin), text.find(self.end)
+        if start < 0 or stop < start:
+            raise InputError(f"{self.path}: the generated region's markers are missing ({self.begin!r} … "
+                             f"{self.end!r}); restore them from git")
+        start = text.index("\n", start) + 1
+        return text, start, stop
+
+
+def _readme_table(root: Path) -> str:
+    stacks = load_stacks(stacks_file(root))
+    return plan.render_markdown(plan.make_plan(list(stacks.values()))) + "\n"
+
+
+def _bake_components(root: Path) -> str:
+    order = ", ".join(f"{layer} = {i}" for i, layer in enumerate(components.LAYERS))
+    rows = "\n".join(f'    {{ key = "{c.key}", label = "{c.label}", layer = "{c.layer}" }},'
+                     for c in components.CATALOGUE)
+    return (f'variable "LAYER_ORDER" {{\n  default = {{ {order} }}\n}}\n\n'
+            f'variable "COMPONENTS" {{\n  default = [\n{rows}\n  ]\n}}\n')
+
+
+REGIONS: tuple[Region, ...] = (
+    Region("README.md", "<!-- stacks:begin", "<!-- stacks:end -->", _readme_table),
+    Region("docker-bake.hcl", "# components:begin", "# components:end", _bake_components),
+)
+
+
+def stale(root: Path) -> list[str]:
+    """Regions whose text differs from what their source renders, one line each with the fix."""
+    problems = []
+    for region in REGIONS:
+        text, start, stop = region.current(root)
+        if text[start:stop] != region.render(root):
+            problems.append(f"{region.path}: the generated region after {region.begin!r} is out of date; "
+                            "run `make update`")
+    return problems
+
+
+def update(root: Path) -> list[str]:
+    """Rewrite every stale region; returns the files changed."""
+    changed = []
+    for region in REGIONS:
+        text, start, stop = region.current(root)
+        body = region.render(root)
+        if text[start:stop] != body:
+            (root / region.path).write_text(text[:start] + body + text[stop:])
+            changed.append(region.path)
+    return changed
+
+
+def _update_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-locks", action="store_true",
+                   help="rewrite the generated regions only, not the locks (the locks need uv and PyPI)")
+
+
+def _update(args: argparse.Namespace) -> int:
+    root = repo_root()
+    report: dict[str, object] = {"regions": update(root), "locks": {}}
+    if not args.no_locks:
+        for stack in load_stacks().values():
+            first, written = lock.update_locks(stack)
+            report["locks"][stack.name] = {"from_layer": first, "written": [str(p) for p in written]}  # type: ignore[index]
+    if args.json:
+        print_json(report)
+        return 0
+    for path in report["regions"]:  # type: ignore[attr-defined]
+        print(f"rewrote the generated region of {path}")
+    for name, result in report["locks"].items():  # type: ignore[attr-defined]
+        print(f"{name}: locks current" if result["from_layer"] is None
+              else f"{name}: locks re-resolved from layer '{result['from_layer']}' up")
+    if not report["regions"] and args.no_locks:
+        print("generated regions current")
+    return 0
+
+
+def validation_problems(root: Path) -> list[str]:
+    """Every derived file out of step with its source (env/stacks.json is read, so its schema is checked)."""
+    problems = stale(root)
+    for stack in load_stacks(stacks_file(root)).values():
+        problems += lock.check_locks(stack, root)
+    return problems
+
+
+def _validate(args: argparse.Namespace) -> int:
+    problems = validation_problems(repo_root())
+    if args.json:
+        print_json({"problems": problems})
+    else:
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        if not problems:
+            print("generated files current: README stacks table, docker-bake.hcl components, locks")
+    return 1 if problems else 0
+
+
+COMMANDS = (
+    Command("update", "rewrite every generated file from its source: README stacks table, bake components, locks",
+            _update_arguments, _update, prints_data=True),
+    Command("validate", "check every generated file against its source (exit 1 when one is stale)",
+            lambda p: None, _validate, prints_data=True),
+)

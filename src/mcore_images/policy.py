@@ -1,0 +1,157 @@
+"""What promotion demands of a certificate and an image: pure judgement, no registry I/O.
+
+A certificate may give a digest public tags only when it is well-formed (schema
+``mcore-images/smoke-certificate/v1``), passed (the smoke, the image tests, the bridge check), was made
+for this very registry digest, is fresh, came from GPUs where the policy asks for them, and the image's
+labels are the stack's pins in env/stacks.json and agree with what the certificate measured. Each
+function returns the problems it finds, one line each with its fix; promote.py and verify.py act on them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mcore_images import components, images, schemas
+from mcore_images.errors import InputError
+from mcore_images.images import ImageRef
+from mcore_images.stacks import Stack
+from mcore_images.versions import pin_satisfied
+
+CERTIFIED_LAYERS = ("runtime", "app")
+"""Layers that carry megatron-core, so the smoke can certify them; only these get public tags."""
+MAX_AGE_DAYS = 7.0
+CLOCK_SKEW = dt.timedelta(hours=1)
+
+
+def load_certificate(path: Path) -> dict[str, Any]:
+    """certificate.json as `mcore-images certify` writes it; InputError naming what is malformed."""
+    try:
+        cert = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"certificate {path} not found: download the gpu-smoke run's certificate artifact "
+                         "(or run `mcore-images certify IMAGE@DIGEST`)") from None
+    except ValueError as exc:
+        raise InputError(f"certificate {path} is malformed (not JSON: {exc}): use the certificate.json "
+                         "that `mcore-images certify` wrote, unedited") from None
+    problems = shape_problems(cert)
+    if problems:
+        raise InputError(f"certificate {path} is malformed ({'; '.join(problems)}): use the certificate.json "
+                         "that `mcore-images certify` wrote, unedited")
+    return cert
+
+
+def shape_problems(cert: Any) -> list[str]:
+    """What promotion reads from a certificate, and its types (empty when all is there)."""
+    if not isinstance(cert, dict):
+        return ["not a JSON object"]
+    if cert.get("schema") != schemas.CERTIFICATE:
+        return [f"schema {cert.get('schema')!r} is not {schemas.CERTIFICATE!r}"]
+    wanted: list[tuple[str, Any, type | tuple[type, ...]]] = [
+        ("status", cert.get("status"), str),
+        ("exit_code", cert.get("exit_code"), int),
+        ("created", cert.get("created"), str),
+        ("runs", cert.get("runs"), list),
+        ("image", cert.get("image"), dict),
+        ("certify", cert.get("certify"), dict),
+        ("image_tests", cert.get("image_tests"), dict),
+        ("environment", cert.get("environment"), dict),
+    ]
+    problems = [f"{key} missing or not {getattr(t, '__name__', t)}" for key, value, t in wanted
+                if not isinstance(value, t)]
+    if problems:
+        return problems
+    image, env = cert["image"], cert["environment"]
+    if not isinstance(image.get("digest"), str) or not isinstance(image.get("digest_source"), str):
+        problems.append("image.digest / image.digest_source missing (certify binds them)")
+    if not isinstance(cert["certify"].get("status"), str):
+        problems.append("certify.status missing")
+    if not isinstance(env.get("packages"), dict):
+        problems.append("environment.packages missing")
+    if created(cert) is None:
+        problems.append(f"created {cert['created']!r} is not an ISO 8601 time with a zone")
+    return problems
+
+
+def created(cert: Mapping[str, Any]) -> dt.datetime | None:
+    try:
+        when = dt.datetime.fromisoformat(str(cert.get("created")))
+    except ValueError:
+        return None
+    return when if when.tzinfo else None
+
+
+def certificate_problems(cert: Mapping[str, Any], image: ImageRef, now: dt.datetime,
+                         max_age_days: float = MAX_AGE_DAYS, require_gpu: bool = True) -> list[str]:
+    """Why this (well-formed) certificate cannot promote this digest, each with its fix."""
+    problems = []
+    verdict, smoke = cert["certify"]["status"], cert["status"]
+    if verdict != "passed" or smoke != "passed":
+        error = f": {cert['error']}" if cert.get("error") else ""
+        problems.append(f"the certificate did not pass (certify {verdict}, smoke {smoke}, exit "
+                        f"{cert['exit_code']}{error}); fix the image and certify it again")
+    tests = cert["image_tests"]
+    if tests.get("skipped"):
+        problems.append("the image tests were skipped (--skip-image-tests); certify again without it")
+    elif not tests.get("passed"):
+        problems.append(f"the image tests failed ({tests.get('summary', '')}); fix them and certify again")
+    gpus = (cert["environment"].get("gpu") or {}).get("count") or 0
+    if require_gpu and (not isinstance(gpus, int) or gpus < 1):
+        problems.append("the smoke ran on no GPU (a --cpu run?); certify on a GPU runner")
+    if cert["image"]["digest"] != image.digest:
+        problems.append(f"the certificate is for {cert['image']['digest']}, not {image.digest}; certify this "
+                        "digest (gpu-smoke.yml) or promote the digest the certificate names")
+    elif not cert["image"]["digest_source"].startswith("RepoDigests"):
+        problems.append("the certificate bound a local image ID, not a registry digest; certify the candidate "
+                        "pulled by digest")
+    when = created(cert)
+    assert when is not None  # shape_problems checked it
+    age = now - when
+    if age < -CLOCK_SKEW:
+        problems.append(f"the certificate was created in the future ({cert['created']}); check the GPU "
+                        "runner's clock and certify again")
+    elif age > dt.timedelta(days=max_age_days):
+        problems.append(f"the certificate is stale: {age.total_seconds() / 86400:.1f} days old (created "
+                        f"{cert['created']}), the limit is {max_age_days:g} days; certify again (gpu-smoke.yml) "
+                        "or pass --max-age-days")
+    return problems
+
+
+def image_problems(labels: Mapping[str, str], stack: Stack, cert: Mapping[str, Any],
+                   layer: str | None = None) -> tuple[str, list[str]]:
+    """(layer, problems): the image is the stack and layer asked for, built from env/'s pins, and is
+    what the certificate measured (every catalogue component its layer labels)."""
+    label_stack = labels.get(images.label("stack"))
+    if not label_stack:
+        return "", ["the image carries no io.mcore-images.stack label: it is not an mcore-images build"]
+    if label_stack != stack.name:
+        return "", [f"the image is stack '{label_stack}', not '{stack.name}'; pass --stack {label_stack} "
+                    f"or the digest of a '{stack.name}' candidate"]
+    image_layer = labels.get(images.label("layer"), "")
+    problems = []
+    if image_layer not in CERTIFIED_LAYERS:
+        problems.append(f"layer '{image_layer}' carries no megatron-core, so no smoke certificate; promote a "
+                        f"{' or '.join(CERTIFIED_LAYERS)} image")
+    if layer and layer != image_layer:
+        problems.append(f"the image is layer '{image_layer}', not '{layer}'; drop --layer or pass its digest")
+    env = cert["environment"]
+    packages = env.get("packages") or {}
+    for comp in components.CATALOGUE:
+        label = labels.get(comp.oci_label)
+        if label is None:
+            continue  # this layer does not carry the component
+        pinned = stack.pins[comp.key]
+        if label != pinned:
+            problems.append(f"the image says {comp.label}={label} but env/stacks.json pins {pinned} for "
+                            f"'{stack.name}'; promote from the commit that built it")
+        # CUDA is what torch was built for (environment.cuda); the rest are recorded packages.
+        have = env.get("cuda") if comp.key == "cuda" else packages.get(comp.certificate) if comp.certificate else None
+        if comp.certificate is None and comp.key != "cuda":
+            continue
+        if not pin_satisfied(comp.pin, label, None if have is None else str(have)):
+            problems.append(f"the certificate measured {comp.certificate or comp.key} {have or 'absent'} but the "
+                            f"image is labelled {comp.label}={label}; the certificate is not for this image")
+    return image_layer, problems

@@ -1,0 +1,12 @@
+"""Identifiers of the JSON documents the project writes, in one place.
+
+Standard library only: the smoke suite (which writes certificates, bench results and bridge reports
+inside images) imports it next to torch, and the host tooling reads the same names back.
+"""
+
+CERTIFICATE = "mcore-images/smoke-certificate/v1"
+BENCH = "mcore-images/bench/v1"
+BENCH_BASELINES = "mcore-images/bench-baselines/v1"
+BRIDGE = "mcore-images/bridge-check/v1"
+CERTIFICATE_ARTIFACT = "application/vnd.mcore-images.certificate.v1+json"
+"""The OCI artifact type of a certificate attached to an image digest as a referrer."""

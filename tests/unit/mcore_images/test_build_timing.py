@@ -1,0 +1,46 @@
+"""Parsing BuildKit's plain output into per-stage cached/built, and the layer-reuse verdict."""
+
+from __future__ import annotations
+
+from mcore_images import build_timing
+
+LOG = """\
+#11 [base-debian os-debian 1/2] FROM docker.io/mcore-images/base-debian:trixie@sha256:be6b
+#11 DONE 0.0s
+#12 [base-debian base 1/1] RUN --mount=type=bind,source=docker/install-lock.sh
+#12 CACHED
+#14 [kernels-debian builder 1/2] RUN if [ debian != ngc ]
+#14 CACHED
+#15 [kernels-debian kernels-build 2/3] RUN --mount=type=bind,source=docker/build-te.sh
+#15 CACHED
+#16 [runtime-debian kernels 1/1] RUN --mount=type=bind,source=docker/install-lock.sh
+#16 CACHED
+#18 [runtime-debian runtime 1/6] RUN --mount=type=bind,source=docker/install-lock.sh
+#18 12.3 Successfully installed megatron-core-0.16.0
+#18 DONE 14.2s
+#19 [runtime-debian runtime 2/6] COPY smoke /opt/mcore-images/smoke
+#19 CACHED
+"""
+
+
+def test_stage_status() -> None:
+    status = build_timing.stage_status(LOG)
+    assert status == {"base": "cached", "builder": "cached", "kernels-build": "cached", "kernels": "cached",
+                      "runtime": "built"}
+
+
+def test_reuse_check_passes_and_fails() -> None:
+    good = build_timing.Run("mcore", [], 30.0, 0, build_timing.stage_status(LOG))
+    assert build_timing.check_reuse(good, ("base", "kernels")) == []
+    rebuilt = LOG.replace("#16 CACHED", "#16 DONE 40.0s")
+    bad = build_timing.Run("mcore", [], 90.0, 0, build_timing.stage_status(rebuilt))
+    assert build_timing.check_reuse(bad, ("base", "kernels")) == ["kernels was built, expected cached"]
+    failed = build_timing.Run("mcore", [], 1.0, 1, {})
+    assert build_timing.check_reuse(failed, ("base",))[0].startswith("build failed")
+
+
+def test_markdown_ratio() -> None:
+    runs = [build_timing.Run("cold", [], 1000.0, 0, {"base": "built"}),
+            build_timing.Run("mcore", [], 40.0, 0, {"base": "cached", "runtime": "built"})]
+    table = build_timing.markdown(runs, {"runtime": 9.1})
+    assert "| mcore | 40.0 | 4.0 % |" in table and "| runtime | 9.1 |" in table

@@ -1,0 +1,65 @@
+"""Every compatibility rule: the real stacks pass, and each bad input breaks exactly its rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcore_images import rules
+from mcore_images.stacks import Stack
+from tests.unit.conftest import variant
+
+
+def test_every_stack_in_env_passes(stacks: dict[str, Stack]) -> None:
+    for stack in stacks.values():
+        assert rules.check(stack) == [], stack.name
+
+
+BAD = [
+    ("python-for-mcore", "debian", {"mcore": "0.19.2", "mbridge": "none", "python": "3.11"}),
+    ("torch-min", "debian", {"torch": "2.5.1"}),
+    ("mcore-min", "debian", {"mcore": "0.12.3"}),
+    ("mcore-min", "debian", {"mcore": "none"}),
+    ("mbridge-mcore", "debian", {"mcore": "0.19.2"}),
+    ("mbridge-mcore", "verl-mcore013", {"mcore": "0.17.0", "python": "3.12"}),
+    ("te-cuda", "debian", {"te": "2.6.0"}),
+    ("te-cuda", "debian", {"cuda": "11.8"}),
+    ("torch-cuda", "debian", {"cuda": "12.8"}),
+    ("torch-cuda", "debian", {"torch": "2.9.1"}),
+    ("verl-python", "debian", {"verl": "0.9.1"}),
+    ("verl-python", "debian", {"megatron_bridge": "0.6.2"}),
+    ("apex-base", "cuda", {"apex": "base"}),
+    ("release-pinned", "cuda", {"base_digest": ""}),
+    ("flavor", "debian", {"debian_suite": ""}),
+    ("sources", "debian", {"torch_source": "base"}),
+    ("sources", "debian", {"te_source": "none"}),
+    ("mbridge-transformers", "debian", {"constraints": ()}),
+    ("size-budget", "debian", {"size_budget_gb": {"base": 1.0}}),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "stack_name", "changes"), BAD, ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(BAD)])
+def test_bad_input_breaks_its_rule(stacks: dict[str, Stack], rule_id: str, stack_name: str,
+                                   changes: dict) -> None:
+    violations = rules.check(variant(stacks[stack_name], **changes))
+    assert rule_id in {v.rule for v in violations}, violations
+    line = str(next(v for v in violations if v.rule == rule_id))
+    assert "\n" not in line and "fix:" in line
+
+
+def test_mbridge_boundary_is_measured_release(stacks: dict[str, Stack]) -> None:
+    ok = variant(stacks["debian"], mcore="0.16.1", mbridge="0.15.1")
+    assert not [v for v in rules.check(ok) if v.rule == "mbridge-mcore"]
+
+
+@pytest.mark.parametrize("constraint", ["transformers<5", "transformers<5.0", "transformers<=4.57.6",
+                                        "transformers>=4.40,<5", "transformers==4.*"])
+def test_any_spelling_of_an_upper_bound_below_5_satisfies_the_transformers_rule(
+        stacks: dict[str, Stack], constraint: str) -> None:
+    stack = variant(stacks["debian"], constraints=(constraint,))
+    assert "mbridge-transformers" not in {v.rule for v in rules.check(stack)}
+
+
+@pytest.mark.parametrize("constraint", ["transformers<6", "transformers!=5.0.0", "transformers>4", "torch<5"])
+def test_a_constraint_that_admits_transformers_5_breaks_the_rule(stacks: dict[str, Stack], constraint: str) -> None:
+    stack = variant(stacks["debian"], constraints=(constraint,))
+    assert "mbridge-transformers" in {v.rule for v in rules.check(stack)}

