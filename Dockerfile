@@ -2,7 +2,8 @@
 #
 #   base     OS + Python + PyTorch (from the flavor's base image, or PyPI)
 #   kernels  + Transformer Engine (PyTorch extension compiled here) and apex, built as wheels
-#   runtime  + megatron-core, mbridge, Megatron-Bridge from a hashed lock; env; smoke suite
+#   runtime  + megatron-core, mbridge, Megatron-Bridge from a hashed lock; env; the tooling (smoke
+#            programs, doctor) as the project's wheel in the venv
 #   app      + verl
 #
 # Every version arrives as a build arg from docker-bake.hcl, which reads env/stacks.json; this file
@@ -87,25 +88,29 @@ RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lo
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     /mnt/build/install-lock.sh /mnt/lock.txt
 
+# Compile jobs are planned inside each compile step, from the builder's own CPUs, cgroup and memory,
+# per component (docker/compile-jobs.sh runs the planner, mcore_images/jobs.py, mounted alone). A
+# MAX_JOBS / NVCC_THREADS given to the build arrives as a build secret: it wins over the plan, but
+# like every secret it is not part of the step's cache key, so changing it recompiles nothing.
 FROM builder AS kernels-build
-ARG STACK
 ARG CUDA_VERSION
 ARG TE_VERSION
 ARG TE_SOURCE
 ARG APEX_COMMIT
 ARG CUDA_ARCHS
-ARG MAX_JOBS
-ARG NVCC_THREADS
-# The build args reach the compilers as these variables.
-ENV MAX_JOBS=${MAX_JOBS} \
-    NVCC_THREADS=${NVCC_THREADS} \
-    NVTE_BUILD_THREADS_PER_JOB=${NVCC_THREADS} \
-    NVTE_CUDA_ARCHS=${CUDA_ARCHS} \
+ENV NVTE_CUDA_ARCHS=${CUDA_ARCHS} \
     CCACHE_DIR=/root/.ccache
 RUN mkdir -p /wheels
 RUN --mount=type=bind,source=docker/build-te.sh,target=/mnt/build/build-te.sh \
+    --mount=type=bind,source=docker/compile-jobs.sh,target=/mnt/build/compile-jobs.sh \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/nvcc-retry.sh,target=/mnt/build/nvcc-retry.sh \
+    --mount=type=bind,source=src/mcore_images/__init__.py,target=/mnt/planner/mcore_images/__init__.py \
+    --mount=type=bind,source=src/mcore_images/errors.py,target=/mnt/planner/mcore_images/errors.py \
+    --mount=type=bind,source=src/mcore_images/command.py,target=/mnt/planner/mcore_images/command.py \
+    --mount=type=bind,source=src/mcore_images/jobs.py,target=/mnt/planner/mcore_images/jobs.py \
+    --mount=type=secret,id=max_jobs,required=false \
+    --mount=type=secret,id=nvcc_threads,required=false \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.ccache,sharing=locked \
@@ -115,13 +120,31 @@ RUN --mount=type=bind,source=docker/build-te.sh,target=/mnt/build/build-te.sh \
 # apex from its git source at a pinned commit; an air-gapped site passes the source as the
 # named context `apex` (docker buildx bake --set <target>.contexts.apex=<dir>).
 RUN --mount=type=bind,source=docker/build-apex.sh,target=/mnt/build/build-apex.sh \
+    --mount=type=bind,source=docker/compile-jobs.sh,target=/mnt/build/compile-jobs.sh \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/nvcc-retry.sh,target=/mnt/build/nvcc-retry.sh \
+    --mount=type=bind,source=src/mcore_images/__init__.py,target=/mnt/planner/mcore_images/__init__.py \
+    --mount=type=bind,source=src/mcore_images/errors.py,target=/mnt/planner/mcore_images/errors.py \
+    --mount=type=bind,source=src/mcore_images/command.py,target=/mnt/planner/mcore_images/command.py \
+    --mount=type=bind,source=src/mcore_images/jobs.py,target=/mnt/planner/mcore_images/jobs.py \
+    --mount=type=secret,id=max_jobs,required=false \
+    --mount=type=secret,id=nvcc_threads,required=false \
     --mount=type=bind,from=apex,target=/src/apex,rw \
     --mount=type=cache,target=/root/.ccache,sharing=locked \
     if [ "${APEX_COMMIT}" != none ]; then \
       APEX_COMMIT="${APEX_COMMIT}" CUDA_MAJOR="${CUDA_VERSION%%.*}" /mnt/build/build-apex.sh /src/apex; \
     fi
+
+# The tooling (mcore_images and the smoke programs) as the project's own wheel, for the runtime
+# layer's venv: `mcore-images`, `python -m smoke` and `python -m mcore_images doctor` work in the
+# image's Python and nowhere else (no global PYTHONPATH).
+FROM builder AS tooling-build
+RUN --mount=type=bind,source=pyproject.toml,target=/src/pyproject.toml \
+    --mount=type=bind,source=README.md,target=/src/README.md \
+    --mount=type=bind,source=src/mcore_images,target=/src/src/mcore_images \
+    --mount=type=bind,source=smoke,target=/src/smoke \
+    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+    sh /mnt/build/pip.sh wheel --no-deps --no-build-isolation --no-index -w /tooling /src
 
 # ---------------------------------------------------------------------------------------------
 FROM base AS kernels
@@ -155,17 +178,20 @@ RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lo
  && /mnt/build/check-version.sh megatron-core "${MCORE_VERSION}"
 # Megatron needs one CUDA work queue for TP/CP overlap ordering on pre-Blackwell GPUs; NVLink
 # multicast stays off unless a site turns it on (it can take shared hosts' GPUs down).
+# MCORE_IMAGES_ROOT holds the data the tooling reads (the pins, the bench baselines).
 ENV CUDA_DEVICE_MAX_CONNECTIONS=1 \
     NCCL_NVLS_ENABLE=0 \
     TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
     NVSHMEM_DISABLE_NVLS=1 \
     TORCH_NCCL_ASYNC_ERROR_HANDLING=3 \
     PYTHONUNBUFFERED=1 \
-    PYTHONPATH=/opt/mcore-images \
-    MCORE_IMAGES_STACK=${STACK}
-COPY smoke /opt/mcore-images/smoke
-COPY src/mcore_images /opt/mcore-images/mcore_images
-COPY env/stacks.json env/bench-baselines.json /opt/mcore-images/env/
+    MCORE_IMAGES_STACK=${STACK} \
+    MCORE_IMAGES_ROOT=/opt/mcore-images
+RUN --mount=type=bind,from=tooling-build,source=/tooling,target=/tooling \
+    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+    sh /mnt/build/pip.sh install --no-deps --no-index --no-cache-dir /tooling/*.whl \
+ && python -m pip check
+COPY env/stacks.json env/stacks.schema.json env/bench-baselines.json /opt/mcore-images/env/
 WORKDIR /workspace
 
 # ---------------------------------------------------------------------------------------------

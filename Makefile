@@ -12,18 +12,21 @@ GROUP ?=
 LAYER ?=
 MAX_JOBS ?=
 NVCC_THREADS ?=
+BAKE_ARGS ?=
 IMAGE ?= mcore-images:runtime-$(or $(STACK),debian)
 export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help setup plan jobs lock build base docker-engine lint test test-unit test-image test-image-ci ci smoke certify push bake-print
+.PHONY: help setup plan jobs lock update validate build base docker-engine lint test test-unit test-image \
+	test-image-ci ci smoke certify push bake-print
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: STACK=<name> GROUP=<default|ci|release|all> LAYER=<base|kernels|runtime|app>"
-	@echo "             MAX_JOBS=<n> NVCC_THREADS=<n> (unset: planned by 'mcore-images jobs') IMAGE=<ref>"
+	@echo "             MAX_JOBS=<n> NVCC_THREADS=<n> (unset: planned inside each compile step) IMAGE=<ref>"
+	@echo "             BAKE_ARGS='<extra docker buildx bake arguments>'"
 
 setup: ## install the tooling and test dependencies into the current Python
-	$(PYTHON) -m pip install -q -e '.[test]'
+	$(PYTHON) -m pip install -q -e '.[host,test]'
 
 plan: ## list stacks, targets and tags; fail on a broken compatibility rule
 	$(MCORE) plan $(if $(STACK),--stack $(STACK)) $(if $(GROUP),--group $(GROUP))
@@ -31,8 +34,14 @@ plan: ## list stacks, targets and tags; fail on a broken compatibility rule
 jobs: ## show the MAX_JOBS / NVCC_THREADS the planner picks on this machine
 	$(MCORE) jobs $(if $(MAX_JOBS),--max-jobs $(MAX_JOBS)) $(if $(NVCC_THREADS),--nvcc-threads $(NVCC_THREADS))
 
-lock: ## recompute the hashed locks in env/locks from env/stacks.json (needs uv and PyPI)
+lock: ## re-resolve the stale hashed locks in env/locks (lower layers kept byte for byte; needs uv and PyPI)
 	$(MCORE) lock $(if $(STACK),--stack $(STACK))
+
+update: ## rewrite every generated file from its source: README stacks table, bake components, locks
+	$(MCORE) update
+
+validate: ## check every generated file against its source (what CI runs; offline)
+	$(MCORE) validate
 
 docker-engine: ## install (if needed) and start dockerd + buildx on a Debian host
 	bash .ci/docker-engine.sh
@@ -40,9 +49,10 @@ docker-engine: ## install (if needed) and start dockerd + buildx on a Debian hos
 base: ## build the debian stack's base image from the Debian mirror
 	$(MCORE) base --stack $(or $(STACK),debian)
 
-build: ## build: [STACK=…|GROUP=…] [LAYER=…] [MAX_JOBS=4]; default group = debian runtime
+build: ## build: [STACK=…|GROUP=…] [LAYER=…] [MAX_JOBS=4] [BAKE_ARGS=…]; default group = debian runtime
 	$(MCORE) build $(if $(STACK),--stack $(STACK)) $(if $(GROUP),--group $(GROUP)) $(if $(LAYER),--layer $(LAYER)) \
-	  $(if $(MAX_JOBS),--max-jobs $(MAX_JOBS)) $(if $(NVCC_THREADS),--nvcc-threads $(NVCC_THREADS))
+	  $(if $(MAX_JOBS),--max-jobs $(MAX_JOBS)) $(if $(NVCC_THREADS),--nvcc-threads $(NVCC_THREADS)) \
+	  $(if $(BAKE_ARGS),-- $(BAKE_ARGS))
 
 bake-print: ## print the resolved bake definition of a group (default: all)
 	docker buildx bake --print $(or $(GROUP),all)
@@ -58,7 +68,7 @@ test-unit: ## unit tests of the tooling (no docker needed)
 test-image: ## image tests against IMAGE (default: the runtime of STACK, or debian)
 	$(PYTHON) -m pytest -q tests/image --image $(IMAGE)
 
-test: lint test-unit ## lint + unit tests (no docker build; `make ci` adds the image)
+test: lint validate test-unit ## lint, generated files, unit tests (no docker build; `make ci` adds the image)
 
 test-image-ci: ## image tests against the runtime image of every stack in the ci group
 	set -e; for stack in $$($(MCORE) plan --group ci --format names); do \

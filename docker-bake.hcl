@@ -20,14 +20,15 @@ variable "IMAGE_REPO" {
   default = "mcore-images"
 }
 
-# Parallel compile jobs for TE / apex; empty: set by `mcore-images jobs` (make build does this).
+# Parallel compile jobs for TE / apex; empty: planned inside each compile step from the builder's own
+# CPUs and memory. A value given here reaches the step as a build secret (outside its cache key).
 variable "MAX_JOBS" {
-  default = "1"
+  default = ""
 }
 
-# nvcc --threads per compile job (TE's NVTE_BUILD_THREADS_PER_JOB); helps only with several archs.
+# nvcc --threads per compile job (TE's NVTE_BUILD_THREADS_PER_JOB); empty: planned like MAX_JOBS.
 variable "NVCC_THREADS" {
-  default = "1"
+  default = ""
 }
 
 # A CA bundle for pip behind a TLS-intercepting proxy, passed as a build secret (never a layer).
@@ -156,6 +157,8 @@ target "_common" {
   secret = compact([
     CA_BUNDLE == "" ? "" : "id=ca_bundle,src=${CA_BUNDLE}",
     PIP_INDEX_URL_FILE == "" ? "" : "id=pip_index_url,src=${PIP_INDEX_URL_FILE}",
+    MAX_JOBS == "" ? "" : "id=max_jobs,env=MAX_JOBS",
+    NVCC_THREADS == "" ? "" : "id=nvcc_threads,env=NVCC_THREADS",
   ])
   cache-from = compact([CACHE_FROM])
   cache-to   = compact([CACHE_TO])
@@ -174,8 +177,6 @@ function "stack_args" {
     TE_SOURCE      = s.te_source
     APEX_COMMIT    = s.apex
     CUDA_ARCHS     = s.cuda_archs
-    MAX_JOBS       = MAX_JOBS
-    NVCC_THREADS   = NVCC_THREADS
     MCORE_VERSION  = s.mcore
     VERL_VERSION   = s.verl
   }

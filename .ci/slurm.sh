@@ -56,7 +56,7 @@ running() { local p; p="$(pidfile "$1")"; [[ -f "$p" ]] && pid_is "$(cat "$p")" 
 sinfo_answers() { timeout 20 sinfo -h >/dev/null 2>&1; }
 node_state() { timeout 20 sinfo -h -N -n "$NODE" -o %T 2>/dev/null || true; }
 
-wait_for() { # wait_for SECONDS WHAT COMMAND...: poll COMMAND every second
+wait_for() { # wait_for SECONDS WHAT COMMAND...: poll COMMAND every half second
   local secs="$1" what="$2" t0=$SECONDS
   shift 2
   while ((SECONDS - t0 < secs)); do
@@ -251,7 +251,13 @@ wait_node_idle() {
   local t0=$SECONDS state=""
   while ((SECONDS - t0 < 60)); do
     state="$(node_state)"
-    [[ "$state" == idle ]] && { log "node $NODE idle after $((SECONDS - t0))s: $(sinfo -V)"; return 0; }
+    # Busy states only where a reused slurmctld still has jobs; a fresh cluster has none.
+    case "$state" in
+      idle | mixed | allocated | completing)
+        log "node $NODE $state after $((SECONDS - t0))s: $(sinfo -V)"
+        return 0
+        ;;
+    esac
     sleep 1
   done
   timeout 20 sinfo -R >&2 || true

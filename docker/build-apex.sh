@@ -2,10 +2,15 @@
 # Build apex's C++/CUDA extensions that megatron-core uses (fused layer norm, multi-tensor
 # optimizers, gradient-accumulation fusion) as a wheel into /wheels, from the source folder
 # given as $1 (the `apex` named build context at the pinned commit).
-# Inputs (env): APEX_COMMIT, CUDA_MAJOR, MAX_JOBS, NVCC_THREADS, TORCH_CUDA_ARCH_LIST or NVTE_CUDA_ARCHS.
+# Inputs (env): APEX_COMMIT, CUDA_MAJOR, TORCH_CUDA_ARCH_LIST or NVTE_CUDA_ARCHS; the compile jobs are
+# planned here for apex's own memory model (compile-jobs.sh), or taken from the build's explicit values.
 set -eu
 src="$1"
-: "${APEX_COMMIT:?}" "${CUDA_MAJOR:?}" "${MAX_JOBS:?}"
+: "${APEX_COMMIT:?}" "${CUDA_MAJOR:?}"
+plan="$(sh "$(dirname "$0")/compile-jobs.sh" apex)"
+eval "$plan"
+export MAX_JOBS NVCC_THREADS
+echo "build-apex: $(echo "$plan" | grep '^#' | cut -c3-)"
 [ -f "$src/setup.py" ] || { echo "build-apex: no apex source in the 'apex' build context; pass one with --set <target>.contexts.apex=<dir or git URL>" >&2; exit 1; }
 if [ -d "$src/.git" ] && command -v git >/dev/null; then
   have="$(git -C "$src" rev-parse HEAD)"

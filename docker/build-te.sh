@@ -2,9 +2,14 @@
 # Compile Transformer Engine's PyTorch extension (sdist transformer-engine-torch) into /wheels.
 # The core library comes as the transformer-engine-cuXX wheel; only the extension is built here,
 # against the torch of this image, so the two always share one ABI.
-# Inputs (env): TE_VERSION, CUDA_MAJOR, MAX_JOBS, NVTE_BUILD_THREADS_PER_JOB, NVTE_CUDA_ARCHS.
+# Inputs (env): TE_VERSION, CUDA_MAJOR, NVTE_CUDA_ARCHS; the compile jobs are planned here
+# (compile-jobs.sh: this builder's CPUs and memory, or the build's explicit values).
 set -eu
-: "${TE_VERSION:?}" "${CUDA_MAJOR:?}" "${MAX_JOBS:?}" "${NVTE_CUDA_ARCHS:?}"
+: "${TE_VERSION:?}" "${CUDA_MAJOR:?}" "${NVTE_CUDA_ARCHS:?}"
+plan="$(sh "$(dirname "$0")/compile-jobs.sh" te)"
+eval "$plan"
+export MAX_JOBS NVCC_THREADS NVTE_BUILD_THREADS_PER_JOB
+echo "build-te: $(echo "$plan" | grep '^#' | cut -c3-)"
 site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 # CUDA headers and libraries from torch's pip packages and the nvcc/cccl packages of the builder.
 cuda_home="$site/nvidia/cu${CUDA_MAJOR}"

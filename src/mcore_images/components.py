@@ -51,7 +51,8 @@ class Component:
     """One of PIN_KINDS."""
     distributions: tuple[str, ...] = ()
     """PyPI distributions: the first is the one whose version the pin names; the others are names the
-    same install may carry (megatron_core) or its sibling wheels (TE's extension)."""
+    same install may carry (megatron_core) or its sibling wheels, which must be the same release where
+    installed (TE's compiled extension and its CUDA core library)."""
     modules: tuple[str, ...] = ()
     """Imports that must work where the component is pinned, and fail with ModuleNotFoundError where it
     is 'none' (the image tests' import checks)."""
@@ -94,7 +95,8 @@ CATALOGUE: tuple[Component, ...] = (
     Component("torch", "torch", "torch", "base", "base", distributions=("torch",), modules=("torch",),
               requirements=("torch=={version}",), source="torch_source", certificate="torch"),
     Component("te", "te", "TE", "kernels", "kernels",
-              distributions=("transformer-engine", "transformer-engine-torch"),
+              distributions=("transformer-engine", "transformer-engine-torch", "transformer-engine-cu12",
+                             "transformer-engine-cu13"),
               modules=("transformer_engine", "transformer_engine.pytorch"),
               requirements=("transformer-engine=={version}", "transformer-engine-cu{cuda_major}=={version}"),
               source="te_source", certificate="transformer-engine"),

@@ -195,7 +195,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--archs", type=int, default=1, help="number of CUDA architectures compiled")
     p.add_argument("--max-jobs", default=None, help="explicit MAX_JOBS (wins over the plan; validated)")
     p.add_argument("--nvcc-threads", default=None, help="explicit NVCC_THREADS (wins over the plan; validated)")
-    p.add_argument("--env", action="store_true", help="print KEY=VALUE lines only (for a shell's eval)")
+    p.add_argument("--env", action="store_true",
+                   help="print KEY=VALUE lines and the reason as a # comment (for a shell's eval)")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -205,6 +206,8 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2))
     elif args.env:
         print("\n".join(f"{k}={v}" for k, v in result.env().items()))
+        print(f"# {result.component} jobs: {result.reason}; {result.resources.cpu_source}; "
+              f"{result.resources.memory_source}")
     else:
         print(" ".join(f"{k}={v}" for k, v in result.env().items()))
         print(f"reason: {result.reason}")

@@ -80,18 +80,18 @@ def layer_inputs(stack: Stack, te_torch_requires: list[str] | None = None) -> di
     for comp in components.CATALOGUE:
         inputs[comp.layer] += comp.lock_requirements(stack)
     compiles = stack.te_source == "build" or stack.apex not in ("none", "base")
-    if compiles:
-        inputs["builder"] += ["setuptools", "wheel", "pybind11", "ninja", "packaging"]
-        if stack.flavor == "debian":
-            cu = stack.cuda
-            # No CUDA toolkit in a plain Debian base: nvcc comes from PyPI, as separate wheels that
-            # must all match torch's CUDA minor. The other flavors' bases carry nvcc.
-            inputs["builder"] += [f"nvidia-{part}=={cu}.*" for part in ("cuda-nvcc", "cuda-cccl", "cuda-crt", "nvvm")]
+    # setuptools and wheel build the tooling's own wheel (every stack); the rest compiles extensions.
+    inputs["builder"] += ["setuptools", "wheel", *(("pybind11", "ninja", "packaging") if compiles else ())]
+    if compiles and stack.flavor == "debian":
+        # No CUDA toolkit in a plain Debian base: nvcc comes from PyPI, as separate wheels that must all
+        # match torch's CUDA minor. The other flavors' bases carry nvcc.
+        parts = ("cuda-nvcc", "cuda-cccl", "cuda-crt", "nvvm")
+        inputs["builder"] += [f"nvidia-{part}=={stack.cuda}.*" for part in parts]
     if stack.te_source == "build":
         core = f"transformer-engine-cu{cuda_major(stack)}"
         # The extension is compiled here and installed without deps: lock what it requires.
         for requirement in te_torch_requires or []:
-            name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+            name = Requirement(requirement).name.lower().replace("_", "-")
             if name not in ("torch", core):
                 inputs["kernels"].append(requirement)
     return inputs
@@ -135,13 +135,15 @@ def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
         con = Path(tmp) / "constraints.txt"
         pinned = {**(constraints or {}), **below}
         con.write_text("".join(f"{n}=={v}\n" for n, v in pinned.items())
-                       + "".join(f"{c}\n" for c in stack.constraints if c.split("<")[0].split(">")[0] not in pinned))
-        cmd = [_uv(), "pip", "compile", str(req), "--constraint", str(con), "--generate-hashes",
+                       + "".join(f"{c}\n" for c in stack.constraints if Requirement(c).name.lower() not in pinned))
+        # Relative names (uv runs in the folder): the "# via -c constraints.txt" notes stay the same
+        # from one resolution to the next, so an unchanged layer resolves to the same bytes.
+        cmd = [_uv(), "pip", "compile", req.name, "--constraint", con.name, "--generate-hashes",
                "--python-version", stack.python, "--python-platform", platform(stack), "--no-header",
                "--quiet", "--index-url", f"{PYPI_SIMPLE}/"]
         for name in below:
             cmd += ["--no-emit-package", name]
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
         if result.returncode != 0:
             raise InputError(f"uv could not resolve layer of stack '{stack.name}': "
                              f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'no output'}")
@@ -184,15 +186,29 @@ def resolved_inputs(stack: Stack) -> dict[str, list[str]]:
     return layer_inputs(stack, te_requires)
 
 
-def first_stale_layer(stack: Stack, inputs: dict[str, list[str]], folder: Path) -> str | None:
-    """The lowest lock layer whose committed file was not resolved from these inputs (None: all current).
-    A layer's header records its Python, platform, constraints and top-level requirements."""
+def stale_layers(stack: Stack, inputs: dict[str, list[str]], folder: Path) -> list[str]:
+    """The lock layers whose committed file was not resolved from these inputs (a layer's header records
+    its Python, platform, constraints and top-level requirements)."""
+    stale = []
     for layer in LOCK_LAYERS:
         path = folder / f"{layer}.txt"
-        want = header(stack, layer, inputs[layer])
-        if not path.is_file() or not path.read_text().startswith(want):
-            return layer
-    return None
+        if not path.is_file() or not path.read_text().startswith(header(stack, layer, inputs[layer])):
+            stale.append(layer)
+    return stale
+
+
+def write_side_lock(stack: Stack, layer: str, inputs: dict[str, list[str]], folder: Path) -> Path:
+    """Re-resolve a side layer (the builder) alone, at the versions the committed chain already pins:
+    its toolchain never reaches the published layers, so they stay byte for byte."""
+    chain = {layer_: pins((folder / f"{layer_}.txt").read_text()) for layer_ in LOCK_LAYERS
+             if layer_ not in SIDE_LAYERS}
+    below = chain["base"]
+    agreed = {name: version for layer_pins in chain.values() for name, version in layer_pins.items()}
+    requirements = inputs["base"] + inputs[layer]
+    text = compile_layer(stack, requirements, below, constraints=agreed) if inputs[layer] else ""
+    path = folder / f"{layer}.txt"
+    path.write_text(header(stack, layer, inputs[layer]) + text)
+    return path
 
 
 def lock_dir(stack: Stack, root: Path | None = None) -> Path:
@@ -277,7 +293,10 @@ def update_locks(stack: Stack, full: bool = False, from_layer: str | None = None
     resolved or None when all were current, files written)."""
     folder = lock_dir(stack)
     inputs = resolved_inputs(stack)
-    first = "base" if full else (from_layer or first_stale_layer(stack, inputs, folder))
+    stale = stale_layers(stack, inputs, folder)
+    if not (full or from_layer) and stale and set(stale) <= set(SIDE_LAYERS):
+        return stale[0], [write_side_lock(stack, layer, inputs, folder) for layer in stale]
+    first = "base" if full else (from_layer or (stale[0] if stale else None))
     if first is None and not check_locks(stack):
         return None, []
     first = first or "base"
@@ -313,6 +332,7 @@ def _run(args: argparse.Namespace) -> int:
         report[stack.name] = {"from_layer": first, "written": [str(p) for p in written]}
         if not args.json:
             print(f"{stack.name}: locks current" if first is None else
+                  f"{stack.name}: re-resolved side layer '{first}' alone" if first in SIDE_LAYERS else
                   f"{stack.name}: re-resolved from layer '{first}' up ({len(written)} files)")
     if args.json:
         print(json.dumps(report, indent=2))

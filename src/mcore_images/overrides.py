@@ -23,7 +23,9 @@ def first_lock_layer(key: str) -> str | None:
     return SETTING_LOCK_LAYER[key]
 
 
-OVERRIDABLE = (*components.KEYS, *SETTING_LOCK_LAYER)
+def overridable() -> tuple[str, ...]:
+    """Every stack field `--set` may change: each component's pin and the settings that shape a build."""
+    return (*components.KEYS, *SETTING_LOCK_LAYER)
 
 
 def parse(assignments: list[str]) -> dict[str, str]:
@@ -33,8 +35,8 @@ def parse(assignments: list[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not value:
             raise InputError(f"--set '{item}' is not KEY=VALUE; e.g. --set mcore=0.16.0")
-        if key not in OVERRIDABLE:
-            raise InputError(f"--set {key}: not an overridable pin; use one of {', '.join(OVERRIDABLE)}")
+        if key not in overridable():
+            raise InputError(f"--set {key}: not an overridable pin; use one of {', '.join(overridable())}")
         if key in components.BY_KEY and (problem := pin_problem(key, value)):
             raise InputError(f"--set {problem}")
         out[key] = value

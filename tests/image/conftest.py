@@ -15,12 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import imagecheck as ic
 import pytest
 import testinfra
 
 from mcore_images.build import SYSTEM_CA
 from mcore_images.stacks import LAYERS, Stack
+from tests.image.shared_checks import hygiene
+from tests.image.utils import docker, layers, probing, saved_layers
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -48,7 +49,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _image_info(config: pytest.Config) -> ic.ImageInfo | None:
+def _image_info(config: pytest.Config) -> docker.ImageInfo | None:
     """Inspect the image once per session; a wrong --image ends the run with one line, before any test."""
     ref = config.getoption("--image")
     if not ref:
@@ -58,19 +59,19 @@ def _image_info(config: pytest.Config) -> ic.ImageInfo | None:
         return cached
     if not shutil.which("docker"):
         raise pytest.UsageError("docker is not installed; run `make docker-engine` first")
-    if not ic.image_exists(ref):
+    if not docker.image_exists(ref):
         raise pytest.UsageError(
             f"image '{ref}' is not in the local image store; build it (`make build`) "
             "or `docker pull` it, then pass its tag to --image"
         )
-    info = ic.inspect_image(ref)
+    info = docker.inspect_image(ref)
     if info.layer not in LAYERS:
         raise pytest.UsageError(
             f"image '{ref}' has no valid io.mcore-images.layer label ({info.layer!r}): the image tests "
             "read what to expect from the labels docker-bake.hcl sets; test an mcore-images image "
             "or one built FROM it"
         )
-    pinned = ic.pin_image(info.id)
+    pinned = docker.pin_image(info.id)
     config._mcore_pin = pinned  # type: ignore[attr-defined]
     info = dataclasses.replace(info, ref=pinned, name=ref)
     config._mcore_image = info  # type: ignore[attr-defined]
@@ -80,7 +81,7 @@ def _image_info(config: pytest.Config) -> ic.ImageInfo | None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     pinned = getattr(config, "_mcore_pin", None)
     if pinned:
-        ic.unpin_image(pinned)
+        docker.unpin_image(pinned)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -97,7 +98,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
             continue
         folder = rel.parts[0]
-        if folder in LAYERS and not ic.layer_applies(folder, info.layer or ""):
+        if folder in LAYERS and not layers.layer_applies(folder, info.layer or ""):
             item.add_marker(
                 pytest.mark.skip(
                     reason=f"{folder} tests apply to {folder} images and their children; {info.shown} is a "
@@ -113,7 +114,8 @@ def pytest_report_collectionfinish(config: pytest.Config, start_path: Path, item
         return []
     return [
         f"image: {info.shown} = {info.id[:19]} (pinned as {info.ref} for the session), layer {info.layer}, "
-        f"stack {info.stack_name}, {info.content_size / ic.GB:.2f} GB content, {info.size / ic.GB:.2f} GB unpacked"
+        f"stack {info.stack_name}, {info.content_size / docker.GB:.2f} GB content, "
+        f"{info.size / docker.GB:.2f} GB unpacked"
     ]
 
 
@@ -122,7 +124,7 @@ def pytest_report_collectionfinish(config: pytest.Config, start_path: Path, item
 
 
 @pytest.fixture(scope="session")
-def image(pytestconfig: pytest.Config) -> ic.ImageInfo:
+def image(pytestconfig: pytest.Config) -> docker.ImageInfo:
     info = _image_info(pytestconfig)
     if info is None:
         pytest.skip("no --image given")
@@ -130,13 +132,13 @@ def image(pytestconfig: pytest.Config) -> ic.ImageInfo:
 
 
 @pytest.fixture(scope="session")
-def labels(image: ic.ImageInfo) -> dict[str, str]:
+def labels(image: docker.ImageInfo) -> dict[str, str]:
     return image.labels
 
 
 @pytest.fixture(scope="session")
-def stack(image: ic.ImageInfo) -> Stack:
-    found = ic.stack_for(image)
+def stack(image: docker.ImageInfo) -> Stack:
+    found = layers.stack_for(image)
     if found is None:
         pytest.skip(
             f"stack '{image.stack_name}' (label io.mcore-images.stack) is not in env/stacks.json of "
@@ -146,13 +148,13 @@ def stack(image: ic.ImageInfo) -> Stack:
 
 
 @pytest.fixture(scope="session")
-def container(image: ic.ImageInfo) -> Iterator[str]:
+def container(image: docker.ImageInfo) -> Iterator[str]:
     """One container for the session from `docker run -d --entrypoint sleep IMAGE`, always removed."""
-    cid = ic.start_container(image.ref)
+    cid = docker.start_container(image.ref)
     try:
         yield cid
     finally:
-        ic.remove_container(cid)
+        docker.remove_container(cid)
 
 
 @pytest.fixture(scope="session")
@@ -163,16 +165,16 @@ def host(container: str) -> Any:
 @pytest.fixture(scope="session")
 def facts(host: Any) -> dict[str, Any]:
     """Versions, install records, import results and environment, from one probe run in the image."""
-    return ic.run_probe(host.run)
+    return probing.run_probe(host.run)
 
 
 @pytest.fixture(scope="session")
 def fs_trees(host: Any) -> list[str]:
-    return list(ic.iter_lines(host.run(ic.FIND_TREES).stdout))
+    return list(docker.iter_lines(host.run(hygiene.FIND_TREES).stdout))
 
 
 @pytest.fixture(scope="session")
-def secrets(pytestconfig: pytest.Config, host: Any) -> list[ic.Secret]:
+def secrets(pytestconfig: pytest.Config, host: Any) -> list[saved_layers.Secret]:
     paths = pytestconfig.getoption("--secret-file")
     if not paths:
         paths = [os.environ.get("CA_BUNDLE") or str(SYSTEM_CA)]
@@ -182,11 +184,11 @@ def secrets(pytestconfig: pytest.Config, host: Any) -> list[ic.Secret]:
     if not files:
         pytest.fail(f"no secret file to look for ({', '.join(paths)} missing); pass --secret-file PATH")
     image_roots = host.run("find /usr/share/ca-certificates -name '*.crt' -type f -exec cat {} + 2>/dev/null")
-    public = [*ic.public_roots_host(), image_roots.stdout.encode()]
-    return [ic.make_secret(f, public) for f in files]
+    public = [*saved_layers.public_roots_host(), image_roots.stdout.encode()]
+    return [saved_layers.make_secret(f, public) for f in files]
 
 
 @pytest.fixture(scope="session")
-def layer_scan(image: ic.ImageInfo, secrets: list[ic.Secret]) -> ic.LayerScan:
+def layer_scan(image: docker.ImageInfo, secrets: list[saved_layers.Secret]) -> saved_layers.LayerScan:
     """One streamed pass over `docker save`: secret content in any layer, and which layers touch torch."""
-    return ic.scan_saved_image(image.ref, secrets, watch={"torch": ic.TORCH_PATHS})
+    return saved_layers.scan_saved_image(image.ref, secrets, watch={"torch": saved_layers.TORCH_PATHS})

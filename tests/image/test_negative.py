@@ -19,8 +19,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import imagecheck as ic
 import pytest
+
+from mcore_images import components
+from mcore_images.images import label
+from tests.image.shared_checks import environment, hygiene, versions
+from tests.image.shared_checks import layers as layer_checks
+from tests.image.shared_checks.hygiene import REPO
+from tests.image.utils import docker, layers, probing, saved_layers
 
 HERE = Path(__file__).parent
 TAG = "mcore-images-negative"
@@ -34,7 +40,7 @@ def wrong_images() -> Iterator[list[str]]:
         yield tags
     finally:
         for tag in tags:
-            ic.remove_image(tag)
+            docker.remove_image(tag)
 
 
 def _tag(kind: str) -> str:
@@ -57,28 +63,28 @@ def _failed_tests(ref: str, select: str) -> tuple[int, set[str], str]:
         "-p",
         "no:cacheprovider",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False, cwd=ic.REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False, cwd=REPO)
     output = proc.stdout + proc.stderr
     failed = set(re.findall(r"^FAILED \S+::(\S+)", output, re.M))
     return proc.returncode, failed, output
 
 
-def test_negative_label_disagrees(image: ic.ImageInfo, facts: dict[str, Any], wrong_images: list[str]) -> None:
+def test_negative_label_disagrees(image: docker.ImageInfo, facts: dict[str, Any], wrong_images: list[str]) -> None:
     """LABEL io.mcore-images.<top component>=9.9.9 and a size budget of 1 MB: the version, pin and size
     checks fail."""
-    key = ic.first_labelled(image, ("mcore", "te", "torch"))
+    key = layers.first_labelled(image, ("mcore", "te", "torch"))
     assert key, "the image labels none of megatron-core, TE, torch"
-    dockerfile = f"FROM {image.ref}\nLABEL {ic.LABEL}{key}=9.9.9 {ic.LABEL}size-budget-gb=0.001\n"
-    wrong = ic.inspect_image(ic.build_image(dockerfile, _tag("label")))
+    dockerfile = f"FROM {image.ref}\nLABEL {label(key)}=9.9.9 {label('size-budget-gb')}=0.001\n"
+    wrong = docker.inspect_image(docker.build_image(dockerfile, _tag("label")))
     wrong_images.append(wrong.ref)
     assert wrong.layers == image.layers, "a LABEL-only build must keep the layers (so the facts are the same)"
 
-    assert ic.version_problems(key, wrong.labels, facts), f"version check passed with {key}=9.9.9"
-    stack = ic.stack_for(image)
+    assert versions.version_problems(key, wrong.labels, facts), f"version check passed with {key}=9.9.9"
+    stack = layers.stack_for(image)
     if stack is not None:
-        assert ic.label_pin_problems(wrong, stack), "labels-vs-env/stacks.json check passed with 9.9.9"
-    assert ic.size_problems(wrong), "size check passed with a 1 MB budget"
-    assert not ic.version_problems(key, image.labels, facts), "the check must pass on the original image"
+        assert versions.label_pin_problems(wrong, stack), "labels-vs-env/stacks.json check passed with 9.9.9"
+    assert hygiene.size_problems(wrong), "size check passed with a 1 MB budget"
+    assert not versions.version_problems(key, image.labels, facts), "the check must pass on the original image"
 
     rc, failed, output = _failed_tests(wrong.ref, "version_label_matches_installed or labels_match or size")
     expected = {f"test_version_label_matches_installed[{key}]", "test_size_within_budget"}
@@ -88,13 +94,13 @@ def test_negative_label_disagrees(image: ic.ImageInfo, facts: dict[str, Any], wr
 
 
 def test_negative_package_missing_and_dirty(
-    image: ic.ImageInfo, facts: dict[str, Any], wrong_images: list[str]
+    image: docker.ImageInfo, facts: dict[str, Any], wrong_images: list[str]
 ) -> None:
     """`pip uninstall -y mbridge` (or the top labelled package), plus a pip cache file, a .git folder
     and a wrong CUDA_DEVICE_MAX_CONNECTIONS: the version, import, hygiene and env checks fail."""
-    key = ic.first_labelled(image, ("mbridge", "megatron-bridge", "mcore", "te", "torch"))
+    key = layers.first_labelled(image, ("mbridge", "megatron-bridge", "mcore", "te", "torch"))
     assert key, "the image labels no removable package"
-    dist = ic.COMPONENTS[key].dist or ""
+    dist = components.BY_LABEL[key].distribution or ""
     # TE is several distributions (meta, core wheel, compiled extension): remove them all.
     dists = sorted(n for n in facts["dists"] if n == dist or (key == "te" and n.startswith(dist + "-")))
     dockerfile = (
@@ -103,17 +109,17 @@ def test_negative_package_missing_and_dirty(
         "&& mkdir -p /root/.cache/pip/http /opt/src/thing/.git && echo cached > /root/.cache/pip/http/blob\n"
         "ENV CUDA_DEVICE_MAX_CONNECTIONS=8\n"
     )
-    ref = ic.build_image(dockerfile, _tag("missing"))
+    ref = docker.build_image(dockerfile, _tag("missing"))
     wrong_images.append(ref)
-    wrong = ic.inspect_image(ref)
-    wrong_facts = ic.probe_image(ref)
+    wrong = docker.inspect_image(ref)
+    wrong_facts = probing.probe_image(ref)
 
-    assert ic.installed(wrong_facts, dist) is None, f"{dist} is still installed"
-    assert ic.version_problems(key, wrong.labels, wrong_facts), f"version check passed without {dist}"
-    assert ic.import_problems(key, wrong.labels, wrong_facts), f"import check passed without {dist}"
-    runtime = ic.layer_applies("runtime", wrong.layer or "base")  # the required env is the runtime layer's
+    assert probing.installed(wrong_facts, dist) is None, f"{dist} is still installed"
+    assert versions.version_problems(key, wrong.labels, wrong_facts), f"version check passed without {dist}"
+    assert versions.import_problems(key, wrong.labels, wrong_facts), f"import check passed without {dist}"
+    runtime = layers.layer_applies("runtime", wrong.layer or "base")  # the required env is the runtime layer's
     if runtime:
-        assert ic.env_problems(wrong.env, wrong.stack_name, "config"), "env check passed with 8 connections"
+        assert environment.env_problems(wrong.env, wrong.stack_name, "config"), "env check passed with 8 connections"
 
     select = "version_label_matches_installed or test_imports or leftovers or git"
     expected = {
@@ -130,7 +136,7 @@ def test_negative_package_missing_and_dirty(
 
 
 def test_negative_secret_in_deleted_layer(
-    image: ic.ImageInfo, layer_scan: ic.LayerScan, tmp_path: Path, wrong_images: list[str]
+    image: docker.ImageInfo, layer_scan: saved_layers.LayerScan, tmp_path: Path, wrong_images: list[str]
 ) -> None:
     """A build that copies its secret into a layer (deleted again by a later layer, so the final
     filesystem is clean) and writes part of it, reshaped, elsewhere: the layer scan finds both."""
@@ -138,7 +144,7 @@ def test_negative_secret_in_deleted_layer(
     lines = [body[i : i + 64] for i in range(0, len(body), 64)]
     secret_file = tmp_path / "site-ca.pem"
     secret_file.write_text("-----BEGIN CERTIFICATE-----\n" + "\n".join(lines) + "\n-----END CERTIFICATE-----\n")
-    secret = ic.make_secret(secret_file, public=[])
+    secret = saved_layers.make_secret(secret_file, public=[])
     assert secret.probes, "a private certificate yields a probe"
     dockerfile = (
         f"FROM {image.ref}\n"
@@ -146,15 +152,15 @@ def test_negative_secret_in_deleted_layer(
         "RUN --mount=type=secret,id=leak grep -v -- ----- /run/secrets/leak | tr -d '\\n' > /opt/joined.txt\n"
         "RUN rm /root/leaked.pem\n"
     )
-    ref = ic.build_image(dockerfile, _tag("secret"), secrets={"leak": secret_file})
+    ref = docker.build_image(dockerfile, _tag("secret"), secrets={"leak": secret_file})
     wrong_images.append(ref)
-    final = ic.docker(
+    final = docker.docker(
         "run", "--rm", "--network", "none", "--entrypoint", "sh", ref, "-c", "ls /root/leaked.pem 2>&1 || true"
     )
     assert "No such file" in final, "the leaked copy must be gone from the final filesystem"
 
-    scan = ic.scan_saved_image(ref, [secret], skip_blobs=layer_scan.layers)
-    problems = ic.secret_problems(scan)
+    scan = saved_layers.scan_saved_image(ref, [secret], skip_blobs=layer_scan.layers)
+    problems = layer_checks.secret_problems(scan)
     paths = {path for _, path, _ in scan.hits}
     assert "/root/leaked.pem" in paths, f"the deleted copy was not found: {problems}"
     assert "/opt/joined.txt" in paths, f"the reshaped content was not found: {problems}"

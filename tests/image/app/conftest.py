@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import imagecheck as ic
 import pytest
+from tests.image.utils import docker, layers, probing
 
 
-def find_runtime_image(image: ic.ImageInfo) -> tuple[ic.ImageInfo | None, list[str]]:
+def find_runtime_image(image: docker.ImageInfo) -> tuple[docker.ImageInfo | None, list[str]]:
     """`<repo>:runtime-<stack>` (the app image's repository, then mcore-images) in the local store, and why
     each candidate was passed over."""
-    repos = [r for r in (ic.repository(image.ref), "mcore-images") if r]
+    repos = [r for r in (layers._repository(image.ref), "mcore-images") if r]
     notes = []
     for ref in dict.fromkeys(f"{repo}:runtime-{image.stack_name}" for repo in repos):
-        if not ic.image_exists(ref):
+        if not docker.image_exists(ref):
             notes.append(f"{ref} is not in the local image store")
             continue
-        found = ic.inspect_image(ref)
+        found = docker.inspect_image(ref)
         if found.layer != "runtime" or found.stack_name != image.stack_name:
             notes.append(
                 f"{ref} is a {found.layer} image of stack {found.stack_name}, not the runtime of {image.stack_name}"
@@ -28,7 +28,7 @@ def find_runtime_image(image: ic.ImageInfo) -> tuple[ic.ImageInfo | None, list[s
 
 
 @pytest.fixture(scope="session")
-def runtime_image(image: ic.ImageInfo) -> ic.ImageInfo:
+def runtime_image(image: docker.ImageInfo) -> docker.ImageInfo:
     found, notes = find_runtime_image(image)
     if found is None:
         pytest.skip("no runtime image of this stack to compare torch with: " + "; ".join(notes))
@@ -36,9 +36,9 @@ def runtime_image(image: ic.ImageInfo) -> ic.ImageInfo:
 
 
 @pytest.fixture(scope="session")
-def runtime_torch(runtime_image: ic.ImageInfo) -> dict[str, Any]:
+def runtime_torch(runtime_image: docker.ImageInfo) -> dict[str, Any]:
     """torch's distribution record in the runtime image (probe.py in a short-lived container)."""
-    torch = ic.probe_image(runtime_image.ref, modules=())["dists"].get("torch")
+    torch = probing.probe_image(runtime_image.ref, modules=())["dists"].get("torch")
     if torch is None:
         pytest.fail(f"torch is not installed in {runtime_image.ref}")
     return torch

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-import imagecheck as ic
 import pytest
+from tests.image.shared_checks import versions
+
+from mcore_images import components
 
 
-@pytest.mark.parametrize("key", ic.components_of("app"))
-def test_version_label_matches_installed(key: str, labels: dict[str, str], facts: dict[str, Any]) -> None:
-    problems = ic.version_problems(key, labels, facts)
+@pytest.mark.parametrize("comp", components.of_layer("app"), ids=lambda c: c.label)
+def test_version_label_matches_installed(comp: components.Component, labels: dict[str, str],
+    facts: dict[str, Any]) -> None:
+    problems = versions.version_problems(comp, labels, facts)
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("key", ic.components_of("app"))
-def test_imports(key: str, labels: dict[str, str], facts: dict[str, Any]) -> None:
-    problems = ic.import_problems(key, labels, facts)
+@pytest.mark.parametrize("comp", components.of_layer("app"), ids=lambda c: c.label)
+def test_imports(comp: components.Component, labels: dict[str, str],
+    facts: dict[str, Any]) -> None:
+    problems = versions.import_problems(comp, labels, facts)
     assert not problems, "\n".join(problems)

@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import imagecheck as ic
 import pytest
 from packaging.version import Version
+from tests.image.utils import docker, probing
+
+from mcore_images.images import label
+from mcore_images.versions import same
 
 MARK = "VERL_PROBE_JSON:"
 # Runs inside the image. verl's assertion is read from verl's source and evaluated in that module's
@@ -78,15 +81,15 @@ def test_verl_mcore_version_assertion_holds(verl_facts: dict[str, Any]) -> None:
 
 
 def test_torch_is_the_labelled_one(labels: dict[str, str], facts: dict[str, Any], verl_facts: dict[str, Any]) -> None:
-    pinned = labels.get(ic.LABEL + "torch")
+    pinned = labels.get(label("torch"))
     assert pinned, "label io.mcore-images.torch is missing"
-    have = ic.installed(facts, "torch")
-    assert have and ic.same_version(pinned, have), f"io.mcore-images.torch={pinned} but torch {have} is installed"
-    assert ic.same_version(have, verl_facts["torch"]), f"torch imports as {verl_facts['torch']} but {have} is installed"
+    have = probing.installed(facts, "torch")
+    assert have and same(pinned, have), f"io.mcore-images.torch={pinned} but torch {have} is installed"
+    assert same(have, verl_facts["torch"]), f"torch imports as {verl_facts['torch']} but {have} is installed"
 
 
 def test_torch_unchanged_since_the_runtime_image(
-    image: ic.ImageInfo, runtime_image: ic.ImageInfo, runtime_torch: dict[str, Any], facts: dict[str, Any]
+    image: docker.ImageInfo, runtime_image: docker.ImageInfo, runtime_torch: dict[str, Any], facts: dict[str, Any]
 ) -> None:
     ours = facts["dists"].get("torch")
     assert ours, "torch is not installed in the app image"

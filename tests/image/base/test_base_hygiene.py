@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import imagecheck as ic
 import pytest
+from tests.image.shared_checks import hygiene
+from tests.image.shared_checks import layers as layer_checks
+from tests.image.utils import docker, saved_layers
 
 
 def test_no_build_leftovers(host: Any, container: str) -> None:
-    problems = ic.leftover_problems(host.run, ignore=ic.container_added(container))
+    problems = hygiene.leftover_problems(host.run, ignore=docker.container_added(container))
     assert not problems, "\n".join(problems)
 
 
 def test_no_build_trees_or_git(fs_trees: list[str], container: str) -> None:
-    problems = ic.tree_problems(fs_trees, ignore=ic.container_added(container))
+    problems = hygiene.tree_problems(fs_trees, ignore=docker.container_added(container))
     assert not problems, "\n".join(problems)
 
 
@@ -24,28 +26,28 @@ def test_run_secrets_empty(host: Any) -> None:
     assert not out.strip(), f"/run/secrets holds: {out.strip()}"
 
 
-def test_size_within_budget(image: ic.ImageInfo) -> None:
+def test_size_within_budget(image: docker.ImageInfo) -> None:
     """Content size (compressed, what a pull downloads) <= io.mcore-images.size-budget-gb."""
-    if not ic.containerd_store():
+    if not docker.containerd_store():
         pytest.skip(
             "the budget is for the compressed content size, which only containerd's image store "
             "reports; this engine uses the classic store (enable the containerd-snapshotter feature)"
         )
-    problems = ic.size_problems(image)
+    problems = hygiene.size_problems(image)
     assert not problems, "\n".join(problems)
     print(
-        f"content {image.content_size / ic.GB:.3f} GB, unpacked {image.size / ic.GB:.2f} GB, "
+        f"content {image.content_size / docker.GB:.3f} GB, unpacked {image.size / docker.GB:.2f} GB, "
         f"budget {image.label('size-budget-gb')} GB"
     )
 
 
-def test_no_secret_in_any_layer(layer_scan: ic.LayerScan, secrets: list[ic.Secret]) -> None:
+def test_no_secret_in_any_layer(layer_scan: saved_layers.LayerScan, secrets: list[saved_layers.Secret]) -> None:
     """Every layer of `docker save` (deleted files too): no copy of a secret file, no piece of its content."""
-    problems = ic.secret_problems(layer_scan)
+    problems = layer_checks.secret_problems(layer_scan)
     assert not problems, "\n".join(problems)
     assert layer_scan.files > 0, "the scan read no files"
     print(
         f"scanned {len(layer_scan.layers)} layers, {layer_scan.files} files, "
-        f"{layer_scan.bytes / ic.GB:.2f} GB in {layer_scan.seconds} s; secrets: "
+        f"{layer_scan.bytes / docker.GB:.2f} GB in {layer_scan.seconds} s; secrets: "
         + "; ".join(f"{s.path}: {s.note}, {len(s.probes)} probes" for s in secrets)
     )

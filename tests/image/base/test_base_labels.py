@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import imagecheck as ic
+from tests.image.shared_checks import versions
+from tests.image.utils import docker
 
+from mcore_images.images import label
 from mcore_images.stacks import LAYERS, Stack
 
 BASE_LABELS = ("layer", "stack", "flavor", "base", "python", "cuda", "torch", "size-budget-gb")
 
 
-def test_base_labels_present(image: ic.ImageInfo) -> None:
-    missing = [ic.LABEL + key for key in BASE_LABELS if image.label(key) in (None, "")]
+def test_base_labels_present(image: docker.ImageInfo) -> None:
+    missing = [label(key) for key in BASE_LABELS if image.label(key) in (None, "")]
     assert not missing, f"{image.shown} lacks labels {missing}; docker-bake.hcl sets them on every layer"
     assert image.layer in LAYERS
 
 
-def test_labels_match_stacks_json(image: ic.ImageInfo, stack: Stack) -> None:
-    problems = ic.label_pin_problems(image, stack)
+def test_labels_match_stacks_json(image: docker.ImageInfo, stack: Stack) -> None:
+    problems = versions.label_pin_problems(image, stack)
     assert not problems, "\n".join(problems)

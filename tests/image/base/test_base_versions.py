@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from typing import Any
 
-import imagecheck as ic
 import pytest
+from tests.image.shared_checks import versions
+
+from mcore_images import components
 
 
-@pytest.mark.parametrize("key", ic.components_of("base"))
-def test_version_label_matches_installed(key: str, labels: dict[str, str], facts: dict[str, Any]) -> None:
-    problems = ic.version_problems(key, labels, facts)
+@pytest.mark.parametrize("comp", components.of_layer("base"), ids=lambda c: c.label)
+def test_version_label_matches_installed(comp: components.Component, labels: dict[str, str],
+    facts: dict[str, Any]) -> None:
+    problems = versions.version_problems(comp, labels, facts)
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("key", [k for k in ic.components_of("base") if ic.COMPONENTS[k].modules])
-def test_imports(key: str, labels: dict[str, str], facts: dict[str, Any]) -> None:
-    problems = ic.import_problems(key, labels, facts)
+@pytest.mark.parametrize("comp", [c for c in components.of_layer("base") if c.modules], ids=lambda c: c.label)
+def test_imports(comp: components.Component, labels: dict[str, str],
+    facts: dict[str, Any]) -> None:
+    problems = versions.import_problems(comp, labels, facts)
     assert not problems, "\n".join(problems)
 
 
@@ -28,5 +32,5 @@ def test_pip_check(host: Any) -> None:
 
 def test_no_distribution_installed_twice(facts: dict[str, Any]) -> None:
     """Two metadata folders of one distribution: one layer installed over another's copy."""
-    problems = ic.duplicate_problems(facts)
+    problems = versions.duplicate_problems(facts)
     assert not problems, "\n".join(problems)

@@ -12,8 +12,8 @@ import json
 import shlex
 from typing import Any
 
-import imagecheck as ic
 import pytest
+from tests.image.utils import docker
 
 from mcore_images.stacks import NONE
 
@@ -31,20 +31,21 @@ UNSUPPORTED = {
 }
 
 
-def labelled_bridges(image: ic.ImageInfo) -> list[str]:
+def labelled_bridges(image: docker.ImageInfo) -> list[str]:
     return [key for key in BRIDGE_LABELS if image.label(key) not in (None, NONE)]
 
 
 @pytest.fixture(scope="module")
-def bridges(image: ic.ImageInfo, host: Any) -> list[str]:
+def bridges(image: docker.ImageInfo, host: Any) -> list[str]:
     found = labelled_bridges(image)
     if not found:
         pytest.skip(
             f"{image.ref} labels no bridge (io.mcore-images.mbridge={image.label('mbridge')}, "
             f"io.mcore-images.megatron-bridge={image.label('megatron-bridge')}): nothing to check"
         )
-    if not host.file("/opt/mcore-images/smoke/bridge.py").is_file:
-        pytest.skip("this image's smoke suite has no bridge check (smoke/bridge.py): it predates it")
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('smoke.bridge') is None)"
+    if host.run(f'python -c "{probe}"').rc:
+        pytest.skip("this image's smoke programs have no bridge check (smoke.bridge): it predates it")
     return found
 
 

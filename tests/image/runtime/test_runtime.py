@@ -5,53 +5,65 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import imagecheck as ic
 import pytest
+from tests.image.shared_checks import environment, tooling, versions
+from tests.image.utils import docker
+
+from mcore_images import components
 
 SMOKE = "cd /workspace 2>/dev/null; timeout {t} python -m smoke {args}"
 
 
-@pytest.mark.parametrize("key", ic.components_of("runtime"))
-def test_version_label_matches_installed(key: str, labels: dict[str, str], facts: dict[str, Any]) -> None:
-    problems = ic.version_problems(key, labels, facts)
+@pytest.mark.parametrize("comp", components.of_layer("runtime"), ids=lambda c: c.label)
+def test_version_label_matches_installed(comp: components.Component, labels: dict[str, str],
+    facts: dict[str, Any]) -> None:
+    problems = versions.version_problems(comp, labels, facts)
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("key", ic.components_of("runtime"))
-def test_imports(key: str, labels: dict[str, str], facts: dict[str, Any]) -> None:
-    problems = ic.import_problems(key, labels, facts)
+@pytest.mark.parametrize("comp", components.of_layer("runtime"), ids=lambda c: c.label)
+def test_imports(comp: components.Component, labels: dict[str, str],
+    facts: dict[str, Any]) -> None:
+    problems = versions.import_problems(comp, labels, facts)
     assert not problems, "\n".join(problems)
 
 
 def test_mcore_at_least_013(facts: dict[str, Any]) -> None:
-    problems = ic.mcore_floor_problems(facts)
+    problems = versions.mcore_floor_problems(facts)
     assert not problems, "\n".join(problems)
 
 
 def test_python_floor_for_mcore(facts: dict[str, Any]) -> None:
-    problems = ic.python_floor_problems(facts)
+    problems = versions.python_floor_problems(facts)
     assert not problems, "\n".join(problems)
 
 
-def test_required_env_in_image_config(image: ic.ImageInfo) -> None:
-    problems = ic.env_problems(image.env, image.stack_name, "docker image inspect Config.Env")
+def test_required_env_in_image_config(image: docker.ImageInfo) -> None:
+    problems = environment.env_problems(image.env, image.stack_name, "docker image inspect Config.Env")
     assert not problems, "\n".join(problems)
 
 
-def test_required_env_inside_container(facts: dict[str, Any], image: ic.ImageInfo) -> None:
-    problems = ic.env_problems(facts["env"], image.stack_name, "inside the container")
+def test_required_env_inside_container(facts: dict[str, Any], image: docker.ImageInfo) -> None:
+    problems = environment.env_problems(facts["env"], image.stack_name, "inside the container")
     assert not problems, "\n".join(problems)
 
 
-def test_tooling_shipped(host: Any, image: ic.ImageInfo) -> None:
-    """The smoke suite, the doctor's package and the image's pins are shipped in /opt/mcore-images."""
-    for path in (
-        "/opt/mcore-images/smoke/__main__.py",
-        "/opt/mcore-images/mcore_images/__main__.py",
-        "/opt/mcore-images/env/stacks.json",
-    ):
-        assert host.file(path).is_file, f"{path} is missing from the image"
-    problems = ic.shipped_stacks_problems(host.file("/opt/mcore-images/env/stacks.json").content_string, image)
+def test_tooling_is_installed_in_the_venv_and_only_there(host: Any, image: docker.ImageInfo) -> None:
+    """The project's wheel is installed in the image's venv (the `mcore-images` command, `python -m smoke`,
+    the doctor); another Python in the image does not see its packages; the pins ship as data."""
+    where = host.run("python -c 'import mcore_images, smoke, sys; print(mcore_images.__file__); print(smoke.__file__)'")
+    assert where.rc == 0, f"the venv's Python cannot import the tooling: {where.stderr.strip()[-1000:]}"
+    assert all("/site-packages/" in line for line in where.stdout.split()), where.stdout
+    version = host.run("mcore-images --version")
+    assert version.rc == 0 and version.stdout.startswith("mcore-images "), version.stderr
+    if host.file("/usr/bin/python3").exists:
+        system = host.run("/usr/bin/python3 -c 'import smoke'")
+        assert system.rc != 0 and "No module named 'smoke'" in system.stderr, (
+            f"/usr/bin/python3 imports the smoke package (exit {system.rc}): {system.stderr.strip()[-500:]}")
+    for path in ("stacks.json", "bench-baselines.json"):
+        assert host.file(f"{environment.TOOLING_DATA}/env/{path}").is_file, f"env/{path} is missing from the image"
+    shipped = host.file(f"{environment.TOOLING_DATA}/env/stacks.json").content_string
+    problems = tooling.shipped_stacks_problems(shipped, image)
     assert not problems, "\n".join(problems)
 
 
@@ -60,7 +72,7 @@ def test_smoke_dry_run(host: Any) -> None:
     result = host.run(SMOKE.format(t=300, args="--dry-run"))
     output = result.stdout + result.stderr
     assert result.rc == 0, f"smoke --dry-run exited {result.rc}: {output.strip()[-2000:]}"
-    assert ic.LAYOUT_NAME.search(result.stdout), f"smoke --dry-run named no layout: {output.strip()[-2000:]}"
+    assert tooling.LAYOUT_NAME.search(result.stdout), f"smoke --dry-run named no layout: {output.strip()[-2000:]}"
 
 
 def test_smoke_cpu(host: Any) -> None:
@@ -69,7 +81,7 @@ def test_smoke_cpu(host: Any) -> None:
     assert helptext.rc == 0, f"smoke --help exited {helptext.rc}: {helptext.stderr.strip()[-1000:]}"
     if "--cpu" not in helptext.stdout:
         pytest.skip("this smoke suite has no --cpu mode")
-    args = ic.smoke_cpu_args(helptext.stdout, out="/tmp/mcore-images-test-smoke")
+    args = tooling.smoke_cpu_args(helptext.stdout, out="/tmp/mcore-images-test-smoke")
     result = host.run(SMOKE.format(t=900, args=args))
     output = (result.stdout + result.stderr).strip()
     if result.rc != 0:  # the certificate names the failing run and error; torchrun's trace is the context
@@ -83,6 +95,6 @@ def test_doctor_reports_no_failures(host: Any) -> None:
     result = host.run("cd /workspace 2>/dev/null; timeout 600 python -m mcore_images doctor --json")
     assert result.rc in (0, 1), f"the doctor could not run (exit {result.rc}): {result.stderr.strip()[-2000:]}"
     report = json.loads(result.stdout)
-    problems = ic.doctor_problems(report)
+    problems = tooling.doctor_problems(report)
     assert not problems, "\n".join(problems)
     assert result.rc == 0, f"the doctor exited {result.rc} with no failing finding: {report.get('counts')}"

@@ -82,6 +82,7 @@ def test_variables_reach_args(root: Path, tmp_path: Path) -> None:
     out = subprocess.run(["docker", "buildx", "bake", "--print", "runtime-debian"], cwd=root, capture_output=True,
                          text=True, check=True, env=env)
     target = json.loads(out.stdout)["target"]["runtime-debian"]
-    assert target["args"]["MAX_JOBS"] == "3"
     assert target["tags"][0].startswith("ghcr.io/acme/mcore-images:runtime-")
-    assert target["secret"] == [f"id=ca_bundle,src={ca}"]
+    # An explicit job count reaches the compile steps as a secret (outside their cache key), never as an arg.
+    assert target["secret"] == [f"id=ca_bundle,src={ca}", "id=max_jobs,env=MAX_JOBS"]
+    assert "MAX_JOBS" not in target["args"]

@@ -1,0 +1,103 @@
+"""What a published image must not keep: build caches, build trees, the builder's toolchain, its size budget."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mcore_images.components import LAYERS
+from mcore_images.stacks import Stack
+from tests.image.utils.docker import GB, ImageInfo, iter_lines
+from tests.image.utils.probing import normalize
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+# Folders a build uses and a published image must not keep anything in (a BuildKit mount point
+# may stay behind as an empty folder: only files count).
+BUILD_LEFTOVERS = (
+    "/root/.cache/pip",
+    "/root/.cache/uv",
+    "/root/.ccache",
+    "/root/.cache/ccache",
+    "/wheels",
+    "/src/apex",
+    "/run/secrets",
+    "/tmp",
+    "/var/tmp",
+)
+
+
+# One walk of the filesystem finds build trees and VCS folders.
+FIND_TREES = (
+    "find / -xdev \\( -name .git -o -name '*.egg-info' -o -path '*/build/temp.*' "
+    "-o -path '*/build/lib.*' -o -name CMakeFiles -o -name CMakeCache.txt "
+    "-o -name 'build.ninja' -o -name '.ninja_log' \\) -print -prune 2>/dev/null || true"
+)
+
+
+PACKAGE_DIRS = re.compile(r"/(site|dist)-packages/")
+
+
+def leftover_problems(run: Any, ignore: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """Files left in a build's cache, wheel or scratch folders."""
+    dirs = " ".join(BUILD_LEFTOVERS)
+    out = run(
+        f'for d in {dirs}; do [ -d "$d" ] && find "$d" -mindepth 1 \\! -type d -print; done '
+        "2>/dev/null | head -n 200 || true"
+    ).stdout
+    return [f"build leftover: {line}" for line in iter_lines(out) if line not in ignore][:50]
+
+
+def tree_problems(paths: Iterable[str], ignore: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """`.git` folders, *.egg-info and setuptools/CMake/ninja build trees outside installed packages."""
+    problems = []
+    for path in paths:
+        if PACKAGE_DIRS.search(path) or path in ignore:
+            continue  # inside installed packages: their metadata (egg-info of a legacy install), not a build
+        problems.append(f"build tree or VCS folder: {path}")
+    return problems
+
+
+def builder_only_packages(stack: Stack, repo: Path = REPO) -> set[str]:
+    """Packages the builder stage's lock adds that no published layer's lock lists (nvcc, cccl, ninja…)."""
+    locks = repo / "env" / "locks" / stack.name
+
+    def names(layer: str) -> set[str]:
+        path = locks / f"{layer}.txt"
+        if not path.is_file():
+            return set()
+        return {normalize(m.group(1)) for m in re.finditer(r"^([A-Za-z0-9._-]+)==", path.read_text(), re.M)}
+
+    return names("builder") - set().union(*(names(layer) for layer in LAYERS))
+
+
+def toolchain_problems(facts: Mapping[str, Any], run: Any, builder_only: set[str]) -> list[str]:
+    """No compiler toolchain from the builder stage: no pip nvcc, no builder-only distribution."""
+    problems = [
+        f"builder package installed: {name} {facts['dists'][name]['version']}"
+        for name in sorted(builder_only)
+        if name in facts["dists"]
+    ]
+    prefix = facts["python"]["prefix"]
+    out = run(
+        f"find {prefix} /usr/local/lib /usr/lib -path '*-packages/nvidia/*/bin/nvcc' 2>/dev/null | head -n 5 || true"
+    ).stdout
+    problems += [f"pip nvcc from the builder: {line}" for line in out.splitlines() if line.strip()]
+    return problems
+
+
+def size_problems(image: ImageInfo) -> list[str]:
+    """The content size (compressed layers: what a pull downloads, `docker image inspect` Size with
+    containerd's image store) is within io.mcore-images.size-budget-gb (README: Tags)."""
+    budget = image.label("size-budget-gb")
+    if budget is None:
+        return ["label io.mcore-images.size-budget-gb is missing"]
+    if image.content_size > float(budget) * GB:
+        return [
+            f"image content is {image.content_size / GB:.3f} GB (compressed; {image.size / GB:.2f} GB unpacked), "
+            f"over its budget of {budget} GB (io.mcore-images.size-budget-gb; 1 GB = 1e9 bytes)"
+        ]
+    return []

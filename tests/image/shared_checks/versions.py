@@ -1,0 +1,156 @@
+"""Versions and imports: each component the image's labels name is installed and imports as labelled (the
+component catalogue says which distribution and modules a label describes; the labels say which version)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from mcore_images import components, versions
+from mcore_images.components import NONE, Component
+from mcore_images.images import label
+from mcore_images.stacks import Stack
+from tests.image.utils.docker import ImageInfo
+from tests.image.utils.probing import installed, normalize
+
+SHA40 = re.compile(r"^[0-9a-f]{40}$")
+
+
+def version_problems(comp: Component, labels: Mapping[str, str], facts: Mapping[str, Any]) -> list[str]:
+    """The version in the component's label is what the image has installed (its sibling wheels too)."""
+    pinned = labels.get(comp.oci_label)
+    if pinned is None:
+        return [f"label {comp.oci_label} is missing; every {comp.layer}+ image carries it"]
+    if comp.key == "python":
+        have = facts["python"]["major_minor"]
+        return [] if have == pinned else [f"{comp.oci_label}={pinned} but the interpreter is Python {have}"]
+    if comp.key == "cuda":
+        torch = facts.get("torch")
+        if not torch:
+            return [f"{comp.oci_label}={pinned} but torch does not import, so its CUDA version is unknown"]
+        have = torch.get("cuda") or "none (a CPU build of torch)"
+        ok = versions.pin_satisfied(comp.pin, pinned, torch.get("cuda"))
+        return [] if ok else [f"{comp.oci_label}={pinned} but torch.version.cuda is {have}"]
+    dist = comp.distribution
+    assert dist is not None, comp.key
+    have = installed(facts, dist)
+    if not versions.pin_satisfied(comp.pin, pinned, have):
+        if have is None:
+            return [f"{comp.oci_label}={pinned} but {dist} is not installed"]
+        return [f"{comp.oci_label}={pinned} but {dist} {have} is installed"]
+    problems = []
+    for sibling in comp.distributions[1:]:
+        version = installed(facts, sibling)
+        if pinned != NONE and version is not None and not versions.same(pinned, version):
+            problems.append(f"{comp.oci_label}={pinned} but {sibling} {version} is installed")
+    return problems
+
+
+def apex_commit_problems(labels: Mapping[str, str], facts: Mapping[str, Any]) -> tuple[list[str], str | None]:
+    """(problems, reason-it-cannot-be-compared). apex records its commit only when pip installed it
+    from git (direct_url.json vcs_info) or a version carries it; a wheel built from a source folder
+    records neither, and then the commit cannot be checked from inside the image."""
+    pinned = labels.get(label("apex"), "")
+    if not SHA40.match(pinned):
+        return [], f"io.mcore-images.apex is '{pinned}': no commit to compare"
+    entry = facts["dists"].get("apex")
+    if entry is None:
+        return [f"io.mcore-images.apex={pinned} but apex is not installed"], None
+    vcs = ((entry.get("direct_url") or {}).get("vcs_info") or {}).get("commit_id")
+    if vcs:
+        return ([] if vcs == pinned else [f"io.mcore-images.apex={pinned} but apex was installed from {vcs}"]), None
+    local = re.findall(r"[0-9a-f]{7,40}", entry["version"].partition("+")[2])
+    if local:
+        ok = any(pinned.startswith(part) for part in local)
+        return ([] if ok else [f"io.mcore-images.apex={pinned} but apex's version is {entry['version']}"]), None
+    return [], (
+        f"apex {entry['version']} was installed from a wheel that records no commit "
+        f"(direct_url: {(entry.get('direct_url') or {}).get('url', 'none')})"
+    )
+
+
+def import_problems(comp: Component, labels: Mapping[str, str], facts: Mapping[str, Any]) -> list[str]:
+    """Each module of the component imports where it is labelled; where 'none', each import fails
+    with ModuleNotFoundError (any other error means a broken leftover, not an absent package)."""
+    pinned = labels.get(comp.oci_label)
+    if pinned is None:
+        return [f"label {comp.oci_label} is missing"]
+    problems = []
+    for module in comp.modules:
+        result = facts["imports"].get(module)
+        if result is None:
+            problems.append(f"the probe did not try `import {module}`")
+        elif pinned != NONE and not result["ok"]:
+            problems.append(f"{comp.oci_label}={pinned} but `import {module}` fails: {result['error']}")
+        elif pinned == NONE and result["ok"]:
+            problems.append(f"{comp.oci_label}=none but `import {module}` works")
+        elif pinned == NONE and result["error_type"] != "ModuleNotFoundError":
+            problems.append(
+                f"{comp.oci_label}=none and `import {module}` fails, but with {result['error']} "
+                "(a leftover of the package, not its absence)"
+            )
+    return problems
+
+
+def duplicate_problems(facts: Mapping[str, Any]) -> list[str]:
+    """A distribution installed twice in one folder is a broken install; one of the labelled components
+    installed in two folders (a venv over NGC's system packages) means one copy shadows the other."""
+    labelled = {normalize(d) for c in components.CATALOGUE for d in c.distributions}
+    problems = []
+    for name, copies in sorted(facts["duplicates"].items()):
+        folders = [os.path.dirname(c["path"]) for c in copies]
+        where = ", ".join(f"{c['version']} in {c['path']}" for c in copies)
+        if len(set(folders)) < len(folders):
+            problems.append(f"{name} is installed twice in one folder: {where}")
+        elif name in labelled:
+            problems.append(f"{name} is installed in several folders, one shadowing the other: {where}")
+    return problems
+
+
+def mcore_floor_problems(facts: Mapping[str, Any], floor: str = "0.13") -> list[str]:
+    """verl asserts megatron-core >= 0.13 (its oldest supported release)."""
+    have = installed(facts, "megatron-core")
+    if have is None:
+        return ["megatron-core is not installed"]
+    return [] if Version(have) >= Version(floor) else [f"megatron-core {have} < {floor} (verl's minimum)"]
+
+
+def python_floor_problems(facts: Mapping[str, Any]) -> list[str]:
+    """megatron-core >= 0.17 needs Python >= 3.12, and Python satisfies megatron-core's Requires-Python."""
+    entry = facts["dists"].get("megatron-core")
+    if entry is None:
+        return ["megatron-core is not installed"]
+    python = Version(facts["python"]["version"])
+    problems = []
+    if Version(entry["version"]) >= Version("0.17") and python < Version("3.12"):
+        problems.append(f"megatron-core {entry['version']} needs Python >= 3.12, the image has {python}")
+    try:
+        spec = SpecifierSet(entry.get("requires_python") or "")
+    except InvalidSpecifier:
+        return [*problems, f"megatron-core's Requires-Python is unreadable: {entry['requires_python']!r}"]
+    if python not in spec:
+        problems.append(f"megatron-core {entry['version']} requires Python {spec}, the image has {python}")
+    return problems
+
+
+def label_pin_problems(image: ImageInfo, stack: Stack) -> list[str]:
+    """Every io.mcore-images.* label that names a pin equals env/stacks.json for the labelled stack."""
+    expected = {"stack": stack.name, "flavor": stack.flavor, "base": stack.base_image}
+    for comp in components.CATALOGUE:
+        expected[comp.label] = stack.pins[comp.key]
+    if image.layer in stack.size_budget_gb:
+        expected["size-budget-gb"] = str(stack.size_budget_gb[image.layer])
+    problems = []
+    for key, want in expected.items():
+        have = image.label(key)
+        if have is None:
+            continue  # which labels a layer must carry is checked per component, in its layer's folder
+        same = float(have) == float(want) if key == "size-budget-gb" else have == want
+        if not same:
+            problems.append(f"label {label(key)}={have} but env/stacks.json pins {want} for stack {stack.name}")
+    return problems

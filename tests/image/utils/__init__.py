@@ -1,0 +1,1 @@
+"""Helpers of the image tests: docker, facts from inside the image, the layer scan."""

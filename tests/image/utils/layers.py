@@ -1,0 +1,58 @@
+"""Which image a check looks at: the layer folders that apply, the stack an image names, its base image."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from mcore_images import images
+from mcore_images.components import LAYERS, NONE
+from mcore_images.stacks import Stack, load_stacks
+from tests.image.utils.docker import ImageInfo, image_exists, inspect_image
+
+
+def layer_applies(test_layer: str, image_layer: str) -> bool:
+    """docker-stacks' pattern: a parent layer's tests run against every child image too."""
+    return LAYERS.index(test_layer) <= LAYERS.index(image_layer)
+
+
+def stack_for(image: ImageInfo, stacks: Mapping[str, Stack] | None = None) -> Stack | None:
+    """The env/stacks.json entry named by the image's stack label (None: not one of ours)."""
+    stacks = stacks if stacks is not None else load_stacks()
+    return stacks.get(image.stack_name or "")
+
+
+def first_labelled(image: ImageInfo, keys: Iterable[str]) -> str | None:
+    """The first component of `keys` that the image labels with a version (not 'none')."""
+    return next((k for k in keys if image.label(k) not in (None, NONE)), None)
+
+
+def _repository(ref: str) -> str | None:
+    """The repository of a reference (None for a bare image id)."""
+    if ref.startswith("sha256:"):
+        return None
+    try:
+        return images.repository(ref)
+    except ValueError:
+        return None
+
+
+def find_base_image(image: ImageInfo, explicit: str | None = None) -> ImageInfo | str:
+    """The base-layer image this image was built on, or why there is none to compare with."""
+    stack = image.stack_name
+    if image.layer == "base":
+        return "this is the base image itself"
+    repos = [r for r in (_repository(image.shown), "mcore-images") if r]
+    candidates = [explicit] if explicit else list(dict.fromkeys(f"{repo}:base-{stack}" for repo in repos))
+    notes = []
+    for ref in candidates:
+        if not image_exists(ref):
+            notes.append(f"{ref} is not in the local image store")
+            continue
+        base = inspect_image(ref)
+        if base.layer != "base" or base.stack_name != stack:
+            notes.append(f"{ref} is a {base.layer} image of stack {base.stack_name}, not the base of {stack}")
+        elif base.layers != image.layers[: len(base.layers)]:
+            notes.append(f"{ref} is not this image's parent build (its layers differ); rebuild it to compare")
+        else:
+            return base
+    return "; ".join(notes)

@@ -1,0 +1,199 @@
+"""One streamed pass over `docker save`: build secrets in any layer (also ones a later layer deleted), and
+which layers touch given paths (torch's)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import subprocess
+import tarfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from tests.image.utils.docker import DockerError
+
+PEM = re.compile(rb"-----BEGIN CERTIFICATE-----\s+(.+?)\s*-----END CERTIFICATE-----", re.S)
+
+
+def pem_certs(data: bytes) -> list[list[bytes]]:
+    """Each certificate's base64 lines."""
+    return [[ln.strip() for ln in m.group(1).splitlines() if ln.strip()] for m in PEM.finditer(data)]
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A file passed to the build as a secret: its sha256 and the byte strings that betray its content."""
+
+    path: str
+    size: int
+    sha256: str
+    probes: tuple[bytes, ...]  # distinctive chunks: a middle base64 line of each non-public certificate
+    note: str
+
+
+def make_secret(path: Path, public: Iterable[bytes]) -> Secret:
+    """Probes come from what the secret holds beyond public material: for a CA bundle, the certificates
+    that are not public roots (the TLS-intercepting proxy's CA, a site CA); for any other file
+    (an index URL with a token), its content."""
+    data = path.read_bytes()
+    certs = pem_certs(data)
+    if certs:
+        known = {b"".join(c) for blob in public for c in pem_certs(blob)}
+        private = [c for c in certs if b"".join(c) not in known and len(c) >= 3]
+        probes = tuple(c[len(c) // 2] for c in private)
+        note = f"{len(certs)} certificates, {len(private)} not public roots"
+    else:
+        text = data.strip()
+        probes = (text,) if len(text) >= 16 else ()
+        note = "not a PEM bundle: its whole content is the probe"
+    return Secret(str(path), len(data), hashlib.sha256(data).hexdigest(), probes, note)
+
+
+def public_roots_host() -> list[bytes]:
+    """The CA certificates Debian's ca-certificates package ships on this host: public by definition."""
+    return [p.read_bytes() for p in Path("/usr/share/ca-certificates").rglob("*.crt") if p.is_file()]
+
+
+@dataclass
+class LayerScan:
+    """What one pass over `docker save`'s stream found."""
+
+    blobs: int = 0
+    layers: list[str] = field(default_factory=list)  # layer blob names, in the order the manifest gives
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    hits: list[tuple[str, str, str]] = field(default_factory=list)  # (blob, path or '-', what matched)
+    touched: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # pattern -> blob -> paths
+    unreadable: list[str] = field(default_factory=list)
+
+    def layer_index(self, blob: str) -> str:
+        return f"layer {self.layers.index(blob) + 1}/{len(self.layers)}" if blob in self.layers else blob
+
+
+class _Searcher:
+    """Streams bytes, reporting which probes occur (also across chunk boundaries)."""
+
+    def __init__(self, probes: Iterable[bytes]):
+        self.probes = [p for p in probes if p]
+        self.keep = max((len(p) for p in self.probes), default=1) - 1
+        self.tail = b""
+        self.found: set[bytes] = set()
+
+    def feed(self, chunk: bytes) -> None:
+        if not self.probes:
+            return
+        window = self.tail + chunk
+        for probe in self.probes:
+            if probe not in self.found and probe in window:
+                self.found.add(probe)
+        self.tail = window[-self.keep :] if self.keep else b""
+
+
+CHUNK = 1 << 20
+
+
+def _scan_stream(
+    stream: IO[bytes], name: str, secrets: list[Secret], scan: LayerScan, watch: Mapping[str, re.Pattern[str]]
+) -> None:
+    """Scan one layer tar (plain or gzip), member by member."""
+    sizes = {s.size for s in secrets}
+    probes = [p for s in secrets for p in s.probes]
+    try:
+        layer = tarfile.open(fileobj=stream, mode="r|*")  # noqa: SIM115 (closed by the `with` below)
+    except tarfile.TarError as error:
+        scan.unreadable.append(f"{name}: {error}")
+        return
+    with layer:
+        for member in layer:
+            path = "/" + member.name.removeprefix("./").lstrip("/")
+            for key, pattern in watch.items():
+                if pattern.search(path):
+                    scan.touched.setdefault(key, {}).setdefault(name, []).append(path)
+            if not member.isfile():
+                continue
+            scan.files += 1
+            scan.bytes += member.size
+            handle = layer.extractfile(member)
+            if handle is None:
+                continue
+            digest = hashlib.sha256() if member.size in sizes else None
+            searcher = _Searcher(probes)
+            while chunk := handle.read(CHUNK):
+                searcher.feed(chunk)
+                if digest is not None:
+                    digest.update(chunk)
+            for secret in secrets:
+                if digest is not None and member.size == secret.size and digest.hexdigest() == secret.sha256:
+                    scan.hits.append((name, path, f"a copy of {secret.path} (same sha256)"))
+                for probe in secret.probes:
+                    if probe in searcher.found:
+                        scan.hits.append(
+                            (name, path, f"content of {secret.path} ({probe[:24].decode(errors='replace')}…)")
+                        )
+
+
+def scan_saved_image(
+    ref: str,
+    secrets: list[Secret],
+    watch: Mapping[str, re.Pattern[str]] | None = None,
+    skip_blobs: Iterable[str] = (),
+    timeout: float = 1800,
+) -> LayerScan:
+    """Stream `docker save REF` (no copy on disk) and look into every blob: layer tars member by member,
+    configs and manifests as raw bytes. Secret content is searched everywhere, including files that a
+    later layer deleted; `watch` records which layers touch paths matching each pattern. `skip_blobs`
+    (blob names an earlier scan already read, e.g. a parent image's layers) are passed over unread."""
+    watch = watch or {}
+    skip = set(skip_blobs)
+    scan = LayerScan()
+    start = time.monotonic()
+    proc = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    manifest: list[dict[str, Any]] = []
+    probes = [p for s in secrets for p in s.probes]
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as outer:
+            for member in outer:
+                if not member.isfile() or member.name in skip:
+                    continue
+                scan.blobs += 1
+                handle = outer.extractfile(member)
+                assert handle is not None and isinstance(handle, io.BufferedReader)
+                head = handle.peek(512)[:512]
+                if member.name == "manifest.json":
+                    manifest = json.loads(handle.read())
+                elif head[:2] == b"\x1f\x8b" or head[257:262] == b"ustar":
+                    _scan_stream(handle, member.name, secrets, scan, watch)
+                elif head[:4] == b"\x28\xb5\x2f\xfd":
+                    scan.unreadable.append(f"{member.name}: zstd layer (Python cannot read it)")
+                else:  # configs, manifests, indexes: small JSON, searched as they are
+                    searcher = _Searcher(probes)
+                    while chunk := handle.read(CHUNK):
+                        searcher.feed(chunk)
+                    scan.hits += [
+                        (member.name, "-", f"content of {secret.path}")
+                        for secret in secrets
+                        for p in secret.probes
+                        if p in searcher.found
+                    ]
+    except BaseException:
+        proc.kill()  # never drain gigabytes into memory on the way out
+        proc.wait()
+        raise
+    err = proc.stderr.read()
+    if proc.wait(timeout=timeout) != 0:
+        raise DockerError(f"docker save {ref} failed: {err.decode(errors='replace').strip()[-500:]}")
+    if manifest:
+        scan.layers = list(manifest[0].get("Layers") or [])
+    scan.seconds = round(time.monotonic() - start, 1)
+    return scan
+
+
+# Paths that belong to torch: an upper layer that writes (or whites out) any of them swapped or patched torch.
+TORCH_PATHS = re.compile(r"/(site|dist)-packages/(\.wh\.)?(torch|torch-[^/]+\.dist-info)(/(?!.*__pycache__)|$)")

@@ -1,0 +1,89 @@
+"""The component catalogue is the one place a component is described: a made-up component added to it (and
+pinned in a copy of env/stacks.json) reaches every consumer — stacks, bake's labels, locks, overrides, the
+README table, promotion, the image tests and the certificate."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from smoke.kit import envinfo
+
+from mcore_images import components, generated, lock, overrides, plan, policy
+from mcore_images.stacks import load_stacks
+from tests.image.shared_checks import versions as image_versions
+from tests.unit.conftest import ROOT
+
+FLASH = components.Component(
+    "flash_attn", "flash-attn", "flash-attn", "kernels", "kernels", distributions=("flash-attn",),
+    modules=("flash_attn",), requirements=("flash-attn=={version}",), certificate="flash-attn")
+
+
+def test_the_catalogue_is_consistent() -> None:
+    assert components.check() == []
+    assert [c.key for c in components.CATALOGUE] == list(components.KEYS)
+
+
+@pytest.fixture
+def with_flash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The catalogue with FLASH added, and a copy of the checkout's env/ and bake file that pin it."""
+    catalogue = (*components.CATALOGUE, FLASH)
+    monkeypatch.setattr(components, "CATALOGUE", catalogue)
+    monkeypatch.setattr(components, "BY_KEY", {c.key: c for c in catalogue})
+    monkeypatch.setattr(components, "BY_LABEL", {c.label: c for c in catalogue})
+    monkeypatch.setattr(components, "KEYS", tuple(c.key for c in catalogue))
+    shutil.copytree(ROOT / "env", tmp_path / "env")
+    for name in ("docker-bake.hcl", "README.md"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    path = tmp_path / "env" / "stacks.json"
+    doc = json.loads(path.read_text())
+    for entry in doc["variable"]["STACKS"]["default"]:
+        entry["flash_attn"] = "2.8.3" if entry["name"] == "debian" else "none"
+    path.write_text(json.dumps(doc, indent=2))
+    monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
+    return tmp_path
+
+
+def test_every_consumer_picks_up_a_new_component(with_flash: Path) -> None:
+    debian = load_stacks()["debian"]
+    assert debian.flash_attn == "2.8.3" and debian.versions()["flash_attn"] == "2.8.3"
+    assert "flash-attn==2.8.3" in lock.layer_inputs(debian)["kernels"]
+    assert lock.expected_pins(debian)["kernels"]["flash-attn"] == "2.8.3"
+    assert overrides.first_lock_layer("flash_attn") == "kernels" and "flash_attn" in overrides.overridable()
+    table = plan.render_markdown(plan.make_plan([debian]))
+    assert "| flash-attn |" in table.splitlines()[0] and "| 2.8.3 |" in table.splitlines()[2]
+    assert "flash-attn" in components.certificate_packages() and "flash-attn" in envinfo.packages()
+
+    # bake labels it, from the regenerated COMPONENTS block
+    assert generated.update(with_flash) == ["README.md", "docker-bake.hcl"]
+    assert generated.stale(with_flash) == []
+    if shutil.which("docker"):
+        printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", "env/stacks.json",
+                                  "--print", "kernels-debian", "runtime-ngc", "base-debian"], cwd=with_flash,
+                                 capture_output=True, text=True, check=True).stdout
+        targets = json.loads(printed)["target"]
+        assert targets["kernels-debian"]["labels"]["io.mcore-images.flash-attn"] == "2.8.3"
+        assert targets["runtime-ngc"]["labels"]["io.mcore-images.flash-attn"] == "none"
+        assert "io.mcore-images.flash-attn" not in targets["base-debian"]["labels"]
+
+    # promotion compares it with the image's label and what the certificate measured
+    labels = {"io.mcore-images.stack": "debian", "io.mcore-images.layer": "runtime",
+              **{c.oci_label: debian.pins[c.key] for c in components.labelled_in("runtime")}}
+    packages = {"flash-attn": "2.8.3"}
+    cert = {"environment": {"packages": packages, "cuda": debian.cuda}}
+    _, problems = policy.image_problems(labels, debian, cert)
+    assert not [p for p in problems if "flash-attn" in p]
+    packages["flash-attn"] = "2.7.0"
+    _, problems = policy.image_problems(labels, debian, cert)
+    assert any("flash-attn 2.7.0" in p for p in problems)
+
+    # the image tests check its label against what is installed and importable
+    assert FLASH in components.of_layer("kernels")
+    facts = {"dists": {"flash-attn": {"version": "2.8.3"}}, "imports": {"flash_attn": {"ok": True}}}
+    assert image_versions.version_problems(FLASH, labels, facts) == []
+    assert image_versions.import_problems(FLASH, labels, facts) == []
+    facts["dists"]["flash-attn"]["version"] = "2.7.0"
+    assert image_versions.version_problems(FLASH, labels, facts)

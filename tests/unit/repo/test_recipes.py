@@ -1,0 +1,149 @@
+"""The recipes of docs/contributing.md, each done the way the guide says, in a copy of the checkout."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from smoke import layouts
+
+from mcore_images import cli
+from mcore_images.doctor import model
+from tests.unit.conftest import ROOT
+
+
+@pytest.fixture
+def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """env/, README.md and docker-bake.hcl copied; the tooling reads and writes them there."""
+    shutil.copytree(ROOT / "env", tmp_path / "env")
+    for name in ("README.md", "docker-bake.hcl"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
+    return tmp_path
+
+
+def edit_stacks(root: Path, change: Callable[[list[dict]], None]) -> None:
+    path = root / "env" / "stacks.json"
+    doc = json.loads(path.read_text())
+    change(doc["variable"]["STACKS"]["default"])
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def pypi_reachable() -> bool:
+    try:
+        urllib.request.urlopen("https://pypi.org/simple/uv/", timeout=10).close()
+    except OSError:
+        return False
+    return shutil.which("uv") is not None
+
+
+@pytest.mark.skipif(not pypi_reachable(), reason="the recipe resolves locks: needs uv and PyPI (CI has both)")
+def test_bump_a_pin(checkout: Path, capsys: pytest.CaptureFixture) -> None:
+    """One edit in env/stacks.json; `make update` re-resolves the runtime lock alone, the layers below
+    stay byte for byte, and `make validate` is clean again."""
+    locks = checkout / "env" / "locks" / "debian"
+    before = {p.name: p.read_bytes() for p in locks.glob("*.txt")}
+    edit_stacks(checkout, lambda stacks: next(s for s in stacks if s["name"] == "debian").update(mcore="0.16.0"))
+    assert cli.main(["validate"]) == 1
+    stale = capsys.readouterr().err
+    assert "README.md" in stale and "megatron-core is 0.16.1, env/stacks.json pins 0.16.0" in stale
+    assert cli.main(["update"]) == 0
+    assert "debian: locks re-resolved from layer 'runtime' up" in capsys.readouterr().out
+    after = {p.name: p.read_bytes() for p in locks.glob("*.txt")}
+    changed = {name for name in before if before[name] != after[name]}
+    assert "runtime.txt" in changed and changed <= {"runtime.txt", "app.txt"}, changed
+    assert "megatron-core==0.16.0" in after["runtime.txt"].decode()
+    assert "| `debian` |" in (checkout / "README.md").read_text() and "0.16.0" in (checkout / "README.md").read_text()
+    assert cli.main(["validate"]) == 0
+
+
+def test_add_a_stack(checkout: Path, capsys: pytest.CaptureFixture) -> None:
+    """One entry in env/stacks.json: plan and bake know it at once; validate names the locks to write."""
+    def add(stacks: list[dict]) -> None:
+        stacks.append({**next(s for s in stacks if s["name"] == "debian"), "name": "debian-next", "groups": []})
+
+    edit_stacks(checkout, add)
+    assert cli.main(["plan", "--stack", "debian-next", "--format", "names"]) == 0
+    assert capsys.readouterr().out.strip() == "debian-next"
+    assert cli.main(["update", "--no-locks"]) == 0
+    assert "| `debian-next` |" in (checkout / "README.md").read_text()
+    assert cli.main(["validate"]) == 1
+    assert "env/locks/debian-next/base.txt is missing; run `mcore-images lock --stack debian-next`" in \
+        capsys.readouterr().err
+    if shutil.which("docker"):
+        printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", "env/stacks.json",
+                                  "--print", "runtime-debian-next"], cwd=checkout, capture_output=True, text=True,
+                                 check=True).stdout
+        assert json.loads(printed)["target"]["runtime-debian-next"]["args"]["STACK"] == "debian-next"
+
+
+def test_add_a_smoke_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name in layouts.CATALOGUE: planned on its machine size, skipped with a reason where it cannot run,
+    compared with the dp-only run."""
+    monkeypatch.setitem(layouts.CATALOGUE, 4, (*layouts.CATALOGUE[4], "tp2-cp2"))
+    plan = layouts.plan(4, None, te=True)
+    runs = {r.id: r for r in plan.runs}
+    assert runs["tp2-cp2/dense/te"].skip is None and runs["tp2-cp2/dense/te"].baseline_id == "dp4/dense/te"
+    assert "context parallelism needs Transformer Engine" in runs["tp2-cp2/dense/local"].skip
+    assert any(r.layout.name == "dp2-tp2-cp2" for r in layouts.plan(8, None, te=True).runs)
+
+
+@pytest.fixture
+def extra_check() -> Iterator[str]:
+    check_id = "env.recipe-example"
+
+    @model.check(check_id, model.Status.WARN, "set RECIPE_EXAMPLE=1")
+    def _example(ctx: model.Context) -> model.Outcome:
+        """An example check registered the way docs/contributing.md says."""
+        return model.ok("RECIPE_EXAMPLE is fine")
+
+    yield check_id
+    del model.REGISTRY[check_id]
+
+
+def test_add_a_doctor_check(extra_check: str, capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["doctor", "--list"]) == 0
+    assert extra_check in capsys.readouterr().out
+    assert cli.main(["doctor", "--json", "--only", extra_check]) == 0
+    assert [f["id"] for f in json.loads(capsys.readouterr().out)["findings"]] == [extra_check]
+
+
+# ---------------------------------------------------------------------------------------------
+# The walls the guide states.
+
+PURE = ("smoke.layouts", "smoke.shards", "smoke.judge", "smoke.certificate", "smoke.kit.errors",
+        "smoke.kit.numerics", "smoke.kit.seeds", "smoke.bridge.spec", "smoke.bench.model", "smoke.bench.gate")
+
+
+def test_the_pure_modules_import_without_torch() -> None:
+    blocker = ("import sys\n"
+               "class Block:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name.split('.')[0] in ('torch', 'megatron', 'transformer_engine'):\n"
+               "            raise ImportError('blocked: ' + name)\n"
+               "sys.meta_path.insert(0, Block())\n"
+               f"import importlib\nfor m in {PURE!r}: importlib.import_module(m)\nprint('ok')\n")
+    out = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, cwd=ROOT,
+                         env={"PYTHONPATH": f"{ROOT}:{ROOT / 'src'}"}, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_smoke_imports_only_the_toolings_data_modules() -> None:
+    allowed = {"mcore_images", "mcore_images.components", "mcore_images.schemas"}
+    offenders = []
+    for path in sorted((ROOT / "smoke").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if isinstance(node, ast.ImportFrom) and node.module == "mcore_images":
+                names = [f"mcore_images.{a.name}" for a in node.names]
+            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names
+                          if n.split(".")[0] == "mcore_images" and n not in allowed]
+    assert not offenders, offenders
