@@ -13,7 +13,8 @@
 #   NPROC_PER_NODE  ranks per node (default: gpu, one per visible GPU)
 #   RDZV_ID         job id shared by the nodes (default: mcore-smoke; Slurm: the job id)
 #   OUT             certificate folder (default: ./smoke-out)
-#   SMOKE_ROOT      folder holding smoke/ (default: /opt/mcore-images, where the images carry it)
+# The images install the smoke programs in their venv; outside an image, put a checkout's root and
+# src/ on PYTHONPATH.
 set -euo pipefail
 die() { echo "multinode-smoke: $*" >&2; exit 2; }
 
@@ -21,8 +22,7 @@ die() { echo "multinode-smoke: $*" >&2; exit 2; }
 [[ "${RDZV_ENDPOINT:-}" =~ ^[^:[:space:]]+:[0-9]+$ ]] || die "set RDZV_ENDPOINT=HOST:PORT (a node every node reaches), got '${RDZV_ENDPOINT:-}'"
 nproc="${NPROC_PER_NODE:-gpu}"
 [[ "$nproc" == gpu || "$nproc" =~ ^[1-9][0-9]*$ ]] || die "NPROC_PER_NODE must be 'gpu' or a positive integer, got '$nproc'"
-root="${SMOKE_ROOT:-/opt/mcore-images}"
-[[ -f "$root/smoke/__main__.py" ]] || die "no smoke suite under $root: run inside an mcore-images image or set SMOKE_ROOT"
+python -c "import smoke.cli" 2>/dev/null || die "python cannot import the smoke programs: run inside an mcore-images image (or put a checkout and its src/ on PYTHONPATH)"
 command -v torchrun >/dev/null || die "torchrun not found: run inside an mcore-images image (torch installs it)"
 out="${OUT:-smoke-out}"
 mkdir -p "$out"
@@ -30,7 +30,7 @@ mkdir -p "$out"
 # NVLink multicast off (the images set these too; a site may have cleared them): it can take a
 # shared host's GPUs out of service.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1
 
 exec torchrun --nnodes "$NNODES" --nproc-per-node "$nproc" \
   --rdzv-backend c10d --rdzv-endpoint "$RDZV_ENDPOINT" --rdzv-id "${RDZV_ID:-mcore-smoke}" \

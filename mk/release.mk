@@ -1,7 +1,6 @@
 # Release and cluster targets (docs/release.md). Included by the Makefile; `make help` lists them.
 # Promotion refuses any certificate that did not pass for the very digest it promotes.
 
-PROMOTE_CLI := $(PYTHON) -m mcore_images.promote
 CERT ?=
 EXECUTE ?=
 NNODES ?= 2
@@ -13,14 +12,14 @@ K8S_JOB ?= deploy/k8s/smoke-job.yaml
 
 tags: ## public tags of a stack: make tags STACK=ngc [LAYER=runtime] [REGISTRY=ghcr.io/acme]
 	@test -n "$(STACK)" || { echo "error: give STACK=<name> (see make plan)" >&2; exit 2; }
-	$(PROMOTE_CLI) tags --stack $(STACK) $(if $(LAYER),--layer $(LAYER)) $(if $(REGISTRY),--registry $(REGISTRY))
+	$(MCORE) tags --stack $(STACK) $(if $(LAYER),--layer $(LAYER)) $(if $(REGISTRY),--registry $(REGISTRY))
 
 matrix: ## the release matrix CI fans out over, from env/: make matrix [GROUP=release]
-	$(PROMOTE_CLI) matrix --group $(or $(GROUP),release) --pretty
+	$(MCORE) matrix --group $(or $(GROUP),release) --pretty
 
 promote: ## dry run (EXECUTE=1 runs it): make promote CERT=cert.json IMAGE=repo@sha256:... STACK=ngc
 	@test -n "$(CERT)" -a -n "$(STACK)" || { echo "error: give CERT=<certificate.json> IMAGE=<repo@sha256:...> STACK=<name>" >&2; exit 2; }
-	$(PROMOTE_CLI) promote --certificate $(CERT) --image $(IMAGE) --stack $(STACK) $(if $(LAYER),--layer $(LAYER)) \
+	$(MCORE) promote --certificate $(CERT) --image $(IMAGE) --stack $(STACK) $(if $(LAYER),--layer $(LAYER)) \
 	  $(if $(EXECUTE),--execute)
 
 # enroot and Apptainer read the local Docker image: nothing is pulled or pushed.

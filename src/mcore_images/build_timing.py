@@ -29,7 +29,7 @@ from mcore_images.errors import InputError
 _STEP = re.compile(r"^#(\d+) \[(?:[\w.-]+ )?([\w-]+) (\d+)/(\d+)\] (\w+)")
 _CACHED = re.compile(r"^#(\d+) CACHED")
 _DONE = re.compile(r"^#(\d+) DONE ([\d.]+)s")
-LAYER_STAGES = ("base", "builder", "kernels-build", "kernels", "runtime")
+LAYER_STAGES = ("base", "builder", "kernels-build", "tooling-build", "kernels", "runtime")
 LOG_DIR = Path("build") / "build-timing"  # each scenario's full BuildKit log
 
 

@@ -23,13 +23,12 @@ import urllib.request
 from email.parser import Parser
 from pathlib import Path
 
-from packaging.requirements import Requirement
-
 from mcore_images import components
 from mcore_images.command import Command
 from mcore_images.components import LOCK_LAYERS
 from mcore_images.errors import InputError
 from mcore_images.stacks import Stack, get_stack, load_stacks, repo_root
+from mcore_images.versions import Requirement
 
 # Layers that branch off the chain: built FROM base, but nothing above them inherits their packages.
 SIDE_LAYERS = ("builder",)

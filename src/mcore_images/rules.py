@@ -9,11 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from packaging.requirements import Requirement
-from packaging.specifiers import SpecifierSet
-
 from mcore_images.stacks import NONE, Stack
-from mcore_images.versions import at_least, bounded_below, major_minor
+from mcore_images.versions import Requirement, SpecifierSet, at_least, bounded_below, major_minor
 
 # torch on PyPI is built for one CUDA release per torch minor (the nvidia-* wheels it pins).
 TORCH_PYPI_CUDA = {"2.8": "12.8", "2.11": "13.0"}

@@ -18,12 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import InvalidVersion, Version
-
 from mcore_images import components
 from mcore_images.components import FROM_BASE, LAYERS, NONE
 from mcore_images.errors import InputError
+from mcore_images.versions import InvalidRequirement, InvalidVersion, Requirement, Version
 
 __all__ = ["LAYERS", "NONE", "Stack", "get_stack", "groups", "load_stacks", "repo_root", "stacks_file"]
 

@@ -1,5 +1,8 @@
 """Version comparisons, all through `packaging` (PEP 440), in the few shapes the tooling needs.
 
+Every module of the tooling takes packaging's classes from here: where the packaging distribution is
+missing (someone else's image), the copy pip vendors is the same library.
+
 Rules compare *release lines*: "megatron-core >= 0.17" holds for 0.17.0rc1 too (a pre-release of 0.17
 already has 0.17's changes), so floors compare public release segments, padded with zeros. Installed
 versions are compared with pins by public version (a local build tag such as +cu130 or +8145d630e8
@@ -9,11 +12,16 @@ is not part of what was pinned).
 from __future__ import annotations
 
 try:
+    from packaging.requirements import InvalidRequirement, Requirement
     from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
-except ImportError:  # the doctor in an environment without packaging: pip carries the same library
+except ImportError:  # the tooling in an environment without packaging (a foreign image): pip carries it
+    from pip._vendor.packaging.requirements import InvalidRequirement, Requirement  # type: ignore[no-redef]
     from pip._vendor.packaging.specifiers import SpecifierSet  # type: ignore[no-redef]
     from pip._vendor.packaging.version import InvalidVersion, Version  # type: ignore[no-redef]
+
+__all__ = ["InvalidRequirement", "InvalidVersion", "Requirement", "SpecifierSet", "Version", "at_least",
+           "bounded_below", "major_minor", "parse", "pin_satisfied", "same"]
 
 
 def parse(version: str) -> Version:

@@ -79,12 +79,13 @@ def test_negative_label_disagrees(image: docker.ImageInfo, facts: dict[str, Any]
     wrong_images.append(wrong.ref)
     assert wrong.layers == image.layers, "a LABEL-only build must keep the layers (so the facts are the same)"
 
-    assert versions.version_problems(key, wrong.labels, facts), f"version check passed with {key}=9.9.9"
+    comp = components.BY_LABEL[key]
+    assert versions.version_problems(comp, wrong.labels, facts), f"version check passed with {key}=9.9.9"
     stack = layers.stack_for(image)
     if stack is not None:
         assert versions.label_pin_problems(wrong, stack), "labels-vs-env/stacks.json check passed with 9.9.9"
     assert hygiene.size_problems(wrong), "size check passed with a 1 MB budget"
-    assert not versions.version_problems(key, image.labels, facts), "the check must pass on the original image"
+    assert not versions.version_problems(comp, image.labels, facts), "the check must pass on the original image"
 
     rc, failed, output = _failed_tests(wrong.ref, "version_label_matches_installed or labels_match or size")
     expected = {f"test_version_label_matches_installed[{key}]", "test_size_within_budget"}
@@ -100,9 +101,10 @@ def test_negative_package_missing_and_dirty(
     and a wrong CUDA_DEVICE_MAX_CONNECTIONS: the version, import, hygiene and env checks fail."""
     key = layers.first_labelled(image, ("mbridge", "megatron-bridge", "mcore", "te", "torch"))
     assert key, "the image labels no removable package"
-    dist = components.BY_LABEL[key].distribution or ""
-    # TE is several distributions (meta, core wheel, compiled extension): remove them all.
-    dists = sorted(n for n in facts["dists"] if n == dist or (key == "te" and n.startswith(dist + "-")))
+    comp = components.BY_LABEL[key]
+    dist = comp.distribution or ""
+    # TE is several distributions (meta, core wheel, compiled extension): remove every one the catalogue names.
+    dists = sorted(n for n in facts["dists"] if n in {probing.normalize(d) for d in comp.distributions})
     dockerfile = (
         f"FROM {image.ref}\n"
         f"RUN python -m pip uninstall -y {' '.join(dists)} "
@@ -115,8 +117,8 @@ def test_negative_package_missing_and_dirty(
     wrong_facts = probing.probe_image(ref)
 
     assert probing.installed(wrong_facts, dist) is None, f"{dist} is still installed"
-    assert versions.version_problems(key, wrong.labels, wrong_facts), f"version check passed without {dist}"
-    assert versions.import_problems(key, wrong.labels, wrong_facts), f"import check passed without {dist}"
+    assert versions.version_problems(comp, wrong.labels, wrong_facts), f"version check passed without {dist}"
+    assert versions.import_problems(comp, wrong.labels, wrong_facts), f"import check passed without {dist}"
     runtime = layers.layer_applies("runtime", wrong.layer or "base")  # the required env is the runtime layer's
     if runtime:
         assert environment.env_problems(wrong.env, wrong.stack_name, "config"), "env check passed with 8 connections"

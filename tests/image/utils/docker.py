@@ -139,8 +139,8 @@ def image_exists(ref: str) -> bool:
 
 def start_container(ref: str) -> str:
     """One long-lived container, always removed by the caller. No network: every check works offline.
-    The hostname resolves to loopback, as it would through Docker's network: torchrun --standalone
-    (the CPU smoke run) binds its store to the hostname."""
+    The hostname resolves to loopback, as Docker's network would make it: a program that looks up its
+    own host name gets an answer at once instead of waiting for a resolver that is not there."""
     name = f"mcore-images-test-{uuid.uuid4().hex[:10]}"
     return docker(
         "run", "-d", "--rm", "--network", "none", "--hostname", "mcore-images-test",

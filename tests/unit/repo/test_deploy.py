@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.conftest import ROOT
+from tests.unit.conftest import PYTHONPATH, ROOT
 
 SCRIPTS = [ROOT / "deploy" / "multinode-smoke.sh", ROOT / "deploy" / "slurm" / "smoke.sbatch"]
 MANIFEST = ROOT / "deploy" / "k8s" / "smoke-job.yaml"
@@ -69,7 +69,7 @@ def test_shellcheck() -> None:
 
 
 def run_multinode(env: dict[str, str], tmp_path: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:
-    env = {**env, "SMOKE_ROOT": str(ROOT), "OUT": str(tmp_path / "out"), **extra}
+    env = {**env, "PYTHONPATH": PYTHONPATH, "OUT": str(tmp_path / "out"), **extra}
     return subprocess.run(["bash", str(SCRIPTS[0]), *args], capture_output=True, text=True, env=env, check=False)
 
 
@@ -81,7 +81,7 @@ def test_multinode_smoke_is_plain_torchrun_c10d(tmp_path: Path) -> None:
     assert argv[:-1] == ["torchrun", "--nnodes", "2", "--nproc-per-node", "gpu", "--rdzv-backend", "c10d",
                          "--rdzv-endpoint", "node0:29500", "--rdzv-id", "mcore-smoke", "--max-restarts", "0",
                          "-m", "smoke", "--out", str(tmp_path / "out"), "--layouts", "tp2"]
-    assert "NCCL_NVLS_ENABLE=0" in argv[-1] and f"PYTHONPATH={ROOT}" in argv[-1]
+    assert "NCCL_NVLS_ENABLE=0" in argv[-1] and f"PYTHONPATH={PYTHONPATH}" in argv[-1]
     assert (tmp_path / "out").is_dir()
 
 
@@ -91,10 +91,14 @@ def test_multinode_smoke_is_plain_torchrun_c10d(tmp_path: Path) -> None:
     ({"NNODES": "2"}, "set RDZV_ENDPOINT=HOST:PORT"),
     ({"NNODES": "2", "RDZV_ENDPOINT": "node0"}, "set RDZV_ENDPOINT=HOST:PORT"),
     ({"NNODES": "2", "RDZV_ENDPOINT": "node0:29500", "NPROC_PER_NODE": "0"}, "NPROC_PER_NODE must be"),
-    ({"NNODES": "2", "RDZV_ENDPOINT": "node0:29500", "SMOKE_ROOT": "/nonexistent"}, "no smoke suite under"),
+    ({"NNODES": "2", "RDZV_ENDPOINT": "node0:29500", "NO_SMOKE": "1"}, "python cannot import the smoke programs"),
 ])
 def test_multinode_bad_inputs_stop_before_torchrun(extra: dict[str, str], message: str, tmp_path: Path) -> None:
     env, log = fake_bin(tmp_path, "torchrun")
+    if extra.pop("NO_SMOKE", None):  # a Python without the smoke programs: one that cannot import anything
+        python = tmp_path / "bin" / "python"
+        python.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'smoke'\" >&2\nexit 1\n")
+        python.chmod(0o755)
     result = run_multinode(env, tmp_path, **extra)
     assert result.returncode == 2 and message in result.stderr
     assert result.stderr.count("\n") == 1 and calls(log) == []
