@@ -98,8 +98,12 @@ ARG TE_VERSION
 ARG TE_SOURCE
 ARG APEX_COMMIT
 ARG CUDA_ARCHS
+# ccache keys on relative paths below /tmp (pip builds each sdist in a new random folder there) and
+# leaves the working folder out of the hash, so a recompile of the same sources hits.
 ENV NVTE_CUDA_ARCHS=${CUDA_ARCHS} \
-    CCACHE_DIR=/root/.ccache
+    CCACHE_DIR=/root/.ccache \
+    CCACHE_BASEDIR=/tmp \
+    CCACHE_NOHASHDIR=1
 RUN mkdir -p /wheels
 RUN --mount=type=bind,source=docker/build-te.sh,target=/mnt/build/build-te.sh \
     --mount=type=bind,source=docker/compile-jobs.sh,target=/mnt/build/compile-jobs.sh \

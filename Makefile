@@ -17,7 +17,7 @@ IMAGE ?= mcore-images:runtime-$(or $(STACK),debian)
 export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 .PHONY: help setup plan jobs lock update validate build base docker-engine lint test test-unit test-image \
-	test-image-ci ci smoke certify push bake-print
+	test-image-ci ci smoke certify push-candidates registry release-local bake-print
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -74,20 +74,31 @@ test-image-ci: ## image tests against the runtime image of every stack in the ci
 	set -e; for stack in $$($(MCORE) plan --group ci --format names); do \
 	  $(PYTHON) -m pytest -q tests/image --image mcore-images:runtime-$$stack; done
 
-ci: ## what CI runs (after setup + docker-engine): lint, unit tests, build the ci group, image tests
+ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release path on the ci group, layer reuse
 	bash .ci/phase.sh lint+unit $(MAKE) --no-print-directory test
-	bash .ci/phase.sh build-ci $(MAKE) --no-print-directory build GROUP=ci
-	bash .ci/phase.sh image-tests $(MAKE) --no-print-directory test-image-ci
+	bash .ci/phase.sh release-local $(MAKE) --no-print-directory release-local
+	bash .ci/phase.sh registry-tests $(MAKE) --no-print-directory test-registry
 	bash .ci/phase.sh layer-reuse $(MAKE) --no-print-directory layer-reuse
+
+test-registry: ## refusals and verification against the real local registry (starts it if needed)
+	bash .ci/registry.sh start
+	$(PYTHON) -m pytest -q tests/registry
 
 smoke: ## run the GPU smoke suite in IMAGE
 	$(MCORE) smoke --image $(IMAGE)
 
-certify: ## image tests + GPU smoke in IMAGE, then write its certificate
+certify: ## image tests + GPU smoke + bridge check in IMAGE, then write its certificate
 	$(MCORE) certify $(IMAGE)
 
-push: ## build and push a group: GROUP=release REGISTRY=ghcr.io/acme
-	$(MCORE) build --group $(or $(GROUP),release) -- --push
+push-candidates: ## push a group's images as candidate tags only: GROUP=release REGISTRY=ghcr.io/acme [SHA=…]
+	@test -n "$(REGISTRY)" || { echo "error: give REGISTRY=<host[/path]> to push to (public tags come only from promote)" >&2; exit 2; }
+	$(MCORE) build --group $(or $(GROUP),release) --candidate $(or $(SHA),$(shell git rev-parse HEAD)) --registry $(REGISTRY)
+
+registry: ## start the local OCI registry (127.0.0.1:5000) with oras and cosign (.ci/registry.sh)
+	bash .ci/registry.sh start
+
+release-local: ## the release path end to end on the local registry: push, certify, attach, sign, promote, pull, verify
+	bash .ci/release-local.sh
 
 # Release, cluster and benchmark targets live in their own files.
 -include mk/*.mk

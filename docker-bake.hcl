@@ -216,7 +216,10 @@ target "runtime" {
   name     = "runtime-${s.name}"
   target   = "runtime"
   args     = stack_args(s)
-  contexts = { kernels = "target:kernels-${s.name}", apex = apex_context(s), locks = LOCKS }
+  # base too: the runtime's tooling-build stage stands on the builder, which must be the kernels' own
+  # (one base, one builder per stack: BuildKit then builds each once)
+  contexts = { base = "target:base-${s.name}", kernels = "target:kernels-${s.name}", apex = apex_context(s),
+  locks = LOCKS }
   tags     = tags("runtime", s)
   labels   = layer_labels("runtime", s)
 }

@@ -22,6 +22,10 @@ if [ -x "$site/nvidia/cu${CUDA_MAJOR}/bin/nvcc" ]; then
 fi
 arch_list="${TORCH_CUDA_ARCH_LIST:-$(echo "${NVTE_CUDA_ARCHS:-90}" | sed -E 's/([0-9])([0-9a-z]+)/\1.\2/g')}"
 export TORCH_CUDA_ARCH_LIST="$arch_list"
+# C++ through ccache's compiler links, nvcc through the retry wrapper (which calls ccache too).
+[ -d /usr/lib/ccache ] && export PATH="/usr/lib/ccache:$PATH"
+export CC=gcc CXX=g++
+ccache --zero-stats >/dev/null 2>&1 || true
 MCORE_REAL_NVCC="${CUDA_HOME:-/usr/local/cuda}/bin/nvcc"
 PYTORCH_NVCC="$(dirname "$0")/nvcc-retry.sh"
 export MCORE_REAL_NVCC PYTORCH_NVCC
@@ -33,3 +37,4 @@ echo "build-apex: ${APEX_COMMIT}, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST}, 
 start=$(date +%s)
 sh "$(dirname "$0")/pip.sh" wheel --no-build-isolation --no-deps --no-cache-dir -w /wheels "$src"
 echo "build-apex: built in $(( $(date +%s) - start )) s"
+ccache --show-stats 2>/dev/null | sed 's/^/build-apex: ccache: /' || true

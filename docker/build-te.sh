@@ -14,13 +14,18 @@ site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 # CUDA headers and libraries from torch's pip packages and the nvcc/cccl packages of the builder.
 cuda_home="$site/nvidia/cu${CUDA_MAJOR}"
 [ -x "$cuda_home/bin/nvcc" ] || cuda_home="$(dirname "$(dirname "$(command -v nvcc)")")"
-includes="$(find "$site/nvidia" -mindepth 2 -maxdepth 3 -type d -name include | tr '\n' ':')"
-libs="$(find "$site/nvidia" -mindepth 2 -maxdepth 3 -type d -name lib | tr '\n' ':')"
+# Sorted: ccache hashes CPLUS_INCLUDE_PATH, and find's order may change when the builder is rebuilt.
+includes="$(find "$site/nvidia" -mindepth 2 -maxdepth 3 -type d -name include | sort | tr '\n' ':')"
+libs="$(find "$site/nvidia" -mindepth 2 -maxdepth 3 -type d -name lib | sort | tr '\n' ':')"
 export CUDA_HOME="$cuda_home" CUDA_PATH="$cuda_home"
 export CPLUS_INCLUDE_PATH="${includes}${CPLUS_INCLUDE_PATH:-}" LIBRARY_PATH="${libs}${LIBRARY_PATH:-}"
 export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}"
-# ccache's compiler links first on PATH: the extension's C++ is what takes the time.
+# The extension's C++ is what takes the time: compile it through ccache. torch's ninja build calls $CXX
+# (default `c++`, which Debian's ccache does not link), so name g++, whose ccache link is first on
+# PATH. CCACHE_BASEDIR (the Dockerfile's ENV) makes pip's random build folder under /tmp relative.
 [ -d /usr/lib/ccache ] && export PATH="/usr/lib/ccache:$PATH"
+export CC=gcc CXX=g++
+ccache --zero-stats >/dev/null 2>&1 || true
 export CUDNN_HOME="$site/nvidia/cudnn" NVTE_FRAMEWORK=pytorch NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_NO_LOCAL_VERSION=1
 MCORE_REAL_NVCC="$cuda_home/bin/nvcc"
 PYTORCH_NVCC="$(dirname "$0")/nvcc-retry.sh"
@@ -32,4 +37,4 @@ start=$(date +%s)
 sh "$(dirname "$0")/pip.sh" wheel --no-build-isolation --no-deps --no-cache-dir -w /wheels \
   "transformer-engine-torch==${TE_VERSION}"
 echo "build-te: built in $(( $(date +%s) - start )) s"
-ccache --show-stats 2>/dev/null | head -n 5 || true
+ccache --show-stats 2>/dev/null | sed 's/^/build-te: ccache: /' || true

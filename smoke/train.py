@@ -1,6 +1,6 @@
 """One smoke run: a layout, a model (dense or MoE) and a layer spec, trained for N real steps.
 
-The bootstrap (parallel state, DDP + optimizer + hooks, the step) is the kit's (smoke.kit.megatron);
+The bootstrap (parallel state, DDP + optimizer + hooks, the step) is the kit's (smoke.kit.bootstrap);
 here: the small GPT's config, its name-seeded global initialisation, the fixed batch, and what each
 rank records for rank 0 to judge.
 """
@@ -19,7 +19,7 @@ from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from smoke import faults, globalinit
-from smoke.kit import megatron
+from smoke.kit import bootstrap
 from smoke.layouts import Layout, ModelShape, Run
 from smoke.shards import batch_slice, cp_token_indices
 
@@ -108,7 +108,7 @@ def block_spec(run: Run, cfg: TransformerConfig, vp: int | None) -> Any:
 
     return specs.get_gpt_decoder_block_spec(
         cfg, use_transformer_engine=run.spec == "te",
-        **megatron.supported(specs.get_gpt_decoder_block_spec, vp_stage=vp))
+        **bootstrap.supported(specs.get_gpt_decoder_block_spec, vp_stage=vp))
 
 
 def build(run: Run, st: Settings, cfg: TransformerConfig) -> list[torch.nn.Module]:
@@ -181,10 +181,10 @@ def train(run: Run, st: Settings) -> dict[str, Any]:
     """Build and train one run on this rank; returns this rank's record for rank 0 to judge."""
     t0 = time.perf_counter()
     lay = run.layout
-    megatron.init_parallel(tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, ep=lay.ep, cpu=st.cpu,
+    bootstrap.init_parallel(tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, ep=lay.ep, cpu=st.cpu,
                            timeout_s=st.timeout_s, seed=st.seed)
     cfg = transformer_config(run, st)
-    chunks, opt = megatron.wrap(build(run, st, cfg), cfg, dist_opt=st.dist_opt, cpu=st.cpu, lr=st.lr)
+    chunks, opt = bootstrap.wrap(build(run, st, cfg), cfg, dist_opt=st.dist_opt, cpu=st.cpu, lr=st.lr)
     mbs = micro_batches(st, lay)
     last = ps.is_pipeline_last_stage()
     _sync(st)
@@ -196,8 +196,8 @@ def train(run: Run, st: Settings) -> dict[str, Any]:
     for step in range(st.steps):
         faults.maybe(st.fault, st.fault_rank, step)
         t = time.perf_counter()
-        reduced, grad_norm = megatron.train_step(chunks, opt, mbs, seq=st.shape.seq, micro_batch=1)
-        loss = megatron.reduced_loss(reduced, dp_group) if last else math.nan
+        reduced, grad_norm = bootstrap.train_step(chunks, opt, mbs, seq=st.shape.seq, micro_batch=1)
+        loss = bootstrap.reduced_loss(reduced, dp_group) if last else math.nan
         _sync(st)
         step_s.append(time.perf_counter() - t)
         losses.append(loss)

@@ -98,7 +98,7 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
         if args.cpu:
             cpu_shim.patch_megatron()
         from smoke import train
-        from smoke.kit import envinfo, megatron
+        from smoke.kit import bootstrap, envinfo
     except ImportError as exc:
         raise errors.CouldNotRun(f"{exc}: run in an image with torch and megatron-core") from exc
     numerics.apply_to_torch(maths)
@@ -106,7 +106,7 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
     t_imported = time.time()
 
     status.update(phase="init")
-    megatron.init_process_group(args.cpu, args.timeout)
+    bootstrap.init_process_group(args.cpu, args.timeout)
     torch.distributed.barrier()
     t_init = time.time()
 

@@ -179,7 +179,7 @@ def run_one(cfg: BenchConfig, spec: str, args: argparse.Namespace, world: int) -
     import torch
     from megatron.core import parallel_state as ps
 
-    from smoke.kit import megatron
+    from smoke.kit import bootstrap
 
     cpu = args.cpu
     gc.collect()  # what an earlier run in this process left must not count towards this run's memory
@@ -188,10 +188,10 @@ def run_one(cfg: BenchConfig, spec: str, args: argparse.Namespace, world: int) -
         torch.cuda.empty_cache()
         before_gib = torch.cuda.memory_allocated() / 2**30
     t0 = time.perf_counter()
-    megatron.init_parallel(tp=args.tp, cpu=cpu, timeout_s=args.timeout, seed=1234)
+    bootstrap.init_parallel(tp=args.tp, cpu=cpu, timeout_s=args.timeout, seed=1234)
     dp = ps.get_data_parallel_world_size()
     model, config = _model(cfg, spec, args.tp, cpu)
-    chunks, opt = megatron.wrap([model], config, dist_opt=args.dist_opt and not cpu, cpu=cpu, lr=1e-4,
+    chunks, opt = bootstrap.wrap([model], config, dist_opt=args.dist_opt and not cpu, cpu=cpu, lr=1e-4,
                                 weight_decay=0.01, check_for_nan=False)
     device = torch.device("cpu") if cpu else torch.device("cuda", torch.cuda.current_device())
     gen = torch.Generator().manual_seed(7 + ps.get_data_parallel_rank())
@@ -205,8 +205,8 @@ def run_one(cfg: BenchConfig, spec: str, args: argparse.Namespace, world: int) -
     dp_group = ps.get_data_parallel_group()
 
     def step() -> Any:
-        reduced, _ = megatron.train_step(chunks, opt, batches, seq=cfg.seq, micro_batch=cfg.micro_batch)
-        return megatron.reduced_pair(reduced, dp_group)
+        reduced, _ = bootstrap.train_step(chunks, opt, batches, seq=cfg.seq, micro_batch=cfg.micro_batch)
+        return bootstrap.reduced_pair(reduced, dp_group)
 
     if not cpu:
         torch.cuda.synchronize()
@@ -267,11 +267,11 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
             from smoke.kit import cpu_shim
 
             cpu_shim.install()
-        import megatron.core
+        import megatron.core  # noqa: F401  (fails early and clearly when megatron-core is missing)
 
         if args.cpu:
             cpu_shim.patch_megatron()
-        from smoke.kit import envinfo, megatron
+        from smoke.kit import bootstrap, envinfo
     except ImportError as exc:
         raise errors.CouldNotRun(f"{exc}: run in an image with torch and megatron-core") from exc
 
@@ -279,7 +279,7 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     specs = (["local", "te"] if te_ok else ["local"]) if args.specs == ["auto"] else args.specs
     if "te" in specs and not te_ok:
         raise errors.CouldNotRun(te_error or "--specs te needs Transformer Engine: it is not installed")
-    rank, world = megatron.init_process_group(args.cpu, args.timeout)
+    rank, world = bootstrap.init_process_group(args.cpu, args.timeout)
     t_ready = time.time()
     packages = envinfo.packages()
     gpu = "CPU (gloo)" if args.cpu else torch.cuda.get_device_name()
@@ -318,7 +318,7 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         "baselines_file": args.baselines, "results": judged,
         "timing": {"imports_init_s": t_ready - t_start, "total_s": time.time() - t_start},
     }
-    megatron.teardown()
+    bootstrap.teardown()
     return (rank, bench)
 
 

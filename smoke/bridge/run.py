@@ -2,7 +2,7 @@
 
 Imported by ``smoke.bridge`` after the CPU shim (``--cpu``) is installed, so megatron-core's device
 picks already point at the CPU. One process, world size 1 (gloo on CPU, NCCL on GPU), set up and torn
-down by the kit's bootstrap (smoke.kit.megatron).
+down by the kit's bootstrap (smoke.kit.bootstrap).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from smoke.bridge.spec import (
     new_result,
     unsupported_message,
 )
-from smoke.kit import megatron
+from smoke.kit import bootstrap
 from smoke.kit.errors import CouldNotRun
 from smoke.kit.numerics import Tolerance, rel_delta
 from smoke.kit.seeds import seed_for
@@ -68,13 +68,13 @@ def setup(cpu: bool, seed: int, timeout_s: float) -> torch.device:
         from smoke.kit import cpu_shim
 
         cpu_shim.patch_megatron()
-    megatron.init_process_group(cpu, timeout_s)
-    megatron.init_parallel(cpu=cpu, timeout_s=timeout_s, seed=seed)
+    bootstrap.init_process_group(cpu, timeout_s)
+    bootstrap.init_parallel(cpu=cpu, timeout_s=timeout_s, seed=seed)
     return torch.device("cpu") if cpu else torch.device("cuda", torch.cuda.current_device())
 
 
 def teardown() -> None:
-    megatron.teardown()
+    bootstrap.teardown()
 
 
 # ---------------------------------------------------------------------------------------------

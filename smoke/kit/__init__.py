@@ -5,7 +5,7 @@
 - ``seeds``: one name-seeded generator for every tensor a check draws;
 - ``envinfo``: the software and hardware a run used (packages from the component catalogue);
 - ``transformer_engine``: whether TE is usable here, and what it chose;
-- ``megatron``: the one bootstrap (process group, parallel state, model, DDP + optimizer, a step);
+- ``bootstrap``: the one Megatron bootstrap (process group, parallel state, model, DDP + optimizer, a step);
 - ``cpu_shim``: megatron-core's CUDA device picks redirected to the CPU, for CI's gloo runs.
 
 ``errors``, ``numerics`` and ``seeds`` import without torch (host tests and dry runs use them).

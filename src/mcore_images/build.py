@@ -7,6 +7,7 @@ ends with one line and a non-zero exit before docker is touched.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -21,6 +22,8 @@ from mcore_images.plan import make_plan, select
 from mcore_images.stacks import Stack, load_stacks, repo_root
 
 SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+CANDIDATES = Path("build") / "candidates"
+"""Where a candidate build writes bake's metadata (`mcore-images matrix --candidates build/candidates`)."""
 
 
 def bake_targets(selected: list[Stack], stack: str | None, group: str | None, layer: str | None) -> list[str]:
@@ -33,6 +36,20 @@ def bake_targets(selected: list[Stack], stack: str | None, group: str | None, la
             layers = layers[: layers.index(layer) + 1]
         return [f"{name}-{stack}" for name in layers]
     return [group or "default"]
+
+
+def candidate_targets(selected: list[Stack], stack: str | None, group: str | None, layer: str | None,
+                      bake_files: list[Path]) -> list[str]:
+    """The concrete bake targets a build pushes: a stack's layers, or the group's targets as bake defines them."""
+    if stack:
+        return bake_targets(selected, stack, group, layer)
+    files = [a for f in bake_files for a in ("-f", str(f))]
+    printed = subprocess.run(["docker", "buildx", "bake", *files, "--print", group or "default"], capture_output=True,
+                             text=True, check=False)
+    if printed.returncode != 0:
+        raise InputError(f"docker buildx bake --print {group} failed ({printed.stderr.strip()[-300:]}); run "
+                         "`make docker-engine`")
+    return list(json.loads(printed.stdout)["target"])
 
 
 def check_docker() -> None:
@@ -76,6 +93,8 @@ class BuildRequest:
     sets: tuple[str, ...] = ()
     bake_args: tuple[str, ...] = ()
     dry_run: bool = False
+    candidate: str | None = None
+    registry: str | None = None
 
     def validate(self) -> None:
         """Every input checked before anything is resolved or built; InputError names the fix."""
@@ -88,6 +107,17 @@ class BuildRequest:
             raise InputError("--set overrides one stack's pins; add --stack (e.g. --stack debian --set mcore=0.16.0)")
         jobs.parse_positive("MAX_JOBS", self.max_jobs)
         jobs.parse_positive("NVCC_THREADS", self.nvcc_threads)
+        pushes = [a for a in self.bake_args if a == "--push" or "push=true" in a or "type=registry" in a]
+        if pushes:
+            raise InputError(f"`build -- {pushes[0]}` would push public tags of uncertified images; push candidate "
+                             "tags with --candidate SHA --registry R, then certify, attach and promote")
+        if bool(self.candidate) != bool(self.registry):
+            raise InputError("--candidate and --registry go together: candidate tags are pushed to a registry "
+                             "(e.g. --candidate $(git rev-parse HEAD) --registry 127.0.0.1:5000)")
+        if self.candidate:
+            tags.candidate_tag("x", self.candidate, "--candidate")  # a git commit, or one line naming the fix
+        if self.candidate and self.sets:
+            raise InputError("--set builds are for trying a pin, not for pushing: drop --set or --candidate")
 
 
 def _jobs_line(request: BuildRequest) -> str:
@@ -127,6 +157,14 @@ def build(request: BuildRequest) -> int:
               f"locks {locks} (from layer '{overrides.first_changed_layer(changes)}' up)")
     cmd = ["docker", "buildx", "bake", "-f", str(root / "docker-bake.hcl"), "-f", str(stacks_json),
            "--progress=plain", *targets]
+    if request.candidate:
+        # Candidate builds push candidate-<sha>-<target> tags only; public tags come from `promote`.
+        bake_files = [root / "docker-bake.hcl", stacks_json]
+        for name in candidate_targets(selected, request.stack, group, request.layer, bake_files):
+            ref = tags.image(tags.candidate_tag(name, request.candidate), request.registry or "", env.get(
+                "IMAGE_REPO", tags.DEFAULT_REPO))
+            cmd += ["--set", f"{name}.tags={ref}"]
+        cmd += ["--push", "--metadata-file", str(root / CANDIDATES / "bake-metadata.json")]
     if changes:
         # An override build gets its full tags only: the short alias (runtime-debian) keeps
         # pointing at the image built from the committed pins.
@@ -140,6 +178,8 @@ def build(request: BuildRequest) -> int:
     if request.dry_run:
         return 0
     check_docker()
+    if request.candidate:
+        (root / CANDIDATES).mkdir(parents=True, exist_ok=True)
     for s in selected:
         if s.flavor == "debian":
             print(debian_base.ensure(s))
@@ -155,11 +195,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="validate and print the bake command only")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one pin of --stack for this build (re-resolves the locks it touches)")
+    p.add_argument("--candidate", metavar="SHA", help="push the images as candidate-SHA-<target> tags (only "
+                   "`mcore-images promote` gives public tags); needs --registry")
+    p.add_argument("--registry", help="with --candidate: the registry to push to, e.g. 127.0.0.1:5000")
 
 
 def _run(args: argparse.Namespace) -> int:
     return build(BuildRequest(args.stack, args.group, args.layer, args.max_jobs, args.nvcc_threads,
-                              tuple(args.set), tuple(args.passthrough), args.dry_run))
+                              tuple(args.set), tuple(args.passthrough), args.dry_run, args.candidate, args.registry))
 
 
 COMMANDS = (Command("build", "check rules, then docker buildx bake a stack or a group", _arguments, _run,

@@ -12,19 +12,45 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mcore_images import components, images, schemas
 from mcore_images.errors import InputError
 from mcore_images.images import ImageRef
-from mcore_images.stacks import Stack
+from mcore_images.jsonfiles import schema_problem
+from mcore_images.stacks import Stack, repo_root
 from mcore_images.versions import pin_satisfied
 
 CERTIFIED_LAYERS = ("runtime", "app")
 """Layers that carry megatron-core, so the smoke can certify them; only these get public tags."""
-MAX_AGE_DAYS = 7.0
 CLOCK_SKEW = dt.timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a certificate must show to promote (env/release-policies.json, one entry per registry kind)."""
+
+    name: str
+    description: str
+    require_gpu: bool
+    max_age_days: float
+
+
+def load_policy(name: str, root: Path | None = None) -> Policy:
+    """The named policy; InputError (one line) for an unknown name or a malformed file."""
+    path = (root or repo_root()) / "env" / "release-policies.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path} cannot be read ({exc}); restore it from git") from None
+    problem = schema_problem(data, path.with_name("release-policies.schema.json"), path)
+    if problem:
+        raise InputError(problem)
+    if name not in data:
+        raise InputError(f"unknown policy '{name}'; choose one of {', '.join(data)} (env/release-policies.json)")
+    return Policy(name, **data[name])
 
 
 def load_certificate(path: Path) -> dict[str, Any]:
@@ -84,8 +110,7 @@ def created(cert: Mapping[str, Any]) -> dt.datetime | None:
     return when if when.tzinfo else None
 
 
-def certificate_problems(cert: Mapping[str, Any], image: ImageRef, now: dt.datetime,
-                         max_age_days: float = MAX_AGE_DAYS, require_gpu: bool = True) -> list[str]:
+def certificate_problems(cert: Mapping[str, Any], image: ImageRef, now: dt.datetime, policy: Policy) -> list[str]:
     """Why this (well-formed) certificate cannot promote this digest, each with its fix."""
     problems = []
     verdict, smoke = cert["certify"]["status"], cert["status"]
@@ -99,8 +124,9 @@ def certificate_problems(cert: Mapping[str, Any], image: ImageRef, now: dt.datet
     elif not tests.get("passed"):
         problems.append(f"the image tests failed ({tests.get('summary', '')}); fix them and certify again")
     gpus = (cert["environment"].get("gpu") or {}).get("count") or 0
-    if require_gpu and (not isinstance(gpus, int) or gpus < 1):
-        problems.append("the smoke ran on no GPU (a --cpu run?); certify on a GPU runner")
+    if policy.require_gpu and (not isinstance(gpus, int) or gpus < 1):
+        problems.append(f"the smoke ran on no GPU (a --cpu run) and policy '{policy.name}' requires GPUs; certify "
+                        "on a GPU runner")
     if cert["image"]["digest"] != image.digest:
         problems.append(f"the certificate is for {cert['image']['digest']}, not {image.digest}; certify this "
                         "digest (gpu-smoke.yml) or promote the digest the certificate names")
@@ -113,17 +139,32 @@ def certificate_problems(cert: Mapping[str, Any], image: ImageRef, now: dt.datet
     if age < -CLOCK_SKEW:
         problems.append(f"the certificate was created in the future ({cert['created']}); check the GPU "
                         "runner's clock and certify again")
-    elif age > dt.timedelta(days=max_age_days):
+    elif age > dt.timedelta(days=policy.max_age_days):
         problems.append(f"the certificate is stale: {age.total_seconds() / 86400:.1f} days old (created "
-                        f"{cert['created']}), the limit is {max_age_days:g} days; certify again (gpu-smoke.yml) "
-                        "or pass --max-age-days")
+                        f"{cert['created']}), policy '{policy.name}' allows {policy.max_age_days:g} days; certify "
+                        "again")
     return problems
 
 
-def image_problems(labels: Mapping[str, str], stack: Stack, cert: Mapping[str, Any],
-                   layer: str | None = None) -> tuple[str, list[str]]:
-    """(layer, problems): the image is the stack and layer asked for, built from env/'s pins, and is
-    what the certificate measured (every catalogue component its layer labels)."""
+def measured_problems(labels: Mapping[str, str], cert: Mapping[str, Any]) -> list[str]:
+    """The certificate measured what the image's labels say, for every catalogue component its layer labels
+    (CUDA is what torch was built for, environment.cuda; the rest are recorded packages)."""
+    env = cert["environment"]
+    packages = env.get("packages") or {}
+    problems = []
+    for comp in components.CATALOGUE:
+        label = labels.get(comp.oci_label)
+        if label is None or (comp.certificate is None and comp.key != "cuda"):
+            continue  # the layer does not carry it, or the smoke does not record it
+        have = env.get("cuda") if comp.key == "cuda" else packages.get(comp.certificate)
+        if not pin_satisfied(comp.pin, label, None if have is None else str(have)):
+            problems.append(f"the certificate measured {comp.certificate or comp.key} {have or 'absent'} but the "
+                            f"image is labelled {comp.label}={label}; the certificate is not for this image")
+    return problems
+
+
+def image_problems(labels: Mapping[str, str], stack: Stack, layer: str | None = None) -> tuple[str, list[str]]:
+    """(layer, problems): the image is the stack and a certifiable layer asked for, built from env/'s pins."""
     label_stack = labels.get(images.label("stack"))
     if not label_stack:
         return "", ["the image carries no io.mcore-images.stack label: it is not an mcore-images build"]
@@ -137,21 +178,9 @@ def image_problems(labels: Mapping[str, str], stack: Stack, cert: Mapping[str, A
                         f"{' or '.join(CERTIFIED_LAYERS)} image")
     if layer and layer != image_layer:
         problems.append(f"the image is layer '{image_layer}', not '{layer}'; drop --layer or pass its digest")
-    env = cert["environment"]
-    packages = env.get("packages") or {}
     for comp in components.CATALOGUE:
         label = labels.get(comp.oci_label)
-        if label is None:
-            continue  # this layer does not carry the component
-        pinned = stack.pins[comp.key]
-        if label != pinned:
-            problems.append(f"the image says {comp.label}={label} but env/stacks.json pins {pinned} for "
-                            f"'{stack.name}'; promote from the commit that built it")
-        # CUDA is what torch was built for (environment.cuda); the rest are recorded packages.
-        have = env.get("cuda") if comp.key == "cuda" else packages.get(comp.certificate) if comp.certificate else None
-        if comp.certificate is None and comp.key != "cuda":
-            continue
-        if not pin_satisfied(comp.pin, label, None if have is None else str(have)):
-            problems.append(f"the certificate measured {comp.certificate or comp.key} {have or 'absent'} but the "
-                            f"image is labelled {comp.label}={label}; the certificate is not for this image")
+        if label is not None and label != stack.pins[comp.key]:
+            problems.append(f"the image says {comp.label}={label} but env/stacks.json pins {stack.pins[comp.key]} "
+                            f"for '{stack.name}'; promote from the commit that built it")
     return image_layer, problems

@@ -1,154 +1,176 @@
-"""`mcore-images promote`: give a certified candidate digest its public tags.
+"""`mcore-images attach` and `promote`: a certificate goes onto a digest, signed; only then may tags move.
 
-A candidate is pushed by a build under ``candidate-<git sha>-<target>`` and certified by digest
-(`mcore-images certify`). `promote` refuses, before touching the registry, unless policy.py accepts
-the certificate and the image (passed, this digest, fresh, GPUs, the stack's pins). Then it prints
-(dry run, the default) or runs (``--execute``) exactly two commands:
+The release path, each step a command:
 
-1. ``oras attach`` the certificate (JSON and Markdown) to the digest as an OCI referrer, so whoever
-   pulls a public tag can fetch the certificate of the very digest it resolves to;
-2. ``docker buildx imagetools create --tag <public tags> REPO@DIGEST``, which points the public tags at
-   the digest (the index, with its SBOM and provenance attestations, is copied as it is).
+1. `mcore-images build … --candidate SHA --registry R` pushes candidate tags only (candidate-<sha>-<target>);
+2. `mcore-images certify R/REPO@DIGEST` runs the image tests, the smoke and the bridge check in it and
+   writes certificate.json bound to that digest;
+3. `mcore-images attach R/REPO@DIGEST --certificate DIR --key cosign.key` attaches the certificate to the
+   digest as an OCI referrer and signs that artifact with cosign, the image digest inside the signature;
+4. `mcore-images promote R/REPO@DIGEST --stack S --key cosign.pub [--policy release] --execute` finds the
+   attached certificates in the registry, keeps the one signed with the key, judges it with policy.py
+   (verify.check) and the image's labels against env/stacks.json, and only then tags the digest: the
+   moving tags (the full content tag and the short alias, which follow the newest certified build) and
+   an immutable tag that never moves (the content tag, the certificate's date and the digest).
 
-The certificate goes first: a public tag never points at a digest without its certificate. A refused
-certificate runs neither command, so the public tags stay where they were.
+Nothing else in the project moves a public tag: `registry.retag` is called from here alone, after a
+passing verdict (tests/unit/repo/test_push_paths.py walks every make target and command to show it).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import shlex
-import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-from mcore_images import images, policy, registry, schemas, tags
+from mcore_images import images, policy, registry, tags, verify
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.images import ImageRef
-from mcore_images.stacks import Stack, get_stack, load_stacks
-
-Runner = Callable[..., subprocess.CompletedProcess]
-Inspector = Callable[[ImageRef], dict[str, str]]
+from mcore_images.registry import Runner
+from mcore_images.stacks import get_stack, load_stacks
 
 
-def parse_candidate(ref: str) -> ImageRef:
-    """The candidate by digest (a tag written before ``@`` is dropped)."""
+def by_digest(ref: str, option: str = "IMAGE") -> ImageRef:
+    """A candidate named by digest (a tag written before ``@`` is dropped)."""
     try:
         parsed = images.parse(ref)
     except ValueError as exc:
-        raise InputError(f"--image: {exc}; name the candidate as REPO@sha256:<64 hex>") from None
+        raise InputError(f"{option}: {exc}; name the candidate as REPO@sha256:<64 hex>") from None
     if not parsed.digest:
-        raise InputError(f"--image {ref!r} must name the candidate by digest (REPO@sha256:<64 hex>); "
-                         "build.yml's summary and its bake-metadata artifact give it")
+        raise InputError(f"{option} {ref!r} must name the candidate by digest (REPO@sha256:<64 hex>): certificates "
+                         "and promotions are bound to a digest, never to a tag that can move")
     return parsed.with_digest(parsed.digest)
 
 
-@dataclass(frozen=True)
-class Step:
-    """One command promotion runs."""
-
-    argv: tuple[str, ...]
-    cwd: Path | None = None
-
-    def __str__(self) -> str:
-        line = shlex.join(self.argv)
-        return f"(cd {shlex.quote(str(self.cwd))} && {line})" if self.cwd else line
+# ---------------------------------------------------------------------------------------------
+# attach
 
 
-def steps(image: ImageRef, public: Sequence[str], certificate: Path, cert: Mapping[str, Any]) -> list[Step]:
-    """Attach the certificate to the digest, then point the public tags at it."""
-    files = [f"{certificate.name}:application/json"]
-    markdown = certificate.with_suffix(".md")
-    if markdown.is_file():
-        files.append(f"{markdown.name}:text/markdown")
-    attach = Step((
-        "oras", "attach", "--artifact-type", schemas.CERTIFICATE_ARTIFACT,
-        "--annotation", f"io.mcore-images.certificate.status={cert['certify']['status']}",
-        "--annotation", f"org.opencontainers.image.created={cert['created']}",
-        image.ref, *files,
-    ), certificate.resolve().parent)
-    retag = Step(("docker", "buildx", "imagetools", "create",
-                  *(arg for tag in public for arg in ("--tag", tag)), image.ref))
-    return [attach, retag]
+def attach(image_ref: str, folder: Path, key: str, run: Runner | None = None) -> tuple[registry.Referrer, str]:
+    """Attach and sign; returns (the certificate artifact, how the registry keeps referrers)."""
+    kwargs = {"run": run} if run else {}
+    image = by_digest(image_ref)
+    path = folder / "certificate.json"
+    cert = policy.load_certificate(path)
+    if cert["image"]["digest"] != image.digest:
+        raise InputError(f"{path} certifies {cert['image']['digest']}, not {image.digest}: attach it to the digest "
+                         "it names, or certify this one")
+    referrer = registry.attach(image, path, **kwargs)
+    registry.sign(image, referrer, key, **kwargs)
+    return referrer, registry.referrers_mode(image, **kwargs)
+
+
+def _attach_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("image", help="the certified image by digest: REPO@sha256:…")
+    p.add_argument("--certificate", required=True, metavar="DIR", help="the folder `mcore-images certify` wrote")
+    p.add_argument("--key", required=True, help="cosign private key file (COSIGN_PASSWORD in the environment) or "
+                   "KMS URI (awskms://…, gcpkms://…, hashivault://…)")
+
+
+def _attach(args: argparse.Namespace) -> int:
+    referrer, mode = attach(args.image, Path(args.certificate), args.key)
+    schema = ("the registry's referrers API" if mode == "referrers API" else
+              "the referrers tag schema (the registry has no referrers API: an index under the tag "
+              f"sha256-{by_digest(args.image).digest.removeprefix('sha256:')})")
+    print(f"attached {args.certificate}/certificate.json to {args.image} as {referrer.digest}, through {schema}")
+    print(f"signed {referrer.digest} with {args.key} (the signature names {by_digest(args.image).digest})")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# promote
 
 
 @dataclass
 class Promotion:
-    image: ImageRef
-    stack: Stack
+    image: str
+    stack: str
     layer: str
-    public_tags: list[str]
-    steps: list[Step]
+    moving_tags: list[str]
+    immutable_tag: str
+    verdict: dict
+
+    @property
+    def all_tags(self) -> list[str]:
+        return [*self.moving_tags, self.immutable_tag]
 
 
-def plan_promotion(certificate: Path, image: str, stack_name: str, layer: str | None = None,
-                   max_age_days: float = policy.MAX_AGE_DAYS, now: dt.datetime | None = None,
-                   inspect: Inspector | None = None, stacks: dict[str, Stack] | None = None) -> Promotion:
-    """Every check, cheapest first; InputError listing every refusal. Nothing is changed here."""
-    if max_age_days <= 0:
-        raise InputError(f"--max-age-days {max_age_days:g} must be positive (default {policy.MAX_AGE_DAYS:g})")
-    ref = parse_candidate(image)
-    stack = get_stack(stack_name, stacks if stacks is not None else load_stacks())
-    cert = policy.load_certificate(certificate)
-    now = now or dt.datetime.now(dt.UTC)
-    problems = policy.certificate_problems(cert, ref, now, max_age_days)
-    labels = (inspect or registry.registry_labels)(ref)
-    image_layer, more = policy.image_problems(labels, stack, cert, layer)
-    problems += more
+def plan(image_ref: str, stack_name: str, key: str, chosen: policy.Policy, layer: str | None = None,
+         now: dt.datetime | None = None, run: Runner | None = None) -> Promotion:
+    """Every check against the registry and env/; InputError (exit 2) when something cannot be checked,
+    Refused (exit 1) listing every refusal. Nothing is changed here."""
+    ref = by_digest(image_ref)
+    stack = get_stack(stack_name, load_stacks())
+    verdict, image, labels = verify.check(ref.ref, key, chosen, now, run)
+    if verdict.status == "could-not-check":
+        raise InputError(f"cannot check {ref.ref}: {'; '.join(verdict.problems)}")
+    image_layer, more = policy.image_problems(labels, stack, layer)
+    problems = verdict.problems + more
     if problems:
-        raise InputError(f"refusing to promote {ref.ref}, public tags untouched: " + "; ".join(problems))
-    public = tags.tags(image_layer, stack, ref.registry, ref.repo)
-    return Promotion(ref, stack, image_layer, public, steps(ref, public, certificate, cert))
+        ignored = f" (ignored: {'; '.join(verdict.ignored)})" if verdict.ignored else ""
+        raise Refused(f"refusing to promote {ref.ref}, its tags untouched: " + "; ".join(problems) + ignored)
+    assert image is not None and verdict.created is not None
+    created = dt.datetime.fromisoformat(verdict.created)
+    full = tags.layer_tag(image_layer, stack)
+    return Promotion(ref.ref, stack.name, image_layer, [full, f"{image_layer}-{stack.name}"],
+                     tags.immutable_tag(full, image.digest or "", created), verify.as_dict(verdict))
 
 
-def execute(promotion: Promotion, run: Runner = subprocess.run) -> int:
-    for i, step in enumerate(promotion.steps):
-        print(f"+ {step}", flush=True)
-        try:
-            rc = run(list(step.argv), cwd=step.cwd).returncode
-        except FileNotFoundError as exc:
-            raise InputError(f"{step.argv[0]} not found: install it (.ci/registry.sh tools; docker with buildx)"
-                             + ("" if i == 0 else "; the certificate is attached, the tags did not move")) from exc
-        if rc != 0:
-            state = ("nothing changed" if i == 0
-                     else "the certificate is attached, the public tags did not move; run promote again")
-            print(f"error: {step.argv[0]} exited {rc}: {state}", file=sys.stderr)
-            return 1
-    print(f"promoted {promotion.image.ref} to {', '.join(promotion.public_tags)}")
-    return 0
+class Refused(InputError):
+    """A certificate or image that may not be promoted: exit 1, the reasons in one line."""
+
+    exit_code = 1
+
+
+def execute(promotion: Promotion, run: Runner | None = None) -> None:
+    image = images.parse(promotion.image)
+    registry.retag(image, promotion.all_tags, **({"run": run} if run else {}))
+
+
+def _promote_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("image", help="the certified candidate by digest: REPO@sha256:…")
+    p.add_argument("--stack", required=True, help="the stack it was built for (checked against its labels)")
+    p.add_argument("--key", required=True, help="cosign public key (file or KMS URI) its certificate must be "
+                   "signed with")
+    p.add_argument("--policy", default="release",
+                   help="the policy of env/release-policies.json to judge by (default: release: GPUs required)")
+    p.add_argument("--layer", default=None, help="assert the image's layer (default: read from its labels)")
+    p.add_argument("--execute", action="store_true", help="move the tags (default: print what would happen)")
 
 
 def _promote(args: argparse.Namespace) -> int:
-    inspect: Inspector = registry.local_labels if args.local else registry.registry_labels
-    promotion = plan_promotion(Path(args.certificate), args.image, args.stack, args.layer, args.max_age_days,
-                               inspect=inspect)
-    print(f"certificate {args.certificate}: passed for {promotion.image.ref} "
-          f"(stack {promotion.stack.name}, layer {promotion.layer})")
-    print("public tags:\n" + "\n".join(f"  {t}" for t in promotion.public_tags))
+    promotion = plan(args.image, args.stack, args.key, policy.load_policy(args.policy), args.layer)
+    image = images.parse(promotion.image)
+    command = ["oras", "tag", *(["--plain-http"] if registry.plain_http(image) else []), promotion.image,
+               *promotion.all_tags]
+    if args.json:
+        print(json.dumps({**asdict(promotion), "executed": args.execute, "command": command}, indent=2))
+    else:
+        print(f"certificate {promotion.verdict['certificate']} (signed) passed policy '{args.policy}' for "
+              f"{promotion.image} (stack {promotion.stack}, layer {promotion.layer})")
+        print("moving tags:\n" + "\n".join(f"  {image.repository}:{t}" for t in promotion.moving_tags))
+        print(f"immutable tag:\n  {image.repository}:{promotion.immutable_tag}")
     if not args.execute:
-        print("dry run; with --execute these run:\n" + "\n".join(f"  {c}" for c in promotion.steps))
+        if not args.json:
+            print("dry run; with --execute this runs:\n  " + shlex.join(command))
         return 0
-    return execute(promotion)
+    execute(promotion)
+    if not args.json:
+        print(f"promoted {promotion.image} to {', '.join(promotion.all_tags)}", file=sys.stdout)
+    return 0
 
 
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--certificate", required=True, help="certificate.json written by `mcore-images certify`")
-    p.add_argument("--image", required=True, help="the candidate by digest: REPO@sha256:…")
-    p.add_argument("--stack", required=True, help="the stack the image was built for (checked against its labels)")
-    p.add_argument("--layer", default=None, help="assert the image's layer (default: read from its labels)")
-    p.add_argument("--max-age-days", type=float, default=policy.MAX_AGE_DAYS,
-                   help=f"refuse certificates older than this (default {policy.MAX_AGE_DAYS:g})")
-    p.add_argument("--local", action="store_true", help="read labels with docker image inspect (pulled image)")
-    p.add_argument("--execute", action="store_true", help="run the commands (default: print them)")
-
-
-COMMANDS = (Command("promote", "give a certified candidate digest its public tags (dry run unless --execute)",
-                    _arguments, _promote,
-                    description="Refuse unless CERTIFICATE passed for IMAGE's digest, is fresh, and the image is the "
-                    "stack's pins; then attach the certificate (oras attach) and retag (docker buildx imagetools "
-                    "create)."),)
+COMMANDS = (
+    Command("attach", "attach a certificate to the digest it certifies (OCI referrer) and sign it with cosign",
+            _attach_arguments, _attach),
+    Command("promote", "tag a digest whose attached, signed certificate passes the policy (dry run unless "
+            "--execute)", _promote_arguments, _promote, prints_data=True,
+            description="Refuse (exit 1) unless the registry holds a certificate for IMAGE's digest, signed with "
+            "KEY, that passes POLICY, and the image is the stack's pins; then point the moving tags and an "
+            "immutable tag at the digest. Exit 2 when it cannot check."),
+)

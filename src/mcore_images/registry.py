@@ -1,65 +1,207 @@
-"""Registry I/O: what promotion, verification and certification read from and write to a registry.
+"""Registry I/O: what verification, promotion and certification read from and write to a registry.
 
-Every call goes through the real tools (docker buildx imagetools, oras, cosign); each failure is one line
-naming what to do. Nothing here judges: policy.py does.
+Every call goes through the real tools — oras (manifests, referrers, tags) and cosign (signatures) —
+with the credentials `docker login` stored; each failure is one line naming what to do. Nothing here
+judges: policy.py does. A registry on 127.0.0.1 or localhost (the CI registry, .ci/registry.sh) is
+spoken to over plain HTTP, as is any registry named in $MCORE_REGISTRY_PLAIN_HTTP (comma-separated hosts).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from mcore_images import images, schemas
 from mcore_images.errors import InputError
 from mcore_images.images import ImageRef
 
 Runner = Callable[..., subprocess.CompletedProcess]
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
+IMAGE_DIGEST_ANNOTATION = "io.mcore-images.image-digest"
+"""Signed into every certificate signature: the signature names the image the certificate is for."""
+_DIGEST_LINE = re.compile(r"^Digest: (sha256:[0-9a-f]{64})$", re.M)
 
 
-def _docker(cmd: list[str], run: Runner, what: str) -> str:
-    try:
-        proc = run(cmd, capture_output=True, text=True, timeout=120)
-    except FileNotFoundError as exc:
-        raise InputError("docker is not installed or not on PATH: install Docker with buildx to promote") from exc
-    if proc.returncode != 0:
-        why = (proc.stderr or proc.stdout or "").strip().splitlines()
-        raise InputError(f"{what} failed ({why[-1] if why else f'exit {proc.returncode}'}): log in to the "
-                         "registry (docker login) and check the digest")
-    return proc.stdout
+class RegistryError(InputError):
+    """A registry operation failed for a reason outside this tool (network, credentials, a missing
+    manifest): the caller could not check, which is not the same as a refusal."""
 
 
-def _labels_of(config: Any) -> dict[str, str]:
-    if not isinstance(config, dict):
-        return {}
-    inner = config.get("config") or config.get("Config") or {}
-    return dict(inner.get("Labels") or {}) if isinstance(inner, dict) else {}
+def plain_http(ref: ImageRef) -> bool:
+    host = (ref.host or "").rsplit(":", 1)[0]
+    extra = {h.strip() for h in os.environ.get("MCORE_REGISTRY_PLAIN_HTTP", "").split(",") if h.strip()}
+    return host in ("127.0.0.1", "localhost") or (ref.host or "") in extra or host in extra
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if not path:
+        raise RegistryError(f"{name} is not installed or not on PATH: install it (`.ci/registry.sh tools` installs "
+                            "oras and cosign from Debian's packages)")
+    return path
+
+
+def _run(argv: list[str], what: str, run: Runner = subprocess.run, cwd: Path | None = None,
+         env: Mapping[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    proc = run([_tool(argv[0]), *argv[1:]], capture_output=True, text=True, timeout=300, cwd=cwd,
+               env=None if env is None else {**os.environ, **env})
+    if check and proc.returncode != 0:
+        why = [line for line in (proc.stderr or proc.stdout or "").strip().splitlines() if line.strip()]
+        raise RegistryError(f"{what} failed ({why[-1] if why else f'exit {proc.returncode}'}); check the "
+                            "registry address and `docker login`")
+    return proc
+
+
+def oras(ref: ImageRef, command: str, *args: str, what: str, run: Runner = subprocess.run, cwd: Path | None = None,
+         check: bool = True) -> subprocess.CompletedProcess:
+    """`oras <command> <args…>` (command: "resolve", "manifest fetch", …) for a reference on this registry,
+    with --plain-http where the host needs it."""
+    flags = ["--plain-http"] if plain_http(ref) else []
+    return _run(["oras", *command.split(), *flags, *args], what, run, cwd=cwd, check=check)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def resolve(ref: ImageRef, run: Runner = subprocess.run) -> ImageRef:
+    """The reference by digest (a tag resolved through the registry)."""
+    if ref.digest:
+        return ref
+    out = oras(ref, "resolve", ref.ref, what=f"resolving {ref.ref}", run=run).stdout.strip()
+    if not images.is_digest(out):
+        raise RegistryError(f"oras resolve {ref.ref} printed {out!r}, not a digest: update oras (1.2 or newer)")
+    return ref.with_digest(out)
+
+
+def manifest(ref: ImageRef, run: Runner = subprocess.run) -> dict[str, Any]:
+    out = oras(ref, "manifest fetch", ref.ref, what=f"fetching the manifest of {ref.ref}", run=run).stdout
+    return json.loads(out)
 
 
 def registry_labels(image: ImageRef, run: Runner = subprocess.run) -> dict[str, str]:
-    """The image's labels as the registry holds them (nothing is pulled): the image config of the
-    digest, or of each platform of an index (which must agree)."""
-    out = _docker(["docker", "buildx", "imagetools", "inspect", image.ref, "--format", "{{json .Image}}"], run,
-                  f"docker buildx imagetools inspect {image.ref}")
-    try:
-        data = json.loads(out)
-    except ValueError as exc:
-        raise InputError(f"imagetools inspect {image.ref} printed no JSON: update docker buildx") from exc
-    configs = [data] if isinstance(data, dict) and ("config" in data or "rootfs" in data) else (
-        list(data.values()) if isinstance(data, dict) else [])
-    found = [labels for labels in map(_labels_of, configs) if labels]
-    if not found:
-        return {}
-    if any(labels != found[0] for labels in found[1:]):
-        raise InputError(f"the platforms of {image.ref} carry different labels: promote one platform's digest")
+    """The image's labels as the registry holds them (nothing is pulled): the config of the digest's image,
+    or of each platform of an index (which must agree)."""
+    top = manifest(image, run)
+    refs = ([image.with_digest(m["digest"]) for m in top.get("manifests", [])
+             if (m.get("platform") or {}).get("os") != "unknown"]  # skip attestation manifests
+            if top.get("mediaType") in INDEX_TYPES or "manifests" in top else [image])
+    found = []
+    for ref in refs:
+        body = top if ref == image else manifest(ref, run)
+        config = oras(image, "blob fetch", "--output", "-", f"{image.repository}@{body['config']['digest']}",
+                      what=f"fetching the config of {ref.ref}", run=run).stdout
+        found.append(dict((json.loads(config).get("config") or {}).get("Labels") or {}))
+    if not found or any(labels != found[0] for labels in found[1:]):
+        raise RegistryError(f"the platforms of {image.ref} carry different labels: promote one platform's digest")
     return found[0]
 
 
-def local_labels(image: ImageRef, run: Runner = subprocess.run) -> dict[str, str]:
-    """The labels of the image as pulled here (``docker image inspect``)."""
-    out = _docker(["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", image.ref], run,
-                  f"docker image inspect {image.ref}")
-    try:
-        return dict(json.loads(out) or {})
-    except (ValueError, TypeError) as exc:
-        raise InputError(f"docker image inspect {image.ref} printed no label JSON: check Docker") from exc
+def tags(repository: ImageRef, run: Runner = subprocess.run) -> list[str]:
+    """Every tag of the repository, as the registry lists them."""
+    out = oras(repository, "repo tags", repository.repository, what=f"listing the tags of {repository.repository}",
+               run=run).stdout
+    return sorted(line.strip() for line in out.splitlines() if line.strip())
+
+
+@dataclass(frozen=True)
+class Referrer:
+    digest: str
+    annotations: dict[str, str]
+
+    @property
+    def created(self) -> str:
+        return self.annotations.get("org.opencontainers.image.created", "")
+
+
+def certificates(image: ImageRef, run: Runner = subprocess.run) -> list[Referrer]:
+    """The certificate artifacts attached to the image's digest, newest first."""
+    out = oras(image, "discover", "--format", "json", "--artifact-type", schemas.CERTIFICATE_ARTIFACT, image.ref,
+               what=f"listing the certificates attached to {image.ref}", run=run).stdout
+    found = [Referrer(m["digest"], dict(m.get("annotations") or {})) for m in json.loads(out).get("manifests") or []]
+    return sorted(found, key=lambda r: r.created, reverse=True)
+
+
+def referrers_mode(image: ImageRef, run: Runner = subprocess.run) -> str:
+    """How this registry keeps referrers: 'referrers API', or 'tag schema' (a sha256-<digest> index tag)
+    where it has no referrers API (distribution 2.8)."""
+    probe = oras(image, "discover", "--distribution-spec", "v1.1-referrers-api", image.ref, what="", run=run,
+                 check=False)
+    return "referrers API" if probe.returncode == 0 else "tag schema"
+
+
+def fetch_certificate(image: ImageRef, referrer: Referrer, run: Runner = subprocess.run) -> dict[str, Any]:
+    """certificate.json of an attached certificate artifact."""
+    with tempfile.TemporaryDirectory(prefix="mcore-images-cert-") as tmp:
+        oras(image, "pull", "--output", tmp, f"{image.repository}@{referrer.digest}",
+             what=f"pulling certificate {referrer.digest}", run=run)
+        path = Path(tmp) / "certificate.json"
+        if not path.is_file():
+            raise RegistryError(f"certificate artifact {referrer.digest} holds no certificate.json")
+        try:
+            return json.loads(path.read_text())
+        except ValueError:
+            return {"schema": None, "error": "certificate.json is not JSON"}
+
+
+def signature_problem(image: ImageRef, referrer: Referrer, key: str, run: Runner = subprocess.run) -> str | None:
+    """Why the certificate artifact's signature does not verify with ``key`` for this image (None: it does).
+    cosign checks the signature over the artifact's digest and that it names the image's digest."""
+    proc = _run(["cosign", "verify", "--key", key, "--insecure-ignore-tlog", "--output", "json",
+                 "-a", f"{IMAGE_DIGEST_ANNOTATION}={image.digest}", f"{image.repository}@{referrer.digest}"],
+                "cosign verify", run, check=False)
+    # cosign's exit codes: 0 verified, 10 no signature, 12 signatures none of which matches (key or payload)
+    text = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if line.startswith("Error:")]
+    if proc.returncode == 0:
+        return None
+    if proc.returncode == 10:
+        return "it is not signed"
+    if proc.returncode == 12:
+        if "annotation" in " ".join(text):
+            return "its signature was made for another image digest"
+        return f"its signature does not verify with the key {key}"
+    raise RegistryError(f"cosign verify of {referrer.digest} could not run ({text[-1] if text else proc.returncode}); "
+                        "check the key file and the registry")
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing: referrers and signatures on a digest, and tags (promote.py alone moves tags).
+
+
+def attach(image: ImageRef, certificate: Path, run: Runner = subprocess.run) -> Referrer:
+    """Attach certificate.json (and .md) to the image's digest as an OCI referrer."""
+    cert = json.loads(certificate.read_text())
+    files = [f"{certificate.name}:application/json"]
+    if certificate.with_suffix(".md").is_file():
+        files.append(f"{certificate.with_suffix('.md').name}:text/markdown")
+    annotations = {"io.mcore-images.certificate.status": str((cert.get("certify") or {}).get("status")),
+                   "org.opencontainers.image.created": str(cert.get("created")),
+                   IMAGE_DIGEST_ANNOTATION: str(image.digest)}
+    args = [a for k, v in annotations.items() for a in ("--annotation", f"{k}={v}")]
+    out = oras(image, "attach", "--artifact-type", schemas.CERTIFICATE_ARTIFACT, *args, image.ref, *files,
+               what=f"attaching {certificate} to {image.ref}", run=run, cwd=certificate.resolve().parent).stdout
+    found = _DIGEST_LINE.search(out)
+    if not found:
+        raise RegistryError(f"oras attach printed no artifact digest: update oras (1.2 or newer): {out.strip()}")
+    return Referrer(found.group(1), annotations)
+
+
+def sign(image: ImageRef, referrer: Referrer, key: str, run: Runner = subprocess.run) -> None:
+    """Sign the certificate artifact with ``key`` (a cosign key file, or a KMS URI such as awskms://…),
+    the image's digest written into the signed payload. No transparency log: the key is the trust."""
+    _run(["cosign", "sign", "--key", key, "--tlog-upload=false", "--yes",
+          "-a", f"{IMAGE_DIGEST_ANNOTATION}={image.digest}", f"{image.repository}@{referrer.digest}"],
+         f"signing certificate {referrer.digest}", run, env={"COSIGN_PASSWORD": os.environ.get("COSIGN_PASSWORD", "")})
+
+
+def retag(image: ImageRef, new_tags: Sequence[str], run: Runner = subprocess.run) -> None:
+    """Point tags of the image's repository at its digest (oras tag: the manifest is not copied)."""
+    oras(image, "tag", image.ref, *new_tags, what=f"tagging {image.ref}", run=run)

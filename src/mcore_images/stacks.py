@@ -13,7 +13,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 from mcore_images import components
 from mcore_images.components import FROM_BASE, LAYERS, NONE
 from mcore_images.errors import InputError
+from mcore_images.jsonfiles import schema_problem
 from mcore_images.versions import InvalidRequirement, InvalidVersion, Requirement, Version
 
 __all__ = ["LAYERS", "NONE", "Stack", "get_stack", "groups", "load_stacks", "repo_root", "stacks_file"]
@@ -147,28 +148,16 @@ def pin_problem(key: str, value: str) -> str | None:
     return None
 
 
-def _schema_error(path: Path, data: Any) -> str | None:
-    """The first place where the file breaks env/stacks.schema.json, as one line with what to write."""
-    try:
-        import jsonschema
-    except ImportError:
-        raise InputError("the jsonschema package is needed to read env/stacks.json; `pip install jsonschema` "
-                         "(`make setup` installs it)") from None
-    schema = json.loads(schema_file().read_text())
-    validator = jsonschema.Draft202012Validator(schema)
-    error = next(iter(sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))), None)
-    if error is None:
-        return None
-    where = list(error.absolute_path)
-    stack = ""
-    if len(where) >= 4 and isinstance(where[3], int):
-        entry = data["variable"]["STACKS"]["default"][where[3]]
-        stack = f"stack '{entry.get('name', where[3]) if isinstance(entry, dict) else where[3]}'"
-        where = where[4:]
-    field = ".".join(str(p) for p in where)
-    hint = error.schema.get("description") or (error.parent.schema.get("description") if error.parent else None)
-    place = ", ".join(p for p in (stack, f"field {field}" if field else "") if p)
-    return f"{path}: {place + ': ' if place else ''}{error.message}" + (f"; write {hint}" if hint else "")
+def _stack_place(data: Any) -> Callable[[Sequence[Any]], tuple[str, Sequence[Any]]]:
+    """Names the stack an error path runs through (variable.STACKS.default.<i>.field -> stack 'name')."""
+
+    def place(where: Sequence[Any]) -> tuple[str, Sequence[Any]]:
+        if len(where) >= 4 and isinstance(where[3], int):
+            entry = data["variable"]["STACKS"]["default"][where[3]]
+            return f"stack '{entry.get('name', where[3]) if isinstance(entry, dict) else where[3]}'", where[4:]
+        return "", where
+
+    return place
 
 
 def _parse(path: Path, entry: dict[str, Any]) -> Stack:
@@ -211,7 +200,7 @@ def load_stacks(path: Path | None = None) -> dict[str, Stack]:
 
 def parse_document(data: Any, path: Path) -> dict[str, Stack]:
     """Stacks from a parsed env/stacks.json document (``path`` only names it in errors)."""
-    if problem := _schema_error(path, data):
+    if problem := schema_problem(data, schema_file(), path, _stack_place(data)):
         raise InputError(problem)
     stacks = [_parse(path, entry) for entry in data["variable"]["STACKS"]["default"]]
     names = [s.name for s in stacks]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import re
 
@@ -36,6 +37,15 @@ def layer_tag(layer: str, stack: Stack) -> str:
         "runtime": f"runtime-mcore{stack.mcore}-te{stack.te}-{platform(stack)}",
         "app": f"app-verl{stack.verl}-mcore{stack.mcore}-te{stack.te}-{platform(stack)}",
     }[layer]
+
+
+def immutable_tag(content_tag: str, digest: str, created: dt.datetime) -> str:
+    """The tag a promotion writes next to the moving ones, which never moves: the content tag, the
+    certificate's date and the first 12 hex digits of the digest (at most 128 characters, OCI's limit)."""
+    tag = f"{content_tag}-{created:%Y%m%d}-{digest.removeprefix('sha256:')[:12]}"
+    if len(tag) > 128:
+        raise InputError(f"immutable tag {tag!r} is longer than 128 characters: shorten the stack's versions")
+    return tag
 
 
 def image(tag: str, registry: str = "", repo: str = DEFAULT_REPO) -> str:

@@ -97,8 +97,8 @@ def test_negative_label_disagrees(image: docker.ImageInfo, facts: dict[str, Any]
 def test_negative_package_missing_and_dirty(
     image: docker.ImageInfo, facts: dict[str, Any], wrong_images: list[str]
 ) -> None:
-    """`pip uninstall -y mbridge` (or the top labelled package), plus a pip cache file, a .git folder
-    and a wrong CUDA_DEVICE_MAX_CONNECTIONS: the version, import, hygiene and env checks fail."""
+    """`pip uninstall -y mbridge` (or the top labelled package), plus a pip cache file, a .git folder, a
+    copied compiler and a wrong CUDA_DEVICE_MAX_CONNECTIONS: the version, import, hygiene and env checks fail."""
     key = layers.first_labelled(image, ("mbridge", "megatron-bridge", "mcore", "te", "torch"))
     assert key, "the image labels no removable package"
     comp = components.BY_LABEL[key]
@@ -108,7 +108,8 @@ def test_negative_package_missing_and_dirty(
     dockerfile = (
         f"FROM {image.ref}\n"
         f"RUN python -m pip uninstall -y {' '.join(dists)} "
-        "&& mkdir -p /root/.cache/pip/http /opt/src/thing/.git && echo cached > /root/.cache/pip/http/blob\n"
+        "&& mkdir -p /root/.cache/pip/http /opt/src/thing/.git && echo cached > /root/.cache/pip/http/blob "
+        "&& printf '#!/bin/sh\\n' > /usr/local/bin/ninja && chmod +x /usr/local/bin/ninja\n"
         "ENV CUDA_DEVICE_MAX_CONNECTIONS=8\n"
     )
     ref = docker.build_image(dockerfile, _tag("missing"))
@@ -123,13 +124,17 @@ def test_negative_package_missing_and_dirty(
     if runtime:
         assert environment.env_problems(wrong.env, wrong.stack_name, "config"), "env check passed with 8 connections"
 
-    select = "version_label_matches_installed or test_imports or leftovers or git"
+    with probing.container_host(ref) as host:
+        assert hygiene.compiler_problems(host.run), "compiler check passed with a copied ninja"
+    select = "version_label_matches_installed or test_imports or leftovers or git or compiler"
     expected = {
         f"test_version_label_matches_installed[{key}]",
         f"test_imports[{key}]",
         "test_no_build_leftovers",
         "test_no_build_trees_or_git",
     }
+    if wrong.label("flavor") == "debian":
+        expected.add("test_no_compiler_on_the_debian_flavor")
     if runtime:
         select += " or required_env"
         expected |= {"test_required_env_in_image_config", "test_required_env_inside_container"}

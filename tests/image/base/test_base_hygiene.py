@@ -20,6 +20,15 @@ def test_no_build_trees_or_git(fs_trees: list[str], container: str) -> None:
     assert not problems, "\n".join(problems)
 
 
+def test_no_compiler_on_the_debian_flavor(host: Any, image: docker.ImageInfo) -> None:
+    """Images built on the debian flavor carry no compiler (the builder stage's toolchain stays there);
+    the other flavors' bases are CUDA devel images, compilers included by design."""
+    if image.label("flavor") != "debian":
+        pytest.skip(f"flavor {image.label('flavor')}: its base image ships compilers")
+    problems = hygiene.compiler_problems(host.run)
+    assert not problems, "\n".join(problems)
+
+
 def test_run_secrets_empty(host: Any) -> None:
     """BuildKit mounts secrets at /run/secrets for one RUN; nothing may stay there."""
     out = host.run("find /run/secrets -mindepth 1 2>/dev/null || true").stdout

@@ -101,3 +101,16 @@ def size_problems(image: ImageInfo) -> list[str]:
             f"over its budget of {budget} GB (io.mcore-images.size-budget-gb; 1 GB = 1e9 bytes)"
         ]
     return []
+
+
+COMPILERS = ("nvcc", "gcc", "g++", "cc", "c++", "ninja", "cc1plus")
+"""What compiles code: none of it belongs in a published layer built on the debian flavor (the builder
+stage compiles; its toolchain reaches no image)."""
+
+
+def compiler_problems(run: Any) -> list[str]:
+    """Compilers on PATH, and gcc's cc1plus anywhere, however they arrived (pip, apt, a copied file)."""
+    names = " ".join(COMPILERS)
+    out = run(f"for c in {names}; do command -v \"$c\"; done; "
+              "find / -xdev -name cc1plus -type f 2>/dev/null | head -n 5; true").stdout
+    return [f"compiler in the image: {line}" for line in iter_lines(out)]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +29,23 @@ def run_probe(run: Any, modules: Iterable[str] = PROBE_MODULES) -> dict[str, Any
     return json.loads(result.stdout)
 
 
-def probe_image(ref: str, modules: Iterable[str] = PROBE_MODULES) -> dict[str, Any]:
-    """Facts from a short-lived container of `ref` (removed afterwards); `modules=()` skips the
-    import checks when only installed distributions are needed."""
+@contextlib.contextmanager
+def container_host(ref: str) -> Iterator[Any]:
+    """A testinfra host on a short-lived container of `ref`, removed afterwards."""
     import testinfra
 
     cid = start_container(ref)
     try:
-        return run_probe(testinfra.get_host(f"docker://{cid}").run, modules)
+        yield testinfra.get_host(f"docker://{cid}")
     finally:
         remove_container(cid)
+
+
+def probe_image(ref: str, modules: Iterable[str] = PROBE_MODULES) -> dict[str, Any]:
+    """Facts from a short-lived container of `ref`; `modules=()` skips the import checks when only
+    installed distributions are needed."""
+    with container_host(ref) as host:
+        return run_probe(host.run, modules)
 
 
 def installed(facts: Mapping[str, Any], dist: str) -> str | None:

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The release path end to end against a real local registry (.ci/registry.sh), one command:
+#
+#   build the group, push candidate tags by digest → certify REGISTRY/REPO@DIGEST (image tests, the smoke on
+#   CPU with several ranks and its parity checks, the bridge check) → attach the certificate to the digest
+#   (OCI referrer) → sign it with cosign → promote (policy ci) → delete every local copy → docker pull the
+#   public tag → the pulled digest is the certified one → mcore-images verify the tag.
+#
+#   .ci/release-local.sh                 GROUP (default ci), REGISTRY (default 127.0.0.1:$MCORE_REGISTRY_PORT)
+#
+# CI signs with an ephemeral key pair made here (build/release-local/keys); a site signs with its own key
+# or a KMS URI (docs/release.md). Each step prints the digest it acts on, as `::release-local` lines.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+GROUP="${GROUP:-ci}"
+REGISTRY="${REGISTRY:-127.0.0.1:${MCORE_REGISTRY_PORT:-5000}}"
+REPO="${IMAGE_REPO:-mcore-images}"
+OUT="build/release-local"
+SMOKE_ARGS=(--cpu --nproc "${SMOKE_RANKS:-4}")
+started=$(date +%s)
+
+mcore() { "$PYTHON" -m mcore_images "$@"; }
+say() { printf '::release-local %s\n' "$*"; }
+die() { printf '[release-local] error: %s\n' "$*" >&2; exit 1; }
+json() { "$PYTHON" -c "import json, sys; d = json.load(sys.stdin); print($1)"; }
+
+bash .ci/registry.sh start
+rm -rf "$OUT" build/candidates
+mkdir -p "$OUT/keys"
+(cd "$OUT/keys" && COSIGN_PASSWORD="" cosign generate-key-pair >/dev/null)
+export COSIGN_PASSWORD=""
+say "signing key: ephemeral cosign key pair $OUT/keys/cosign.{key,pub}"
+
+sha="$(git rev-parse HEAD)"
+mcore build --group "$GROUP" --candidate "$sha" --registry "$REGISTRY"
+mcore matrix --candidates build/candidates --pretty >"$OUT/candidates.json"
+count="$(json 'len(d["include"])' <"$OUT/candidates.json")"
+[[ "$count" -gt 0 ]] || die "the build pushed no certifiable candidate; see build/candidates/bake-metadata.json"
+
+for i in $(seq 0 $((count - 1))); do
+  image="$(json "d['include'][$i]['image']" <"$OUT/candidates.json")"
+  stack="$(json "d['include'][$i]['stack']" <"$OUT/candidates.json")"
+  target="$(json "d['include'][$i]['target']" <"$OUT/candidates.json")"
+  digest="${image#*@}"
+  say "push: $target → $image"
+
+  docker pull -q "$image" >/dev/null
+  t=$(date +%s)
+  mcore certify "$image" --out "$OUT/$target" -- "${SMOKE_ARGS[@]}" || die "certify $image failed: $OUT/$target/certificate.md"
+  say "certify: $image passed in $(( $(date +%s) - t )) s ($OUT/$target/certificate.json)"
+
+  mcore attach "$image" --certificate "$OUT/$target" --key "$OUT/keys/cosign.key" | tee "$OUT/$target/attach.txt"
+  say "attach+sign: $(grep -o 'as sha256:[0-9a-f]*' "$OUT/$target/attach.txt" | cut -c4-) signed for $digest"
+
+  mcore promote "$image" --stack "$stack" --key "$OUT/keys/cosign.pub" --policy ci --execute --json \
+    >"$OUT/$target/promotion.json"
+  alias="$(json 'd["moving_tags"][1]' <"$OUT/$target/promotion.json")"
+  say "promote: $digest → $(json '", ".join(d["moving_tags"] + [d["immutable_tag"]])' <"$OUT/$target/promotion.json")"
+
+  # Every local copy goes (all tags of the image), so the pull below must come from the registry.
+  id="$(docker image inspect --format '{{.Id}}' "$image")"
+  docker image rm -f "$id" >/dev/null
+  docker image inspect "$image" >/dev/null 2>&1 && die "a local copy of $image is left"
+  docker pull -q "$REGISTRY/$REPO:$alias" >/dev/null
+  pulled="$(docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$REGISTRY/$REPO:$alias" \
+    | grep -F "$REGISTRY/$REPO@" | head -n 1)"
+  [[ "${pulled#*@}" == "$digest" ]] || die "pulled $REGISTRY/$REPO:$alias is ${pulled#*@}, certified was $digest"
+  say "pull: $REGISTRY/$REPO:$alias → ${pulled#*@} (the certified digest)"
+
+  mcore verify "$REGISTRY/$REPO:$alias" --key "$OUT/keys/cosign.pub" --policy ci
+  say "verify: $REGISTRY/$REPO:$alias passed"
+done
+say "phase wall time: $(( $(date +%s) - started )) s"

@@ -1,0 +1,141 @@
+"""`mcore-images verify REF`: is the image REF resolves to certified, by a certificate signed with our key?
+
+For the digest REF resolves to: find the certificate artifacts attached to it (OCI referrers), keep
+those whose cosign signature verifies with the given public key and names this digest, read the newest
+of them, and judge it with policy.py: well-formed, passed, made for this digest, fresh, from GPUs where
+the policy asks, and measuring what the image's labels say. The verdict is printed (or ``--json``);
+exit 0 passed, 1 refused, 2 could not check (no such image, registry unreachable, tools missing).
+promote.py calls the same `check` before it moves a tag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mcore_images import images, policy, registry
+from mcore_images.command import Command
+from mcore_images.errors import InputError
+from mcore_images.images import ImageRef
+from mcore_images.registry import Runner
+
+
+@dataclass
+class Verdict:
+    image: str
+    digest: str | None = None
+    status: str = "could-not-check"  # passed | refused | could-not-check
+    policy: str = ""
+    certificate: str | None = None  # the signed certificate artifact's digest
+    created: str | None = None
+    age_days: float | None = None
+    gpus: int | None = None
+    stack: str | None = None
+    layer: str | None = None
+    referrers: str | None = None  # how the registry keeps referrers (referrers API or tag schema)
+    problems: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # attached certificates whose signature does not verify
+
+    @property
+    def exit_code(self) -> int:
+        return {"passed": 0, "refused": 1}.get(self.status, 2)
+
+    def lines(self) -> list[str]:
+        head = f"{self.status.upper()}: {self.image}" + (f" = {self.digest}" if self.digest else "")
+        out = [head]
+        if self.certificate:
+            out.append(f"  certificate {self.certificate} (signed), created {self.created}, "
+                       f"{self.age_days:.2f} days old, {'GPUs: ' + str(self.gpus) if self.gpus else 'CPU only'}, "
+                       f"stack {self.stack}, layer {self.layer}")
+        if self.referrers:
+            out.append(f"  referrers kept by the registry's {self.referrers}")
+        out.append(f"  policy {self.policy}")
+        out += [f"  - {p}" for p in self.problems]
+        out += [f"  ignored: {p}" for p in self.ignored]
+        return out
+
+
+def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = None,
+          run: Runner | None = None) -> tuple[Verdict, ImageRef | None, dict[str, str]]:
+    """The verdict for REF, the image by digest, and its labels (promote reuses both)."""
+    kwargs = {"run": run} if run else {}
+    verdict = Verdict(image=ref, policy=chosen.name)
+    try:
+        parsed = images.parse(ref)
+    except ValueError as exc:
+        raise InputError(f"{exc}; give an image reference such as registry/repo:tag or registry/repo@sha256:…") \
+            from None
+    try:
+        image = registry.resolve(parsed, **kwargs)
+        verdict.digest = image.digest
+        labels = registry.registry_labels(image, **kwargs)
+        found = registry.certificates(image, **kwargs)
+        verdict.referrers = registry.referrers_mode(image, **kwargs)
+        if not found:
+            verdict.status = "refused"
+            verdict.problems.append("no certificate is attached to this digest; certify it (mcore-images certify) "
+                                    "and attach the signed certificate (mcore-images attach)")
+            return verdict, image, labels
+        signed = []
+        for referrer in found:  # every one: a certificate that does not verify is reported, never judged
+            problem = registry.signature_problem(image, referrer, key, **kwargs)
+            if problem is None:
+                signed.append(referrer)
+            else:
+                verdict.ignored.append(f"certificate {referrer.digest}: {problem}")
+        if not signed:
+            verdict.status = "refused"
+            verdict.problems.append(f"no attached certificate is signed with {key}; sign it (mcore-images attach "
+                                    "--key) or verify with the key that signed it")
+            return verdict, image, labels
+        cert = registry.fetch_certificate(image, signed[0], **kwargs)  # the newest signed one
+    except registry.RegistryError as exc:
+        verdict.problems.append(str(exc))
+        return verdict, None, {}
+    verdict.certificate = signed[0].digest
+    shape = policy.shape_problems(cert)
+    if shape:
+        verdict.status = "refused"
+        verdict.problems.append(f"the signed certificate is malformed: {'; '.join(shape)}")
+        return verdict, image, labels
+    now = now or dt.datetime.now(dt.UTC)
+    when = policy.created(cert)
+    verdict.created = cert["created"]
+    verdict.age_days = None if when is None else round((now - when).total_seconds() / 86400, 3)
+    verdict.gpus = (cert["environment"].get("gpu") or {}).get("count") or 0
+    verdict.stack = labels.get(images.label("stack"))
+    verdict.layer = labels.get(images.label("layer"))
+    verdict.problems += policy.certificate_problems(cert, image, now, chosen)
+    verdict.problems += policy.measured_problems(labels, cert)
+    verdict.status = "refused" if verdict.problems else "passed"
+    return verdict, image, labels
+
+
+def as_dict(verdict: Verdict) -> dict[str, Any]:
+    return {**asdict(verdict), "exit_code": verdict.exit_code}
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("image", help="the image: registry/repo:tag or registry/repo@sha256:…")
+    p.add_argument("--key", required=True, help="cosign public key (a file, or a KMS URI) the certificate must be "
+                   "signed with")
+    p.add_argument("--policy", default="release", help="the policy of env/release-policies.json to judge by "
+                   "(default: release, which requires GPUs)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    verdict, _, _ = check(args.image, args.key, policy.load_policy(args.policy))
+    if args.json:
+        print(json.dumps(as_dict(verdict), indent=2))
+    else:
+        print("\n".join(verdict.lines()))
+    return verdict.exit_code
+
+
+COMMANDS = (Command("verify", "check that an image's digest carries a passing certificate signed with your key",
+                    _arguments, _run, prints_data=True,
+                    description="Exit 0 passed, 1 refused (the reasons are listed), 2 could not check."),)
+

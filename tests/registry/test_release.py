@@ -1,0 +1,167 @@
+"""The release path against the real registry: a signed, passing certificate promotes; every other one is
+refused with the registry's tag list unchanged (read back through the registry API); verify says the same."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mcore_images import cli, registry
+from tests.registry.conftest import Pushed
+
+
+def promote(pushed: Pushed, key: Path, *extra: str) -> int:
+    return cli.main(["promote", pushed.ref, "--stack", pushed.stack.name, "--key", str(key), "--execute", *extra])
+
+
+def attach_and_sign(pushed: Pushed, folder: Path, key: Path) -> registry.Referrer:
+    referrer = registry.attach(pushed.image, folder / "certificate.json")
+    registry.sign(pushed.image, referrer, str(key))
+    return referrer
+
+
+def refused(pushed: Pushed, keys: dict[str, Path], capsys: pytest.CaptureFixture, *extra: str) -> str:
+    """Promote must refuse (exit 1, one line) and leave every tag of the repository where it was."""
+    before = pushed.tags()
+    code = promote(pushed, keys["ours.pub"], *extra)
+    err = capsys.readouterr().err.strip()
+    assert code == 1, err
+    assert len(err.splitlines()) == 1 and err.startswith("error: refusing to promote"), err
+    assert pushed.tags() == before
+    return err
+
+
+def test_a_signed_passing_certificate_promotes_with_moving_and_immutable_tags(
+        push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    pushed = push()
+    capsys.readouterr()
+    assert cli.main(["attach", pushed.ref, "--certificate", str(pushed.certificate(tmp_path).parent),
+                     "--key", str(keys["ours.key"])]) == 0
+    attached = capsys.readouterr().out
+    assert "through the referrers tag schema (the registry has no referrers API" in attached
+    before = pushed.tags()
+    assert f"sha256-{pushed.digest.removeprefix('sha256:')}" in before  # the tag schema's index
+    assert promote(pushed, keys["ours.pub"], "--json") == 0
+    promotion = json.loads(capsys.readouterr().out)
+    content = promotion["moving_tags"][0]
+    assert promotion["moving_tags"][1] == "runtime-debian"
+    assert promotion["immutable_tag"].startswith(content + "-") and promotion["immutable_tag"].endswith(
+        pushed.digest.removeprefix("sha256:")[:12])
+    after = pushed.tags()
+    assert set(after) - set(before) == {content, "runtime-debian", promotion["immutable_tag"]}
+    for tag in promotion["moving_tags"] + [promotion["immutable_tag"]]:
+        assert registry.resolve(pushed.image.with_tag(tag)).digest == pushed.digest
+
+    # verify the public tag: passed (exit 0), and its JSON names the signed certificate
+    assert cli.main(["verify", f"{pushed.repository}:runtime-debian", "--key", str(keys["ours.pub"]),
+                     "--policy", "release", "--json"]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["status"] == "passed" and verdict["digest"] == pushed.digest and verdict["gpus"] == 8
+    assert verdict["referrers"] == "tag schema"
+
+
+def test_no_certificate(push: Callable[..., Pushed], keys: dict[str, Path], capsys: pytest.CaptureFixture) -> None:
+    pushed = push()
+    assert "no certificate is attached to this digest" in refused(pushed, keys, capsys)
+
+
+def test_a_failed_certificate(push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path,
+                              capsys: pytest.CaptureFixture) -> None:
+    pushed = push()
+    attach_and_sign(pushed, pushed.certificate(tmp_path, smoke_status="failed").parent, keys["ours.key"])
+    assert "the certificate did not pass (certify failed, smoke failed" in refused(pushed, keys, capsys)
+
+
+def test_a_certificate_of_another_digest(push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path,
+                                         capsys: pytest.CaptureFixture) -> None:
+    pushed, other = push(), push()
+    folder = other.certificate(tmp_path).parent
+    # `mcore-images attach` refuses this; a registry user with push rights can still do it by hand.
+    assert cli.main(["attach", pushed.ref, "--certificate", str(folder), "--key", str(keys["ours.key"])]) == 2
+    assert f"certifies {other.digest}, not {pushed.digest}" in capsys.readouterr().err
+    attach_and_sign(pushed, folder, keys["ours.key"])
+    assert f"the certificate is for {other.digest}, not {pushed.digest}" in refused(pushed, keys, capsys)
+
+
+def test_a_tampered_certificate(push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path,
+                                capsys: pytest.CaptureFixture) -> None:
+    """A failed certificate, signed; then someone attaches an edited copy that says 'passed' and copies the
+    genuine signature onto it. The signature does not verify for the edited artifact."""
+    pushed = push()
+    genuine = attach_and_sign(pushed, pushed.certificate(tmp_path / "a", smoke_status="failed").parent,
+                              keys["ours.key"])
+    path = tmp_path / "a" / "certificate.json"
+    cert = json.loads(path.read_text())
+    cert.update(status="passed", exit_code=0, error=None)
+    cert["certify"] = {"status": "passed", "exit_code": 0}
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "certificate.json").write_text(json.dumps(cert))
+    forged = registry.attach(pushed.image, tmp_path / "b" / "certificate.json")
+    repo = pushed.image
+    sig = f"{repo.repository}:sha256-{genuine.digest.removeprefix('sha256:')}.sig"
+    copy = f"{repo.repository}:sha256-{forged.digest.removeprefix('sha256:')}.sig"
+    subprocess.run([shutil.which("oras") or "oras", "cp", "--from-plain-http", "--to-plain-http", sig, copy],
+                   check=True, capture_output=True)
+    err = refused(pushed, keys, capsys)
+    assert f"certificate {forged.digest}: its signature does not verify" in err
+    assert "the certificate did not pass" in err  # judged by the genuine, signed one
+
+
+def test_a_certificate_signed_with_another_key(push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path,
+                                               capsys: pytest.CaptureFixture) -> None:
+    pushed = push()
+    attach_and_sign(pushed, pushed.certificate(tmp_path).parent, keys["other.key"])
+    err = refused(pushed, keys, capsys)
+    assert "no attached certificate is signed with" in err
+    assert f"its signature does not verify with the key {keys['ours.pub']}" in err
+
+
+def test_an_unsigned_certificate(push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path,
+                                 capsys: pytest.CaptureFixture) -> None:
+    pushed = push()
+    registry.attach(pushed.image, pushed.certificate(tmp_path))
+    assert "it is not signed" in refused(pushed, keys, capsys)
+
+
+def test_a_stale_certificate(push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path,
+                             capsys: pytest.CaptureFixture) -> None:
+    pushed = push()
+    old = dt.datetime.now(dt.UTC) - dt.timedelta(days=9)
+    attach_and_sign(pushed, pushed.certificate(tmp_path, created=old).parent, keys["ours.key"])
+    assert "the certificate is stale: 9.0 days old" in refused(pushed, keys, capsys)
+
+
+def test_a_stack_or_version_mismatch(push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path,
+                                     capsys: pytest.CaptureFixture) -> None:
+    pushed = push(**{"io.mcore-images.mcore": "0.16.0"})
+    attach_and_sign(pushed, pushed.certificate(tmp_path).parent, keys["ours.key"])
+    err = refused(pushed, keys, capsys)
+    assert "the certificate measured megatron-core 0.16.1 but the image is labelled mcore=0.16.0" in err
+    assert "the image says mcore=0.16.0 but env/stacks.json pins 0.16.1" in err
+    err = refused(pushed, keys, capsys, "--stack", "cuda")
+    assert "the image is stack 'debian', not 'cuda'" in err
+
+
+def test_a_cpu_certificate_is_refused_by_the_release_policy_and_accepted_by_ci(
+        push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    pushed = push()
+    attach_and_sign(pushed, pushed.certificate(tmp_path, gpus=0).parent, keys["ours.key"])
+    assert "policy 'release' requires GPUs" in refused(pushed, keys, capsys, "--policy", "release")
+    assert promote(pushed, keys["ours.pub"], "--policy", "ci") == 0
+    assert "runtime-debian" in pushed.tags()
+
+
+def test_verify_exit_codes(push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path,
+                           capsys: pytest.CaptureFixture) -> None:
+    pushed = push()
+    assert cli.main(["verify", pushed.ref, "--key", str(keys["ours.pub"])]) == 1
+    assert "REFUSED" in capsys.readouterr().out
+    missing = f"{pushed.repository}:no-such-tag"
+    assert cli.main(["verify", missing, "--key", str(keys["ours.pub"]), "--json"]) == 2
+    assert json.loads(capsys.readouterr().out)["status"] == "could-not-check"

@@ -1,0 +1,1 @@
+"""Helpers shared by the unit tests and the registry tests."""

@@ -1,0 +1,117 @@
+"""`mcore-images tags` and `matrix`: the tag scheme of tags.py, and release matrices derived from env/ at run
+time (no list of stacks in YAML)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcore_images import cli, release_matrix, tags
+from mcore_images.errors import InputError
+from mcore_images.stacks import Stack
+from tests.unit.conftest import ROOT, write_stacks
+
+REPOSITORY = "ghcr.io/acme/mcore-images"
+DIGEST = "sha256:" + "a" * 64
+OTHER = "sha256:" + "b" * 64
+
+
+def test_tags_command_reuses_tags_py(capsys: pytest.CaptureFixture, stacks: dict[str, Stack]) -> None:
+    assert cli.main(["tags", "--stack", "cuda", "--layer", "runtime", "--registry", "ghcr.io/acme"]) == 0
+    assert capsys.readouterr().out.split() == tags.tags("runtime", stacks["cuda"], "ghcr.io/acme")
+    assert cli.main(["tags", "--stack", "cuda", "--layer", "app", "--candidate", "abc1234"]) == 0
+    assert capsys.readouterr().out.split() == ["mcore-images:candidate-abc1234-app-cuda"]
+    assert cli.main(["tags", "--stack", "debian", "--layer", "app"]) == 2
+    assert "has no layer 'app'" in capsys.readouterr().err
+
+
+def matrix_cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MCORE_IMAGES_ROOT": str(root), "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "mcore_images", "matrix", *args], capture_output=True,
+                          text=True, env=env, check=False)
+
+
+def workflows_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / ".github").rglob("*")):
+        if path.is_file():
+            digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def test_the_release_matrix_is_derived_from_env_not_yaml(tmp_path: Path) -> None:
+    entries = json.loads((ROOT / "env" / "stacks.json").read_text())["variable"]["STACKS"]["default"]
+    (tmp_path / "env").mkdir()
+    before_yaml = workflows_digest()
+    write_stacks(tmp_path / "env" / "stacks.json", entries)
+    first = matrix_cli(tmp_path, "--group", "release")
+    assert first.returncode == 0, first.stderr
+    assert [e["stack"] for e in json.loads(first.stdout)["include"]] == ["ngc", "cuda"]
+
+    changed = [dict(e) for e in entries]
+    cuda = next(e for e in changed if e["name"] == "cuda")
+    cuda["name"], cuda["verl"], cuda["megatron_bridge"] = "cuda-next", "none", "none"  # no app layer
+    next(e for e in changed if e["name"] == "ngc")["groups"] = []
+    write_stacks(tmp_path / "env" / "stacks.json", changed)
+    second = matrix_cli(tmp_path, "--group", "release")
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout) == {"include": [{
+        "stack": "cuda-next", "targets": "base-cuda-next,kernels-cuda-next,runtime-cuda-next",
+        "certify": "runtime-cuda-next", "archs": 3}]}
+    assert workflows_digest() == before_yaml  # nothing under .github/ was touched
+
+
+def test_the_build_matrix_checks_rules_first(tmp_path: Path) -> None:
+    entries = json.loads((ROOT / "env" / "stacks.json").read_text())["variable"]["STACKS"]["default"]
+    (tmp_path / "env").mkdir()
+    unpinned = [dict(e, groups=["release"]) if e["name"] == "verl-mcore013" else e for e in entries]
+    write_stacks(tmp_path / "env" / "stacks.json", unpinned)
+    result = matrix_cli(tmp_path, "--group", "release")
+    assert result.returncode == 2 and result.stdout == ""
+    assert "verl-mcore013" in result.stderr and "tag-only base nvidia/cuda:12.8.1" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--group", "nightly"], "unknown group 'nightly'"),
+    (["--group", "release", "--registry", "ghcr.io/acme"], "give --registry and --sha together"),
+    (["--group", "release", "--registry", "ghcr.io/acme", "--sha", "HEAD"], "is not a git commit"),
+    (["--candidates", "/nonexistent"], "no bake metadata (*.json) under /nonexistent"),
+])
+def test_bad_matrix_inputs(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["matrix", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_candidate_tags_and_cache_in_the_build_matrix(stacks: dict[str, Stack]) -> None:
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    matrix = release_matrix.build_matrix("release", "ghcr.io/acme", "mcore-images", sha, stacks)
+    ngc = matrix["include"][0]
+    assert ngc["set"].splitlines()[2] == f"runtime-ngc.tags=ghcr.io/acme/mcore-images:candidate-{sha}-runtime-ngc"
+    assert ngc["cache_ref"] == "ghcr.io/acme/mcore-images:buildcache-ngc"
+    assert ngc["certify"] == "runtime-ngc,app-ngc"
+
+
+def test_certify_matrix_reads_bake_metadata(tmp_path: Path, stacks: dict[str, Stack]) -> None:
+    name = f"{REPOSITORY}:candidate-{'c' * 40}"
+    metadata = {
+        "buildx.build.warnings": [],
+        "base-cuda": {"containerimage.digest": OTHER, "image.name": f"{name}-base-cuda"},
+        "app-cuda": {"containerimage.digest": DIGEST, "image.name": f"{name}-app-cuda"},
+        "runtime-cuda": {"containerimage.digest": OTHER, "image.name": f"{name}-runtime-cuda"},
+    }
+    (tmp_path / "bake-metadata-cuda.json").write_text(json.dumps(metadata))
+    got = release_matrix.certify_matrix(tmp_path, stacks)
+    assert got == {"include": [
+        {"stack": "cuda", "layer": "runtime", "target": "runtime-cuda", "image": f"{REPOSITORY}@{OTHER}"},
+        {"stack": "cuda", "layer": "app", "target": "app-cuda", "image": f"{REPOSITORY}@{DIGEST}"},
+    ]}
+    (tmp_path / "bake-metadata-x.json").write_text(json.dumps({"runtime-gone": {"containerimage.digest": DIGEST}}))
+    with pytest.raises(InputError, match=re.escape("target 'runtime-gone' is not in env/stacks.json")):
+        release_matrix.certify_matrix(tmp_path, stacks)
