@@ -90,16 +90,17 @@ def run_image_tests(ref: str, run: Runner = subprocess.run) -> dict[str, Any]:
             "summary": lines[-1] if lines else ""}
 
 
-def docker_smoke_command(ref: str, out_dir: Path, smoke_args: Sequence[str]) -> list[str]:
+def docker_smoke_command(ref: str, out_dir: Path, smoke_args: Sequence[str], memlock: bool = True) -> list[str]:
     """``docker run`` that runs the smoke in the image and writes the certificate to ``out_dir``."""
     return container.run_command(ref, ["python", "-m", "smoke", "--out", "/cert", *smoke_args],
-                                 gpus="--cpu" not in smoke_args, mounts={out_dir: "/cert"})
+                                 gpus="--cpu" not in smoke_args, mounts={out_dir: "/cert"}, memlock=memlock)
 
 
-def docker_bridge_command(ref: str, out_dir: Path, cpu: bool) -> list[str]:
+def docker_bridge_command(ref: str, out_dir: Path, cpu: bool, memlock: bool = True) -> list[str]:
     """``docker run`` of the HF <-> Megatron bridge check, adding its section to the certificate."""
     return container.run_command(ref, ["python", "-m", "smoke.bridge", *(["--cpu"] if cpu else []),
-                                       "--certificate", "/cert"], gpus=not cpu, mounts={out_dir: "/cert"})
+                                       "--certificate", "/cert"], gpus=not cpu, mounts={out_dir: "/cert"},
+                                 memlock=memlock)
 
 
 def _header(cert: dict[str, Any]) -> str:
@@ -154,11 +155,12 @@ def certify(ref: str, out_dir: Path, smoke_args: Sequence[str], skip_image_tests
     for stale in (out_dir / "certificate.json", out_dir / "certificate.md"):
         stale.unlink(missing_ok=True)
     tests = {"skipped": True, "passed": False} if skip_image_tests else run_image_tests(ref, run)
-    cmd = docker_smoke_command(ref, out_dir, smoke_args)
+    memlock = container.memlock_unlimited(ref, run)
+    cmd = docker_smoke_command(ref, out_dir, smoke_args, memlock)
     print("[certify] " + " ".join(cmd), flush=True)
     smoke_rc = run(cmd).returncode
     if (out_dir / "certificate.json").exists():
-        bridge = docker_bridge_command(ref, out_dir, "--cpu" in smoke_args)
+        bridge = docker_bridge_command(ref, out_dir, "--cpu" in smoke_args, memlock)
         print("[certify] " + " ".join(bridge), flush=True)
         run(bridge)
     code = bind(out_dir, digest, tests, smoke_rc)

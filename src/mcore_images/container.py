@@ -8,21 +8,42 @@ multicast stays off unless a site turns it on (it can take a shared host's GPUs 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 """NVLink multicast off for every program we start."""
 
-RECOMMENDED_FLAGS = ("--ipc=host", "--ulimit", "memlock=-1", "--ulimit", "stack=67108864")
+RECOMMENDED_FLAGS = ("--ipc=host", "--ulimit", "stack=67108864")
+MEMLOCK_FLAGS = ("--ulimit", "memlock=-1")
+"""RDMA (InfiniBand, RoCE) pins memory: NCCL's IB transport needs memlock unlimited."""
+
+
+@functools.cache
+def memlock_unlimited(image: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> bool:
+    """Whether this Docker Engine can start ``image`` with memlock unlimited. An engine whose own hard limit
+    is lower (a sandboxed or rootless daemon) refuses the container; then it runs without the flag, and
+    says so once (the doctor's `env.memlock` finding names the fix for multi-node runs)."""
+    probe = run(["docker", "run", "--rm", *MEMLOCK_FLAGS, "--entrypoint", "true", image],
+                capture_output=True, text=True, check=False)
+    if probe.returncode != 0 and "rlimit" in (probe.stderr or ""):
+        print("[container] this Docker Engine's own memlock limit is lower than unlimited: running without "
+              "--ulimit memlock=-1 (RDMA needs it; runs on one host do not)", file=sys.stderr)
+        return False
+    return True
 
 
 def run_command(image: str, command: Sequence[str], *, gpus: bool = True,
                 mounts: Mapping[Path, str] | None = None, env: Mapping[str, str] | None = None,
-                read_only: Sequence[Path] = (), extra: Sequence[str] = ()) -> list[str]:
+                read_only: Sequence[Path] = (), extra: Sequence[str] = (), memlock: bool = True) -> list[str]:
     """``docker run --rm`` of ``command`` in ``image`` with the recommended flags; ``mounts`` maps host
-    folders (or files) to container paths, ``read_only`` names the host paths mounted read-only."""
-    argv = ["docker", "run", "--rm", *(["--gpus", "all"] if gpus else []), *RECOMMENDED_FLAGS]
+    folders (or files) to container paths, ``read_only`` names the host paths mounted read-only, and
+    ``memlock`` adds memlock unlimited (callers pass ``memlock_unlimited(image)``)."""
+    argv = ["docker", "run", "--rm", *(["--gpus", "all"] if gpus else []), *RECOMMENDED_FLAGS,
+            *(MEMLOCK_FLAGS if memlock else ())]
     for key, value in {**NO_MULTICAST, **(env or {})}.items():
         argv += ["-e", f"{key}={value}"]
     for host, inside in (mounts or {}).items():

@@ -80,7 +80,8 @@ def command_for(program: Program, image: str | None, out: Path, certificate: Pat
         read_only.append(baselines)
     gpus = "--cpu" not in args
     inner = ["python", "-m", program.module, *program.argv(OUT, CERT if certificate is not None else None, args)]
-    return container.run_command(image, inner, gpus=gpus, mounts=mounts, read_only=read_only), None
+    return container.run_command(image, inner, gpus=gpus, mounts=mounts, read_only=read_only,
+                                 memlock=container.memlock_unlimited(image, subprocess.run)), None
 
 
 def execute(label: str, cmd: list[str], env: dict[str, str] | None) -> int:
