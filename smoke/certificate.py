@@ -123,6 +123,11 @@ def render_markdown(cert: dict[str, Any]) -> str:
         f"- Math: {(settings.get('math') or {}).get('how', '–')}",
         f"- Tolerance: {cert['tolerance'].get('why', '–')}",
     ]
+    if cert.get("determinism"):
+        det = cert["determinism"]
+        verdict = "bitwise equal" if det["bitwise_equal"] else "NOT bitwise equal"
+        lines.append(f"- Determinism: each dp baseline run twice under deterministic settings: losses and grad "
+                     f"norms {verdict} ({', '.join(det['runs'])})")
     timing = cert["timing"]
     if timing:
         parts = ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in timing.items() if isinstance(v, int | float))

@@ -31,7 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: TF32 off, fp32's tolerance)")
     parser.add_argument("--dist-opt", action=argparse.BooleanOptionalAction, default=None,
                         help="megatron distributed optimizer (default: on for GPU, off for CPU)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a collective gives up")
+    parser.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=None,
+                        help="deterministic settings (TE, cuBLAS, NCCL, torch) and each dp baseline run twice, "
+                        "its losses and grad norms compared bitwise (default: on for GPUs, off with --cpu)")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds a collective may take before its rank gives up and the run fails")
     parser.add_argument("--watchdog", type=float, default=900.0, help="seconds the whole run may take")
     parser.add_argument("--out", help="folder for certificate.json and certificate.md")
     parser.add_argument("--seed", type=int, default=1234, help="base seed of the name-seeded global model")
@@ -65,6 +69,8 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
     args.dtype = args.dtype or ("fp32" if args.cpu else "bf16")
     if args.dist_opt is None:
         args.dist_opt = not args.cpu
+    if args.deterministic is None:
+        args.deterministic = not args.cpu
     if args.inject_fault and args.fault_rank < 0:
         args.fault_rank = int(os.environ.get("WORLD_SIZE", "1")) - 1
     layouts.parse_layouts(args.layouts)  # one-line error now, not in every rank
@@ -99,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
             code = worker.main(args, argv)
             # Leave at once: interpreter shutdown with megatron-core loaded took seconds, and every
-            # result is already written and the process group destroyed.
+            # rank has passed the final barrier, so every result is written.
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)

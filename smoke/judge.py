@@ -63,6 +63,33 @@ def _replicas(records: list[dict]) -> list[dict]:
     return checks
 
 
+def _bitwise(run: Run, losses: list[float], norms: list[float], first: dict[str, Any] | None) -> list[dict]:
+    """The deterministic repeat of a dp baseline against the first run: every loss and grad norm equal
+    as floats (bitwise for finite values), not merely close."""
+    if first is None or not first["losses"]:
+        return [_check("bitwise equal to the first run", False, f"baseline {run.baseline_id} did not run")]
+    checks = []
+    for label, mine, theirs in (("losses", losses, first["losses"]), ("grad norms", norms, first["grad_norms"])):
+        differing = [i for i, (a, b) in enumerate(zip(mine, theirs, strict=False)) if a != b]
+        worst = max((rel_delta(mine[i], theirs[i]) for i in differing), default=0.0)
+        checks.append(_check(
+            f"{label} bitwise equal to the first run", not differing and len(mine) == len(theirs),
+            f"{len(mine)} steps" + (f"; differ at steps {differing[:5]}, largest relative difference {worst:.2e}"
+                                    if differing else ", all equal")))
+    return checks
+
+
+def determinism(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The certificate's determinism summary from the repeat runs (None when none ran)."""
+    repeats = [r for r in results if r["id"].endswith("/repeat") and r["status"] != "skipped"]
+    if not repeats:
+        return None
+    rows = {r["id"].removesuffix("/repeat"): {c["name"].split(" bitwise")[0]: c["ok"] for c in r["checks"]
+                                              if "bitwise" in c["name"]} for r in repeats}
+    equal = all(all(v.values()) and v for v in rows.values())
+    return {"bitwise_equal": equal, "runs": rows}
+
+
 def evaluate(run: Run, records: list[dict], tol: Tolerance, baseline: dict[str, Any] | None) -> dict[str, Any]:
     """Every check for one run; ``baseline`` is the dp-only result of the same model and spec."""
     losses, norms, checks = _agreement(records, tol)
@@ -75,7 +102,9 @@ def evaluate(run: Run, records: list[dict], tol: Tolerance, baseline: dict[str, 
     ))
     checks += _replicas(records)
     parity = None
-    if not run.baseline:
+    if run.repeat:
+        checks += _bitwise(run, losses, norms, baseline)
+    elif not run.baseline:
         if baseline is None or not baseline["losses"]:
             checks.append(_check("parity with dp-only", False, f"baseline {run.baseline_id} did not run"))
         else:

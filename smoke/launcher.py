@@ -58,7 +58,8 @@ def plan_from_args(args: argparse.Namespace, available: int) -> layouts.Plan:
     te = not args.cpu and args.spec != "local" and importlib.util.find_spec("transformer_engine") is not None
     specs = ("local", "te") if args.spec == "auto" and te else (("local",) if args.spec == "auto" else (args.spec,))
     shape = layouts.CPU_SHAPE if args.cpu else layouts.GPU_SHAPE
-    return layouts.plan(world, selected, te=te, models=tuple(args.models), specs=specs, shape=shape)
+    return layouts.plan(world, selected, te=te, models=tuple(args.models), specs=specs, shape=shape,
+                        repeat=args.deterministic)
 
 
 def _rank_states(state_dir: Path) -> list[dict[str, Any]]:
@@ -85,13 +86,29 @@ def classify(rc: int | None, cert: dict[str, Any] | None, states: list[dict[str,
     failed = [s for s in states if s.get("error")]
     if failed:
         first = failed[0]
-        return errors.FAILED, f"rank {first['rank']} failed in {first['phase']}: {first['error']}"
+        return errors.FAILED, f"rank {first['rank']} failed in {first['phase']}: {first['error']}" + _laggards(
+            states, first)
     if watchdog_fired:
         phases = sorted({s.get("phase", "?") for s in states})
         return errors.FAILED, f"watchdog: run exceeded its time; ranks were in {phases}"
     stuck = [s for s in states if s.get("phase") != "done"]
     where = f"rank {stuck[0]['rank']} last in {stuck[0]['phase']}" if stuck else "all ranks finished"
     return errors.FAILED, f"torchrun exited {rc}: a rank died without a report ({where})"
+
+
+def _laggards(states: list[dict[str, Any]], failed: dict[str, Any]) -> str:
+    """When a collective timed out: the peers that were in no collective at the time (the ones that
+    stopped answering), as a clause of the error line; "" when none can be named."""
+    if "timed_out" not in (failed.get("collectives") or {}):
+        return ""
+    idle = [s for s in states if s is not failed and not s.get("error") and not _issued(s).get("outstanding")]
+    return "".join(
+        f"; rank {s['rank']} was in no collective (phase {s.get('phase')!r}, "
+        f"{_issued(s).get('issued', 0)} issued, last {_issued(s).get('last') or '–'})" for s in idle)
+
+
+def _issued(state: dict[str, Any]) -> dict[str, Any]:
+    return state.get("collectives") or {}
 
 
 def _stop(proc: subprocess.Popen) -> None:

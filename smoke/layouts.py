@@ -157,10 +157,11 @@ class Run:
     spec: str
     baseline: bool = False
     skip: str | None = None
+    repeat: bool = False  # the dp baseline again, under deterministic settings: must match it bitwise
 
     @property
     def id(self) -> str:
-        return f"{self.layout.name}/{self.model}/{self.spec}"
+        return f"{self.layout.name}/{self.model}/{self.spec}" + ("/repeat" if self.repeat else "")
 
     @property
     def baseline_id(self) -> str:
@@ -199,8 +200,10 @@ def plan(
     models: tuple[str, ...] = MODELS,
     specs: tuple[str, ...] = SPECS,
     shape: ModelShape = GPU_SHAPE,
+    repeat: bool = False,
 ) -> Plan:
-    """Order the runs: for each spec and model the dp-only baseline, then every other layout.
+    """Order the runs: for each spec and model the dp-only baseline (and with ``repeat``, the same run
+    again, for the determinism check), then every other layout.
 
     Expert-parallel layouts are planned for the MoE model only (a dense model has no experts).
     """
@@ -214,7 +217,10 @@ def plan(
     result = Plan(world=world)
     for spec in specs:
         for model in models:
-            result.runs.append(Run(baseline, model, spec, True, skip_reason(baseline, model, spec, te, shape)))
+            why = skip_reason(baseline, model, spec, te, shape)
+            result.runs.append(Run(baseline, model, spec, True, why))
+            if repeat:
+                result.runs.append(Run(baseline, model, spec, False, why, repeat=True))
             for layout in filled:
                 if layout != baseline and not (model == "dense" and layout.ep > 1):
                     result.runs.append(Run(layout, model, spec, False, skip_reason(layout, model, spec, te, shape)))
@@ -225,7 +231,9 @@ def render_plan(p: Plan) -> str:
     """Human-readable plan, one line per run (what ``--dry-run`` prints)."""
     lines = [f"smoke plan: {p.world} rank(s), {len(p.to_run)} run(s) of {len(p.runs)}"]
     for run in p.runs:
-        role = "baseline" if run.baseline else f"parity vs {run.baseline_id}"
+        role = ("baseline" if run.baseline else f"bitwise vs {run.baseline_id} (deterministic)" if run.repeat
+                else f"parity vs {run.baseline_id}")
         state = f"skip: {run.skip}" if run.skip else role
-        lines.append(f"  {run.layout.name:<14} {run.model:<5} {run.spec:<5} {state}")
+        name = run.layout.name + (" again" if run.repeat else "")
+        lines.append(f"  {name:<14} {run.model:<5} {run.spec:<5} {state}")
     return "\n".join(lines)

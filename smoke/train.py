@@ -39,6 +39,7 @@ class Settings:
     dist_opt: bool
     fault: str | None = None
     fault_rank: int = -1
+    deterministic: bool = False
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -93,6 +94,7 @@ def transformer_config(run: Run, st: Settings) -> TransformerConfig:
         # gloo's batched isend/irecv does not keep the pairwise order NCCL's grouped calls keep, so
         # interleaved pipelines swapped activations on CPU (caught by the parity check); unbatch there.
         batch_p2p_comm=not st.cpu,
+        deterministic_mode=st.deterministic,
         **moe,
     )
 

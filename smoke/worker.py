@@ -1,8 +1,10 @@
 """What each rank does under torchrun: one process group, every planned run in turn, rank 0 certifies.
 
 A rank that raises ends its process at once (torchrun then stops the others) rather than leaving its
-peers waiting in a collective; a rank stuck longer than ``--watchdog`` ends itself; collectives give
-up after ``--timeout``. Each rank writes its phase to a status file the launcher reads afterwards.
+peers waiting in a collective; a collective that has not completed ``--timeout`` seconds after it was
+issued ends its rank (smoke.kit.collectives), naming the collective; a rank stuck longer than
+``--watchdog`` ends itself. Each rank writes its phase, and how many collectives it has issued, to a
+status file the launcher reads afterwards (it names the peer that stopped answering).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from smoke import certificate, judge, layouts
-from smoke.kit import errors, numerics
+from smoke.kit import collectives, determinism, errors, numerics
 from smoke.kit import transformer_engine as te
 
 
@@ -29,13 +31,18 @@ class Status:
         state = os.environ.get("SMOKE_STATE_DIR")
         self.path = Path(state) / f"rank{rank}.json" if state else None
         self.data: dict[str, Any] = {"rank": rank, "phase": "start", "error": None, "code": None}
+        self.lock = threading.Lock()  # the collective monitor's thread writes too
 
     def update(self, **fields: Any) -> None:
-        self.data.update(fields)
-        if self.path:
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.data))
-            tmp.replace(self.path)
+        with self.lock:
+            self.data.update(fields)
+            if self.path:
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(self.data))
+                tmp.replace(self.path)
+
+    def collective_expired(self, message: str, collectives: dict[str, Any]) -> None:
+        self.update(error=message, code=errors.FAILED, collectives=collectives)
 
 
 def start_watchdog(seconds: float, status: Status) -> None:
@@ -60,6 +67,7 @@ def settings_for(args: argparse.Namespace, world: int) -> Any:
         cpu=args.cpu, dtype=args.dtype, steps=args.steps, global_batch=4 * world,
         shape=layouts.CPU_SHAPE if args.cpu else layouts.GPU_SHAPE, seed=args.seed, lr=args.lr,
         timeout_s=args.timeout, dist_opt=args.dist_opt, fault=args.inject_fault, fault_rank=args.fault_rank,
+        deterministic=args.deterministic,
     )
 
 
@@ -76,8 +84,15 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         os._exit(errors.COULD_NOT_RUN)
     except BaseException as exc:  # any crash must end this rank now, loudly
         traceback.print_exc()
-        status.update(error=f"{type(exc).__name__}: {exc}".splitlines()[0], code=errors.FAILED)
+        error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        fields: dict[str, Any] = {}
+        if (blamed := collectives.blamed()) is not None:
+            if not blamed["raised"]:
+                error += f" (collective in flight: {blamed['timed_out']})"
+            fields["collectives"] = blamed
+        status.update(error=error, code=errors.FAILED, **fields)
         os._exit(errors.FAILED)
+
 
 
 def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, status: Status) -> int:
@@ -85,9 +100,13 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
     launched = float(os.environ.get("SMOKE_LAUNCH_T", t_start))
     status.update(phase="import")
     maths = numerics.settle(args.dtype, "cpu" if args.cpu else "cuda", args.allow_tf32)
+    deterministic = determinism.settle(args.deterministic)
     try:
         import torch
 
+        # before megatron-core binds any collective
+        collectives.install(args.timeout, rank=rank, on_expiry=status.collective_expired,
+                            publish=lambda state: status.update(collectives=state))
         if args.cpu:
             from smoke.kit import cpu_shim
 
@@ -102,6 +121,7 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
     except ImportError as exc:
         raise errors.CouldNotRun(f"{exc}: run in an image with torch and megatron-core") from exc
     numerics.apply_to_torch(maths)
+    determinism.apply_to_torch(args.deterministic)
     te_ok, te_error = te.state(not args.cpu and args.spec != "local")
     t_imported = time.time()
 
@@ -115,7 +135,7 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
         specs = ("local",)
     st = settings_for(args, world)
     the_plan = layouts.plan(world, layouts.parse_layouts(args.layouts), te=te_ok, models=tuple(args.models),
-                            specs=specs, shape=st.shape)
+                            specs=specs, shape=st.shape, repeat=args.deterministic)
     tol = numerics.parity(maths)
     out = Path(args.out) if args.out else None
     cert = certificate.new(["python", "-m", "smoke", *argv], dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
@@ -131,6 +151,7 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
             "timeout_s": args.timeout, "watchdog_s": args.watchdog, "seed": args.seed, "lr": args.lr,
         }
         cert["settings"]["math"] = maths.to_dict()
+        cert["settings"]["determinism"] = deterministic
         cert["tolerance"] = tol.to_dict()
         print(layouts.render_plan(the_plan), flush=True)
         if out:
@@ -161,6 +182,7 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
         failed.append("transformer-engine import")
     code = errors.FAILED if failed else errors.PASSED
     if rank == 0:
+        cert["determinism"] = judge.determinism(cert["runs"])
         cert["status"] = "failed" if failed else "passed"
         cert["exit_code"] = code
         cert["error"] = f"failed: {', '.join(failed)}" if failed else None
@@ -172,7 +194,8 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
         if out:
             certificate.write(cert, out)
     status.update(phase="teardown", code=code)
+    # Every result is written once all ranks pass this barrier; the process then leaves with os._exit
+    # (smoke.cli): destroying NCCL's communicators first took seconds per rank and decides nothing.
     torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
     status.update(phase="done", code=code, done_t=time.time())
     return code

@@ -18,11 +18,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
+import importlib.util
 import json
 import os
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--configs", default=",".join(bench_model.DEFAULT_CONFIGS),
                    help=f"comma-separated, of: {', '.join(bench_model.CONFIGS)}")
     p.add_argument("--specs", default="auto", help="auto (local, plus te when TE imports), local, te, or local,te")
+    p.add_argument("--variants", default=",".join(bench_model.DEFAULT_VARIANTS),
+                   help="comma-separated settings to train with, of: "
+                        + "; ".join(f"{v.name} ({v.why})" for v in bench_model.VARIANTS.values()))
+    p.add_argument("--precisions", default=None,
+                   help="comma-separated, of: " + ", ".join(bench_model.PRECISIONS) + " (default: bf16 on GPUs, "
+                        "fp32 with --cpu; FP8 rows need the te spec and an FP8 GPU, and each is compared with the "
+                        "bf16 row of the same model, which runs too)")
+    p.add_argument("--dispatcher", choices=("alltoall", "allgather"), default="alltoall",
+                   help="MoE token dispatcher on GPUs (CPU runs use allgather)")
+    p.add_argument("--profile", action="store_true",
+                   help="after the timed steps, profile 2 more (torch profiler) and table where the step time goes")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (kernel selection, allocator)")
     p.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
     p.add_argument("--micro-batch", type=int, default=0, help="override the config's micro-batch size")
@@ -52,8 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=int, default=1, help="tensor parallel size (sequence parallel under TE)")
     p.add_argument("--dist-opt", action=argparse.BooleanOptionalAction, default=True,
                    help="megatron distributed optimizer (default on)")
-    p.add_argument("--stack", default=os.environ.get("MCORE_IMAGES_STACK"),
-                   help="stack name for the baseline key (default: $MCORE_IMAGES_STACK, else the versions)")
+    p.add_argument("--stack", default=None,
+                   help="stack name for the baseline key (default: $MCORE_IMAGES_STACK in an image; elsewhere the "
+                        "stack of env/stacks.json whose torch, TE and megatron-core pins are installed, else ad hoc "
+                        "and ungated)")
     p.add_argument("--baselines", default=None,
                    help="baselines file (default: env/bench-baselines.json of $MCORE_IMAGES_ROOT or of this checkout)")
     p.add_argument("--max-drop-pct", type=float, default=None,
@@ -82,6 +97,15 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
     args.specs = specs
     if args.cpu and "te" in specs:
         raise errors.CouldNotRun("--specs te needs a GPU: drop --cpu")
+    args.variants = _choose(args.variants, bench_model.VARIANTS, "--variants")
+    args.precisions = _choose(args.precisions or ("fp32" if args.cpu else "bf16"), bench_model.PRECISIONS,
+                              "--precisions")
+    if args.cpu and args.precisions != ["fp32"]:
+        raise errors.CouldNotRun("--cpu runs compute in fp32 only: drop --precisions or --cpu")
+    if not args.cpu and "fp32" in args.precisions:
+        raise errors.CouldNotRun("fp32 is the CPU runs' precision: on GPUs choose bf16 and the fp8 ones")
+    if any(bench_model.PRECISIONS[p].fp8 for p in args.precisions) and "bf16" not in args.precisions:
+        args.precisions = ["bf16", *args.precisions]  # the FP8 rows are judged against it
     if args.steps < 1 or args.warmup < 0 or args.tp < 1 or args.micro_batch < 0 or args.micro_batches < 0:
         raise errors.CouldNotRun("--steps >= 1, --warmup >= 0, --tp >= 1, micro-batch overrides >= 0")
     if args.baselines is None and default_baselines().is_file():
@@ -98,6 +122,14 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
         raise errors.CouldNotRun(f"{args.certificate}/certificate.json not found: run `python -m smoke --out "
                                  f"{args.certificate}` first, or drop --certificate")
     return args
+
+
+def _choose(text: str, known: dict[str, Any], flag: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in known]
+    if bad or not names:
+        raise errors.CouldNotRun(f"unknown {flag} {bad or names}: choose from {', '.join(known)}")
+    return names
 
 
 def configs_for(args: argparse.Namespace) -> list[BenchConfig]:
@@ -120,6 +152,8 @@ def dry_run(args: argparse.Namespace) -> int:
         print(f"{cfg.name}: N={cfg.active_params() / 1e9:.3f} B active, {cfg.total_params() / 1e9:.3f} B total, "
               f"T={cfg.tokens_per_step()} tokens/step, FLOPs/step={sum(terms.values()):.4e} "
               f"(dense {terms['dense']:.3e}, attention {terms['attention']:.3e}, logits {terms['logits']:.3e})")
+    print(f"rows per config and spec: variants {', '.join(args.variants)} × precisions {', '.join(args.precisions)}"
+          " (FP8 on the te spec only)")
     return errors.PASSED
 
 
@@ -135,21 +169,30 @@ def _optimizer_name(opt: Any) -> str:
     return ",".join(sorted(names))
 
 
-def _model(cfg: BenchConfig, spec: str, tp: int, cpu: bool) -> tuple[Any, Any]:
+def _model(cfg: BenchConfig, spec: str, tp: int, cpu: bool, settings: dict[str, Any], dispatcher: str
+           ) -> tuple[Any, Any, list[str]]:
+    """The GPTModel and its config with the variant's and precision's settings; settings this megatron-core
+    does not know are left out and named (third item)."""
+    import dataclasses
+
     import torch
     import torch.nn.functional as F
     from megatron.core.models.gpt import gpt_layer_specs as specs
     from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.transformer.transformer_config import TransformerConfig
 
+    from smoke.kit import bootstrap
+
     moe: dict[str, Any] = {}
     if cfg.moe:
         moe = dict(
             num_moe_experts=cfg.experts, moe_router_topk=cfg.topk, moe_ffn_hidden_size=cfg.moe_ffn,
-            moe_token_dispatcher_type="allgather" if cpu else "alltoall",
-            moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2,
+            moe_token_dispatcher_type="allgather" if cpu else dispatcher,
+            moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2, moe_router_dtype="fp32",
             moe_grouped_gemm=spec == "te",
         )
+    known = {f.name for f in dataclasses.fields(TransformerConfig)}
+    unknown = [k for k in settings if k not in known]
     dtype = torch.float32 if cpu else torch.bfloat16
     config = TransformerConfig(
         num_layers=cfg.layers, hidden_size=cfg.hidden, num_attention_heads=cfg.heads,
@@ -157,31 +200,57 @@ def _model(cfg: BenchConfig, spec: str, tp: int, cpu: bool) -> tuple[Any, Any]:
         activation_func=F.silu, add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0,
         tensor_model_parallel_size=tp, sequence_parallel=spec == "te" and tp > 1,
         bf16=not cpu, params_dtype=dtype, pipeline_dtype=dtype, use_cpu_initialization=cpu,
-        calculate_per_token_loss=True, **moe,
+        calculate_per_token_loss=True, **moe, **{k: v for k, v in settings.items() if k in known},
     )
     experts = cfg.experts if cfg.moe else None
     if spec == "te":
         layer_spec = specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts,
                                                                       moe_grouped_gemm=bool(cfg.moe))
     else:
-        layer_spec = specs.get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False)
+        layer_spec = specs.get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False,
+                                                    **bootstrap.supported(specs.get_gpt_layer_local_spec,
+                                                                          normalization=config.normalization))
     model = GPTModel(config=config, transformer_layer_spec=layer_spec, vocab_size=cfg.vocab,
                      max_sequence_length=cfg.seq, pre_process=True, post_process=True,
                      share_embeddings_and_output_weights=False,
                      position_embedding_type="learned_absolute" if cpu else "rope")
     if not cpu:
         model.cuda(torch.cuda.current_device())
-    return model, config
+    return model, config, [f"{k} (not in this megatron-core)" for k in unknown]
 
 
-def run_one(cfg: BenchConfig, spec: str, args: argparse.Namespace, world: int) -> dict[str, Any]:
-    """Build, warm up, time; returns the measured record (raises on failure)."""
+@dataclass(frozen=True)
+class Case:
+    """One measured row: a config, a layer spec, a variant of settings and a precision."""
+
+    cfg: BenchConfig
+    spec: str
+    variant: str
+    precision: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.cfg.name}/{self.spec}/{self.variant}/{self.precision}"
+
+
+def cases(configs: list[BenchConfig], specs: list[str], args: argparse.Namespace) -> list[Case]:
+    """Every row to measure, bf16 before the FP8 rows it is compared with; FP8 only where TE runs it."""
+    return [Case(cfg, spec, variant, precision) for cfg in configs for spec in specs for variant in args.variants
+            for precision in args.precisions if spec == "te" or not bench_model.PRECISIONS[precision].fp8]
+
+
+def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dict[str, Any]:
+    """Build, warm up, time (and profile); returns the measured record (raises on failure)."""
     import torch
     from megatron.core import parallel_state as ps
 
     from smoke.kit import bootstrap
 
-    cpu = args.cpu
+    cfg, spec, cpu = case.cfg, case.spec, args.cpu
+    variant = bench_model.VARIANTS[case.variant]
+    precision = bench_model.PRECISIONS[case.precision]
+    settings, dropped = bench_model.resolve_variant(variant, moe=cfg.moe, te=spec == "te", cpu=cpu, apex=apex)
+    settings.update(precision.settings)
     gc.collect()  # what an earlier run in this process left must not count towards this run's memory
     before_gib = None
     if not cpu:
@@ -189,8 +258,10 @@ def run_one(cfg: BenchConfig, spec: str, args: argparse.Namespace, world: int) -
         before_gib = torch.cuda.memory_allocated() / 2**30
     t0 = time.perf_counter()
     bootstrap.init_parallel(tp=args.tp, cpu=cpu, timeout_s=args.timeout, seed=1234)
+    torch.manual_seed(1234)  # every row of a config starts from the same weights (FP8 is compared with bf16)
     dp = ps.get_data_parallel_world_size()
-    model, config = _model(cfg, spec, args.tp, cpu)
+    model, config, unknown = _model(cfg, spec, args.tp, cpu, settings, args.dispatcher)
+    dropped += unknown
     chunks, opt = bootstrap.wrap([model], config, dist_opt=args.dist_opt and not cpu, cpu=cpu, lr=1e-4,
                                 weight_decay=0.01, check_for_nan=False)
     device = torch.device("cpu") if cpu else torch.device("cuda", torch.cuda.current_device())
@@ -241,7 +312,10 @@ def run_one(cfg: BenchConfig, spec: str, args: argparse.Namespace, world: int) -
         reserved_gib = torch.cuda.max_memory_reserved() / 2**30
     loss = [float(p[0] / p[1]) for p in pairs]
     record = {
-        "config": cfg.name, "spec": spec, "status": "ok", "error": None,
+        "config": cfg.name, "spec": spec, "variant": case.variant, "precision": case.precision,
+        "status": "ok", "error": None,
+        "settings": {k: v for k, v in settings.items() if f"{k} (not in this megatron-core)" not in unknown},
+        "dropped": dropped, "dispatcher": config.moe_token_dispatcher_type if cfg.moe else None,
         "world_size": world, "dp": dp, "tp": args.tp, "sequence_parallel": bool(config.sequence_parallel),
         "micro_batch": cfg.micro_batch, "micro_batches": cfg.micro_batches, "seq": cfg.seq,
         "tokens_per_step": cfg.tokens_per_step(dp),
@@ -253,20 +327,40 @@ def run_one(cfg: BenchConfig, spec: str, args: argparse.Namespace, world: int) -
         "loss": loss, "loss_first": loss[0], "loss_last": loss[-1],
         "attention_backend": te.attention_backend(spec), "optimizer": _optimizer_name(opt),
     }
-    ps.destroy_model_parallel()
+    if args.profile:
+        from smoke.bench import profile
+
+        record["profile"] = profile.steps(step, steps=2, cpu=cpu, step_ms=record["step_ms_median"])
+    ps.destroy_model_parallel()  # the model and optimizer go with this frame; the next run collects them first
     return record
+
+
+def _fp8_problem() -> str | None:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) < (8, 9):
+        return (f"{torch.cuda.get_device_name()} (sm_{major}{minor}) has no FP8: drop the fp8 precisions "
+                f"(FP8 needs sm_89 or newer)")
+    return None
 
 
 def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     t_start = time.time()
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "1")
+    if args.cpu:
+        os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")  # megatron's jit fusions: no compiler on CPU runs
     try:
         import torch
 
+        from smoke.kit import collectives
+
+        collectives.install(args.timeout)  # before megatron-core binds any collective
         if args.cpu:
             from smoke.kit import cpu_shim
 
             cpu_shim.install()
+            cpu_shim.hide_transformer_engine()  # megatron would pick TE's final norm even for the local spec
         import megatron.core  # noqa: F401  (fails early and clearly when megatron-core is missing)
 
         if args.cpu:
@@ -279,29 +373,40 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     specs = (["local", "te"] if te_ok else ["local"]) if args.specs == ["auto"] else args.specs
     if "te" in specs and not te_ok:
         raise errors.CouldNotRun(te_error or "--specs te needs Transformer Engine: it is not installed")
+    if any(bench_model.PRECISIONS[p].fp8 for p in args.precisions):
+        if "te" not in specs:
+            raise errors.CouldNotRun("FP8 rows run through Transformer Engine: add te to --specs or drop the fp8 ones")
+        if problem := _fp8_problem():
+            raise errors.CouldNotRun(problem)
+    packages = envinfo.packages()
+    stack, stack_how = bench_gate.resolve_stack(args.stack, packages, bench_gate.stacks_file(args.baselines))
+    if args.write_baselines and bench_gate.is_adhoc(stack):
+        raise errors.CouldNotRun(f"{stack_how}: baselines are stored per stack, so pass --stack NAME to write them")
+    apex = importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is not None
     rank, world = bootstrap.init_process_group(args.cpu, args.timeout)
     t_ready = time.time()
-    packages = envinfo.packages()
     gpu = "CPU (gloo)" if args.cpu else torch.cuda.get_device_name()
     peak, peak_source = (None, "CPU run: no peak") if args.cpu else bench_model.peak_tflops(gpu)
-    stack = bench_gate.stack_key(args.stack, packages)
+    if rank == 0:
+        print(f"[bench] stack {stack}: {stack_how}", flush=True)
     results = []
-    for cfg in configs_for(args):
-        for spec in specs:
-            key = {"gpu": gpu, "stack": stack, "config": cfg.name, "spec": spec, "world_size": world}
-            try:
-                rec = run_one(cfg, spec, args, world)
-                rec.update(bench_model.throughput(cfg, rec["step_ms_median"] / 1000, world, rec["dp"], peak))
-            except Exception as exc:  # record and go on: one failing config must not hide the others
-                if rank == 0:
-                    traceback.print_exc()
-                rec = {"status": "error", "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
-                if not args.cpu:
-                    torch.cuda.empty_cache()
-            rec = {**key, **rec}
-            results.append(rec)
+    for case in cases(configs_for(args), specs, args):
+        key = {"gpu": gpu, "stack": stack, "config": case.cfg.name, "spec": case.spec, "variant": case.variant,
+               "precision": case.precision, "world_size": world}
+        try:
+            rec = run_one(case, args, world, apex)
+            rec.update(bench_model.throughput(case.cfg, rec["step_ms_median"] / 1000, world, rec["dp"], peak))
+        except Exception as exc:  # record and go on: one failing row must not hide the others
             if rank == 0:
-                print(_line(rec), flush=True)
+                traceback.print_exc()
+            rec = {"status": "error", "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]}
+            if not args.cpu:
+                torch.cuda.empty_cache()
+        rec = {**key, **rec}
+        results.append(rec)
+        if rank == 0:
+            print(_line(rec), flush=True)
+    results = bench_model.compare_precisions(results)
     status, judged = bench_gate.gate(results, args.baseline_data, args.max_drop_pct)
     if te_error:
         status = "failed"
@@ -309,11 +414,13 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         "schema": bench_gate.RESULT_SCHEMA, "status": status, "error": te_error,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": ["python", "-m", "smoke.bench", *sys.argv[1:]],
-        "gpu": gpu, "world_size": world, "stack": stack, "packages": packages,
+        "gpu": gpu, "world_size": world, "stack": stack, "stack_how": stack_how, "packages": packages,
         "cudnn_loaded": te.cudnn_libraries(), "cudnn_torch": None if args.cpu else te.torch_cudnn(),
         "cudnn_home": os.environ.get("CUDNN_HOME") or os.environ.get("CUDNN_PATH"),
-        "te_available": te_ok, "specs": specs, "warmup": args.warmup, "steps": args.steps,
+        "te_available": te_ok, "apex_available": apex, "specs": specs, "variants": args.variants,
+        "precisions": args.precisions, "warmup": args.warmup, "steps": args.steps,
         "peak_tflops": peak, "peak_source": peak_source, "formula": FORMULA,
+        "fp8_loss_rtol": bench_model.FP8_LOSS_RTOL,
         "configs": {cfg.name: cfg.to_dict() for cfg in configs_for(args)},
         "baselines_file": args.baselines, "results": judged,
         "timing": {"imports_init_s": t_ready - t_start, "total_s": time.time() - t_start},
@@ -323,13 +430,21 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
 
 
 def _line(rec: dict[str, Any]) -> str:
+    name = f"{rec['config']}/{rec['spec']}/{rec['variant']}/{rec['precision']}"
     if rec.get("status") == "error":
-        return f"[bench] {rec['config']}/{rec['spec']}: ERROR {rec['error']}"
+        return f"[bench] {name}: ERROR {rec['error']}"
     mfu = rec.get("mfu")
-    return (f"[bench] {rec['config']}/{rec['spec']}: {rec['step_ms_median']:.1f} ms/step "
-            f"(min {rec['step_ms_min']:.1f}, max {rec['step_ms_max']:.1f}), {rec['tokens_per_s']:,.0f} tokens/s, "
-            f"{rec['tflops_per_gpu']:.1f} TFLOP/s/GPU, MFU {'–' if mfu is None else f'{mfu * 100:.1f} %'}, "
-            f"peak {rec['peak_mem_gib'] or 0:.1f} GiB, attention {rec['attention_backend']}, opt {rec['optimizer']}")
+    text = (f"[bench] {name}: {rec['step_ms_median']:.1f} ms/step (min {rec['step_ms_min']:.1f}, max "
+            f"{rec['step_ms_max']:.1f}), {rec['tokens_per_s']:,.0f} tokens/s, {rec['tflops_per_gpu']:.1f} TFLOP/s/GPU, "
+            f"MFU {'–' if mfu is None else f'{mfu * 100:.1f} %'}, peak {rec['peak_mem_gib'] or 0:.1f} GiB, "
+            f"attention {rec['attention_backend']}, opt {rec['optimizer']}")
+    if rec.get("dropped"):
+        text += f"; not applied: {', '.join(rec['dropped'])}"
+    if rec.get("profile"):
+        from smoke.bench import profile
+
+        text += "\n" + profile.render(rec["profile"])
+    return text
 
 
 def write_outputs(bench: dict[str, Any], args: argparse.Namespace) -> None:

@@ -1,17 +1,23 @@
 """Bench regression gate, Markdown table and certificate section. Pure Python (no torch).
 
-A baseline is stored per (GPU model, stack, config, spec, world size) in ``env/bench-baselines.json``
-(data only; ``schema`` below). A measured TFLOP/s per GPU more than ``max_drop_pct`` below its baseline
-makes that result — and so the bench and any certificate it is attached to — **failed**. A result with
-no baseline is reported as ``no-baseline`` and does not fail; a faster one passes (update the file to
-raise the bar). The default drop allowed is 10 %: on one H200 the median step time of the same software
-moved by 1.2 % (dense-1b, TE spec) and 2.3 % (moe-small, TE spec) between two runs (docs/bench.md),
-so a drop of more than 10 % is a regression, not noise.
+A baseline is stored per (GPU model, stack, config, spec, variant, precision, world size) in
+``env/bench-baselines.json`` (data only; ``schema`` below). A measured TFLOP/s per GPU more than
+``max_drop_pct`` below its baseline makes that result — and so the bench and any certificate it is
+attached to — **failed**; so does an FP8 row whose loss left the bf16 row's (model.FP8_LOSS_RTOL). A
+result with no baseline is reported as ``no-baseline`` and does not fail; a faster one passes (update
+the file to raise the bar). The stack is the image's (``$MCORE_IMAGES_STACK``), ``--stack``, or the stack
+of env/stacks.json whose torch, TE and megatron-core pins are the installed versions; a run matching
+none is ad hoc and **ungated** (its numbers are reported, never judged or stored).
+
+The default drop allowed is 10 %: on one H200 the median step time of the same software moved by
+1.2 % (dense-1b, TE spec) and 2.3 % (moe-small, TE spec) between two runs (docs/bench.md), so a drop
+of more than 10 % is a regression, not noise.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +26,61 @@ from mcore_images import schemas
 SCHEMA = schemas.BENCH_BASELINES
 RESULT_SCHEMA = schemas.BENCH
 DEFAULT_MAX_DROP_PCT = 10.0
-KEY_FIELDS = ("gpu", "stack", "config", "spec", "world_size")
+KEY_FIELDS = ("gpu", "stack", "config", "spec", "variant", "precision", "world_size")
 GATED_METRIC = "tflops_per_gpu"
+ADHOC = "adhoc:"
+MATCHED = {"torch": "torch", "te": "transformer-engine", "mcore": "megatron-core"}
+"""The stack pins a host run is matched on (catalogue key → installed distribution): what sets its speed."""
 
 
-def stack_key(env_stack: str | None, packages: dict[str, str | None]) -> str:
-    """The stack a result belongs to: ``$MCORE_IMAGES_STACK`` inside our images, else the versions."""
-    if env_stack:
-        return env_stack
+def stacks_file(baselines: str | None) -> Path:
+    """env/stacks.json beside the baselines file (both live in env/), else of $MCORE_IMAGES_ROOT or this tree."""
+    if baselines and (Path(baselines).parent / "stacks.json").is_file():
+        return Path(baselines).parent / "stacks.json"
+    root = os.environ.get("MCORE_IMAGES_ROOT") or Path(__file__).resolve().parents[2]
+    return Path(root) / "env" / "stacks.json"
+
+
+def is_adhoc(stack: str) -> bool:
+    return stack.startswith(ADHOC)
+
+
+def _public(version: str | None) -> str | None:
+    """The public version: a wheel's local build tag (``+cu130``) is not part of what a stack pins."""
+    return None if version is None else version.split("+", 1)[0]
+
+
+def matching_stacks(packages: dict[str, str | None], stacks_json: Path) -> list[str]:
+    """Stacks of ``stacks_json`` whose torch, TE and megatron-core pins are the installed versions."""
+    try:
+        entries = json.loads(stacks_json.read_text())["variable"]["STACKS"]["default"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    found = []
+    for entry in entries:
+        installed = {key: _public(packages.get(dist)) for key, dist in MATCHED.items()}
+        pinned = {key: None if entry.get(key) == "none" else entry.get(key) for key in MATCHED}
+        if installed == pinned:
+            found.append(str(entry.get("name")))
+    return found
+
+
+def resolve_stack(flag: str | None, packages: dict[str, str | None], stacks_json: Path) -> tuple[str, str]:
+    """(the stack results are keyed to, how it was chosen): --stack, else the image's, else the one stack
+    whose pins match the installed versions, else ad hoc."""
+    if flag:
+        return flag, "given with --stack"
+    if env := os.environ.get("MCORE_IMAGES_STACK"):
+        return env, "the image's ($MCORE_IMAGES_STACK)"
+    versions = ", ".join(f"{dist} {packages.get(dist) or 'none'}" for dist in MATCHED.values())
+    found = matching_stacks(packages, stacks_json)
+    if len(found) == 1:
+        return found[0], f"installed {versions} are stack {found[0]}'s pins in {stacks_json}"
     te = packages.get("transformer-engine") or "none"
-    return f"adhoc:torch-{packages.get('torch')}/mcore-{packages.get('megatron-core')}/te-{te}"
+    adhoc = f"{ADHOC}torch-{packages.get('torch')}/mcore-{packages.get('megatron-core')}/te-{te}"
+    why = (f"installed {versions} match stacks {', '.join(found)} alike" if found
+           else f"installed {versions} match no stack of {stacks_json}")
+    return adhoc, f"ad hoc, ungated: {why}"
 
 
 def load_baselines(path: Path) -> dict[str, Any]:
@@ -68,8 +119,15 @@ def judge(result: dict[str, Any], baseline: dict[str, Any] | None, max_drop_pct:
     measured = result.get(GATED_METRIC)
     if not isinstance(measured, int | float) or measured <= 0:
         return {"status": "failed", "reason": f"no {GATED_METRIC} measured"}
+    fp8 = result.get("vs_bf16")
+    if fp8 is not None and not fp8["loss_ok"]:
+        return {"status": "failed", "reason": f"FP8 loss differs from bf16's by {fp8['loss_rel']:.2%} on average over "
+                                              f"the timed steps (limit {fp8['loss_rtol']:.0%})"}
+    if is_adhoc(str(result.get("stack", ""))):
+        return {"status": "ungated", "reason": "ad hoc versions: no stack's baseline applies"}
     if baseline is None:
-        return {"status": "no-baseline", "reason": "no stored baseline for this GPU, stack, config, spec and size"}
+        return {"status": "no-baseline", "reason": "no stored baseline for this GPU, stack, config, spec, variant, "
+                                                   "precision and size"}
     base = float(baseline[GATED_METRIC])
     change = (measured - base) / base * 100.0
     verdict = {"baseline": base, "change_pct": round(change, 2), "max_drop_pct": max_drop_pct}
@@ -102,11 +160,12 @@ def merge_baselines(current: dict[str, Any] | None, bench: dict[str, Any]) -> di
     data = dict(current) if current else {"schema": SCHEMA, "max_drop_pct": DEFAULT_MAX_DROP_PCT, "baselines": []}
     entries = list(data["baselines"])
     for r in bench.get("results", []):
-        if r.get("status") == "error" or not r.get(GATED_METRIC):
+        if r.get("status") == "error" or not r.get(GATED_METRIC) or is_adhoc(str(r.get("stack", ""))):
             continue
         entry = {k: r[k] for k in KEY_FIELDS}
         entry.update({
             GATED_METRIC: round(float(r[GATED_METRIC]), 1),
+            "settings": r.get("settings"),
             "tokens_per_s": round(float(r["tokens_per_s"])),
             "step_ms": round(float(r["step_ms_median"]), 1),
             "mfu": None if r.get("mfu") is None else round(float(r["mfu"]), 4),
@@ -128,39 +187,54 @@ def _fmt(value: Any, fmt: str) -> str:
 
 
 def render_markdown(bench: dict[str, Any]) -> str:
-    """The bench section: one row per (config, spec), MFU against the named peak, gate verdicts."""
+    """The bench section: one row per (config, spec, variant, precision), MFU against the named peak, FP8's
+    speed-up over bf16, gate verdicts; a profile table under each profiled row."""
     peak = bench.get("peak_tflops")
     lines = [
         f"## Bench: {str(bench.get('status', '?')).upper()}",
         "",
         f"- GPU: {bench.get('world_size', '?')} × {bench.get('gpu', '?')}; MFU against "
         f"{_fmt(peak, '.0f')} TFLOP/s dense bf16 ({bench.get('peak_source', '–')})",
-        f"- Stack: `{bench.get('stack', '?')}`; steps: {bench.get('warmup', '?')} warm-up + "
-        f"{bench.get('steps', '?')} timed (CUDA events, median)",
+        f"- Stack: `{bench.get('stack', '?')}` ({bench.get('stack_how', '–')}); steps: {bench.get('warmup', '?')} "
+        f"warm-up + {bench.get('steps', '?')} timed (CUDA events, median)",
         f"- FLOPs per step = {bench.get('formula', '–')}",
         "",
-        "| config | spec | attention | optimizer | step ms | tokens/s | TFLOP/s/GPU | MFU | peak mem GiB | gate |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| config | spec | variant | precision | step ms | tokens/s | TFLOP/s/GPU | MFU | vs bf16 | peak mem GiB "
+        "| gate |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    notes = []
     for r in bench.get("results", []):
         g = r.get("gate") or {}
         verdict = g.get("status", "–")
         if g.get("change_pct") is not None:
             verdict += f" ({g['change_pct']:+.1f} %)"
+        head = f"| {r.get('config')} | {r.get('spec')} | {r.get('variant', '–')} | {r.get('precision', '–')} |"
         if r.get("status") == "error":
-            lines.append(f"| {r.get('config')} | {r.get('spec')} | – | – | – | – | – | – | – | "
-                         f"failed: {r.get('error')} |")
+            lines.append(f"{head} – | – | – | – | – | – | failed: {r.get('error')} |")
             continue
-        mfu = r.get("mfu")
+        mfu, fp8 = r.get("mfu"), r.get("vs_bf16")
+        versus = "–" if not fp8 else f"{fp8['speedup']:.2f}× (loss {fp8['loss_rel']:.2%})"
         lines.append(
-            f"| {r.get('config')} | {r.get('spec')} | {r.get('attention_backend', '–')} | {r.get('optimizer', '–')} | "
-            f"{_fmt(r.get('step_ms_median'), '.1f')} | {_fmt(r.get('tokens_per_s'), ',.0f')} | "
-            f"{_fmt(r.get('tflops_per_gpu'), '.1f')} | {'–' if mfu is None else f'{mfu * 100:.1f} %'} | "
+            f"{head} {_fmt(r.get('step_ms_median'), '.1f')} | {_fmt(r.get('tokens_per_s'), ',.0f')} | "
+            f"{_fmt(r.get('tflops_per_gpu'), '.1f')} | {'–' if mfu is None else f'{mfu * 100:.1f} %'} | {versus} | "
             f"{_fmt(r.get('peak_mem_gib'), '.1f')} | {verdict} |"
         )
+        if r.get("dropped"):
+            notes.append(f"- {r['config']}/{r['spec']}/{r.get('variant')}: not applied: {', '.join(r['dropped'])}")
     failed = [r for r in bench.get("results", []) if (r.get("gate") or {}).get("status") == "failed"]
     if failed:
-        lines += ["", *[f"- {r['config']}/{r['spec']}: {r['gate']['reason']}" for r in failed]]
+        notes += [f"- {r['config']}/{r['spec']}/{r.get('variant')}/{r.get('precision')}: {r['gate']['reason']}"
+                  for r in failed]
+    if notes:
+        lines += ["", *notes]
+    profiled = [r for r in bench.get("results", []) if r.get("profile")]
+    if profiled:
+        from smoke.bench import profile
+
+        for r in profiled:
+            lines += ["", f"### Where the step time goes: {r['config']}/{r['spec']}/{r.get('variant')}/"
+                          f"{r.get('precision')}", "", profile.render(r["profile"])]
     return "\n".join(lines) + "\n"
 
 
@@ -170,7 +244,7 @@ def attach(cert: dict[str, Any], bench: dict[str, Any]) -> dict[str, Any]:
     if bench.get("status") == "failed" and cert.get("status") in ("passed", "failed", "running"):
         cert["status"] = "failed"
         cert["exit_code"] = 1
-        bad = [f"{r['config']}/{r['spec']}" for r in bench.get("results", [])
+        bad = [f"{r['config']}/{r['spec']}/{r.get('variant')}/{r.get('precision')}" for r in bench.get("results", [])
                if (r.get("gate") or {}).get("status") == "failed"]
         reason = f"bench failed: {', '.join(bad) or 'see bench section'}"
         cert["error"] = f"{cert['error']}; {reason}" if cert.get("error") else reason

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class BenchConfig:
     experts: int = 0  # 0: dense
     topk: int = 0
     moe_ffn: int = 0
+    family: str = ""  # the published model this shape is taken from, for the record
 
     @property
     def moe(self) -> bool:
@@ -104,8 +106,13 @@ class BenchConfig:
 CONFIGS: dict[str, BenchConfig] = {
     # ~1B GPT (0.96 B parameters with untied embedding and output layer; 0.82 B in N).
     "dense-1b": BenchConfig("dense-1b", layers=16, hidden=2048, heads=16, ffn=5632, vocab=32768, seq=4096,
-                            micro_batch=2, micro_batches=4),
-    # Small MoE: 8 experts, top-2 (0.17 B active in N, 0.65 B total).
+                            micro_batch=2, micro_batches=4, family="a 1B Llama-style GPT (SwiGLU, RoPE, RMSNorm)"),
+    # OLMoE-1B-7B's layer (hidden 2048, 16 heads, 64 experts, top-8, expert ffn 1024, vocab 50304), 4 of its 16
+    # layers: the smallest MoE whose expert GEMMs are a real model's (1024 tokens per expert per micro-batch).
+    "moe-olmoe-4l": BenchConfig("moe-olmoe-4l", layers=4, hidden=2048, heads=16, ffn=1024, vocab=50304, seq=4096,
+                                micro_batch=2, micro_batches=4, experts=64, topk=8, moe_ffn=1024,
+                                family="OLMoE-1B-7B (allenai), 4 of 16 layers"),
+    # Small MoE: 8 experts, top-2 (0.17 B active in N, 0.65 B total): kept to compare with earlier results.
     "moe-small": BenchConfig("moe-small", layers=8, hidden=1024, heads=16, ffn=2816, vocab=32768, seq=4096,
                              micro_batch=2, micro_batches=4, experts=8, topk=2, moe_ffn=2816),
     # Seconds-long shapes for CPU runs of the bench code (tests), not for numbers.
@@ -114,7 +121,91 @@ CONFIGS: dict[str, BenchConfig] = {
     "tiny-moe": BenchConfig("tiny-moe", layers=2, hidden=64, heads=4, ffn=128, vocab=256, seq=32,
                             micro_batch=2, micro_batches=2, experts=4, topk=2, moe_ffn=64),
 }
-DEFAULT_CONFIGS = ("dense-1b", "moe-small")
+DEFAULT_CONFIGS = ("dense-1b", "moe-olmoe-4l")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A named set of TransformerConfig settings the bench trains with, and why it exists."""
+
+    name: str
+    settings: dict[str, object]
+    why: str
+    ce_fusion: bool = False
+
+
+# What Megatron-LM's training scripts turn on by default (megatron/training/arguments.py: --no-bias-swiglu-fusion,
+# --no-bias-dropout-fusion, --no-masked-softmax-fusion, --no-rope-fusion, --no-persist-layer-norm and
+# --no-gradient-accumulation-fusion are the switches to turn them off), and RMSNorm as Llama-style models use.
+FUSIONS: dict[str, object] = {
+    "normalization": "RMSNorm", "bias_activation_fusion": True, "bias_dropout_fusion": True,
+    "masked_softmax_fusion": True, "apply_rope_fusion": True, "persist_layer_norm": True,
+    # MoE: Transformer Engine's fused token permutation and router (--moe-permute-fusion, --moe-router-fusion)
+    "moe_permute_fusion": True, "moe_router_fusion": True,
+}
+MOE_ONLY = ("moe_permute_fusion", "moe_router_fusion")
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("defaults", {}, "megatron-core's TransformerConfig defaults: LayerNorm, every fusion off"),
+    Variant("fusions", FUSIONS, "Megatron-LM's default fusions and RMSNorm, no gradient-accumulation fusion"),
+    Variant("production", {**FUSIONS, "gradient_accumulation_fusion": True},
+            "how Megatron-LM trains by default: the fusions, RMSNorm, gradient-accumulation fusion"),
+    Variant("production+ce", {**FUSIONS, "gradient_accumulation_fusion": True}, "production plus the fused "
+            "cross-entropy (an option in Megatron-LM, --cross-entropy-loss-fusion)", ce_fusion=True),
+)}
+DEFAULT_VARIANTS = ("production",)
+
+
+def resolve_variant(variant: Variant, *, moe: bool, te: bool, cpu: bool, apex: bool
+                    ) -> tuple[dict[str, object], list[str]]:
+    """The variant's settings this model and environment can run, and each one dropped with its reason (the
+    result records them: a number is never reported under a name it did not run with)."""
+    settings = {k: v for k, v in variant.settings.items() if moe or k not in MOE_ONLY}
+    dropped = []
+    if not te:
+        for key in MOE_ONLY:
+            if settings.pop(key, False):
+                dropped.append(f"{key} (Transformer Engine's kernel)")
+    if variant.ce_fusion:
+        settings.update(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te" if te else "native")
+    if cpu:
+        for key in ("apply_rope_fusion", "gradient_accumulation_fusion", "persist_layer_norm"):
+            if settings.pop(key, False):
+                dropped.append(f"{key} (CUDA kernels only)")
+    if not te and not apex and settings.pop("gradient_accumulation_fusion", False):
+        dropped.append("gradient_accumulation_fusion (the local spec needs apex's fused_weight_gradient_mlp_cuda)")
+    if not te and settings.pop("apply_rope_fusion", False):
+        dropped.append("apply_rope_fusion (Transformer Engine's fused RoPE)")
+    return settings, dropped
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The compute format of the GEMMs: bf16, or FP8 through Transformer Engine with one scaling recipe."""
+
+    name: str
+    settings: dict[str, object]
+    why: str
+
+    @property
+    def fp8(self) -> bool:
+        return bool(self.settings)
+
+
+PRECISIONS: dict[str, Precision] = {p.name: p for p in (
+    Precision("bf16", {}, "bf16 GEMMs, fp32 master weights and reductions"),
+    Precision("fp32", {}, "fp32 throughout: CPU runs of the bench code (tests), no numbers"),
+    # Delayed scaling: amax history of 1024 steps, scale from its maximum (NeMo's and Megatron-LM's FP8 recipes).
+    Precision("fp8-delayed", {"fp8": "hybrid", "fp8_recipe": "delayed", "fp8_amax_history_len": 1024,
+                              "fp8_amax_compute_algo": "max"},
+              "FP8 (E4M3 forward, E5M2 backward), delayed per-tensor scaling"),
+    Precision("fp8-tensorwise", {"fp8": "hybrid", "fp8_recipe": "tensorwise"},
+              "FP8 (E4M3 forward, E5M2 backward), current per-tensor scaling"),
+)}
+FP8_LOSS_RTOL = 0.01
+"""FP8's training loss over the timed steps must stay within 1 % (relative, mean over the steps) of bf16's from
+the same initialisation and batches: FP8's rounding moves the loss by far less, a broken scaling recipe (an
+overflowed amax, a stale scale) moves it by far more."""
+
 
 PEAK_BF16_TFLOPS: tuple[tuple[str, float, str], ...] = (
     # (pattern matched against torch.cuda.get_device_name(), dense bf16 TFLOP/s, source). First match wins,
@@ -157,3 +248,26 @@ def median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def compare_precisions(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each FP8 row gets ``vs_bf16``: its speed-up in tokens/s over the bf16 row of the same config, spec and
+    variant, and its loss over the timed steps against that row's (mean relative difference, limit
+    FP8_LOSS_RTOL). Both rows start from the same weights and batches, so the loss is comparable step by step."""
+    out = []
+    for rec in results:
+        if not PRECISIONS.get(rec.get("precision", ""), PRECISIONS["bf16"]).fp8 or rec.get("status") != "ok":
+            out.append(rec)
+            continue
+        bf16 = next((r for r in results if r.get("status") == "ok" and r.get("precision") == "bf16"
+                     and all(r.get(k) == rec.get(k) for k in ("config", "spec", "variant"))), None)
+        if bf16 is None:
+            out.append({**rec, "vs_bf16": None})
+            continue
+        pairs = list(zip(rec["loss"], bf16["loss"], strict=False))
+        loss_rel = sum(abs(a - b) for a, b in pairs) / max(sum(abs(b) for _, b in pairs), 1e-30)
+        out.append({**rec, "vs_bf16": {
+            "speedup": rec["tokens_per_s"] / bf16["tokens_per_s"], "loss_rel": loss_rel, "loss_rtol": FP8_LOSS_RTOL,
+            "loss_ok": loss_rel <= FP8_LOSS_RTOL, "bf16_loss_last": bf16["loss_last"],
+        }})
+    return out

@@ -124,3 +124,29 @@ def test_progress_line_names_run_and_failures() -> None:
     line = judge.progress_line(sample_cert()["runs"][1], 2, 3)
     assert line.startswith("[smoke] 2/3 tp2/dense/local") and "PASSED" in line and "Δloss" in line
     assert "needs TE" in judge.progress_line(sample_cert()["runs"][2], 3, 3)
+
+
+AGAIN = Run(Layout(dp=2), "dense", "local", repeat=True)
+
+
+def test_a_deterministic_repeat_must_equal_its_baseline_bit_for_bit() -> None:
+    base = good_baseline()
+    same = judge.evaluate(AGAIN, [record(0, [8.0, 6.0, 4.0], [2.0] * 3), record(1, [8.0, 6.0, 4.0], [2.0] * 3)],
+                          TOL, base)
+    assert same["status"] == "passed" and same["id"] == "dp2/dense/local/repeat" and same["parity"] is None
+    off = judge.evaluate(AGAIN, [record(0, [8.0, 6.0, 4.0000001], [2.0] * 3),
+                                 record(1, [8.0, 6.0, 4.0000001], [2.0] * 3)], TOL, base)
+    failed = [c for c in off["checks"] if not c["ok"]]
+    assert off["status"] == "failed" and [c["name"] for c in failed] == ["losses bitwise equal to the first run"]
+    assert "differ at steps [2]" in failed[0]["detail"]
+    summary = judge.determinism([base, same, off | {"id": "dp2/moe/local/repeat"}])
+    assert summary == {"bitwise_equal": False, "runs": {"dp2/dense/local": {"losses": True, "grad norms": True},
+                                                        "dp2/moe/local": {"losses": False, "grad norms": True}}}
+    assert judge.determinism([base]) is None
+
+
+def test_the_certificate_states_determinism() -> None:
+    cert = sample_cert()
+    cert["determinism"] = {"bitwise_equal": True, "runs": {"dp2/dense/local": {"losses": True, "grad norms": True}}}
+    assert ("- Determinism: each dp baseline run twice under deterministic settings: losses and grad norms bitwise "
+            "equal (dp2/dense/local)") in certificate.render_markdown(cert)

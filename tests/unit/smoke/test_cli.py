@@ -34,8 +34,16 @@ def test_dry_run_without_gpus_shows_the_plan_for_each_machine_size() -> None:
 def test_dry_run_for_a_given_size_and_selection() -> None:
     out = smoke("--dry-run", "--nproc", "4", "--layouts", "tp2,pp2-ep2", "--models", "moe")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[0] == "smoke plan: 4 rank(s), 2 run(s) of 3"
+    assert out.stdout.splitlines()[0] == "smoke plan: 4 rank(s), 3 run(s) of 4"
     assert "dp4            moe   local baseline" in out.stdout
+    assert "dp4 again      moe   local bitwise vs dp4/moe/local (deterministic)" in out.stdout
+
+
+def test_the_deterministic_repeat_is_planned_on_gpus_only_by_default() -> None:
+    cpu = smoke("--dry-run", "--cpu", "--nproc", "2", "--layouts", "tp2", "--models", "dense")
+    assert cpu.returncode == 0 and "again" not in cpu.stdout
+    asked = smoke("--dry-run", "--cpu", "--deterministic", "--nproc", "2", "--layouts", "tp2", "--models", "dense")
+    assert "dp2 again      dense local bitwise vs dp2/dense/local" in asked.stdout
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -93,3 +101,21 @@ def test_launcher_verdicts() -> None:
     late = [{"rank": 0, "phase": "done", "error": None, "code": 0},
             {"rank": 1, "phase": "done", "error": "SIGSEGV", "code": 1}]
     assert classify(1, _cert("passed", 0), late, False)[0] == errors.FAILED
+
+
+def test_a_timed_out_collective_names_the_peer_that_stopped_answering() -> None:
+    timed_out = {"rank": 0, "phase": "run tp2/dense/local", "code": 1,
+                 "error": "rank 0: collective all_reduce #57 on ranks [0, 1], issued 10.2 s ago did not complete",
+                 "collectives": {"issued": 57, "last": "all_reduce", "outstanding": "all_reduce #57",
+                                 "timed_out": "all_reduce #57"}}
+    idle = {"rank": 1, "phase": "run tp2/dense/local", "error": None, "code": None,
+            "collectives": {"issued": 56, "last": "broadcast", "outstanding": None}}
+    busy = {"rank": 2, "phase": "run tp2/dense/local", "error": None, "code": None,
+            "collectives": {"issued": 57, "last": "all_reduce", "outstanding": "all_reduce #57"}}
+    code, why = classify(-15, None, [timed_out, idle, busy], False)
+    assert code == errors.FAILED
+    assert why == ("rank 0 failed in run tp2/dense/local: rank 0: collective all_reduce #57 on ranks [0, 1], issued "
+                   "10.2 s ago did not complete; rank 1 was in no collective (phase 'run tp2/dense/local', 56 issued, "
+                   "last broadcast)")
+    raised = {**timed_out, "collectives": None}
+    assert "was in no collective" not in classify(-15, None, [raised, idle], False)[1]
