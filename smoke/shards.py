@@ -163,3 +163,11 @@ def batch_slice(global_batch: int, dp: int, dp_rank: int) -> tuple[int, int]:
         raise ValueError(f"global batch {global_batch} not divisible by dp={dp}")
     per = global_batch // dp
     return dp_rank * per, (dp_rank + 1) * per
+
+
+def micro_batch_split(sequences: int, pp: int) -> tuple[int, int]:
+    """(micro-batches, sequences each) for a rank's share of the batch: one micro-batch per pipeline stage
+    (the fewest a pipeline schedule runs with; interleaved schedules need a multiple of pp)."""
+    if sequences % pp:
+        raise ValueError(f"{sequences} sequences per rank cannot be split into {pp} equal micro-batches")
+    return pp, sequences // pp

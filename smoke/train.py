@@ -21,7 +21,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from smoke import faults, globalinit
 from smoke.kit import bootstrap
 from smoke.layouts import Layout, ModelShape, Run
-from smoke.shards import batch_slice, cp_token_indices
+from smoke.shards import batch_slice, cp_token_indices, micro_batch_split
 
 
 @dataclass(frozen=True)
@@ -139,11 +139,14 @@ def build(run: Run, st: Settings, cfg: TransformerConfig) -> list[torch.nn.Modul
 
 
 def micro_batches(st: Settings, lay: Layout) -> list[dict[str, Any]]:
-    """This rank's micro-batches (size 1) of the fixed global batch every layout trains on."""
+    """This rank's share of the fixed global batch every layout trains on, in as few micro-batches as its
+    pipeline needs (one per stage): an MoE step is bound by the host per micro-batch (router, permutation,
+    per-expert splits), so sequences of one are the slowest way to train the same tokens."""
     sh, dev = st.shape, st.device
     gen = torch.Generator().manual_seed(st.seed + 1)
     tokens = torch.randint(0, sh.vocab, (st.global_batch, sh.seq + 1), generator=gen)
     start, stop = batch_slice(st.global_batch, ps.get_data_parallel_world_size(), ps.get_data_parallel_rank())
+    count, size = micro_batch_split(stop - start, lay.pp)
     positions = torch.arange(sh.seq)
     if lay.cp > 1:
         positions = torch.tensor(cp_token_indices(sh.seq, lay.cp, ps.get_context_parallel_rank()))
@@ -151,11 +154,12 @@ def micro_batches(st: Settings, lay: Layout) -> list[dict[str, Any]]:
     if lay.cp == 1:  # TE's causal attention makes its own mask; the local spec needs one
         mask = torch.triu(torch.ones(sh.seq, sh.seq, dtype=torch.bool), diagonal=1)[None, None].to(dev)
     out = []
-    for row in tokens[start:stop]:
+    for i in range(count):
+        rows = tokens[start + i * size: start + (i + 1) * size]
         out.append({
-            "tokens": row[:-1][positions][None].to(dev),
-            "labels": row[1:][positions][None].to(dev),
-            "position_ids": positions[None].to(dev),
+            "tokens": rows[:, :-1][:, positions].to(dev),
+            "labels": rows[:, 1:][:, positions].to(dev),
+            "position_ids": positions[None].expand(size, -1).to(dev),
             "attention_mask": mask,
         })
     return out
@@ -198,7 +202,8 @@ def train(run: Run, st: Settings) -> dict[str, Any]:
     for step in range(st.steps):
         faults.maybe(st.fault, st.fault_rank, step)
         t = time.perf_counter()
-        reduced, grad_norm = bootstrap.train_step(chunks, opt, mbs, seq=st.shape.seq, micro_batch=1)
+        reduced, grad_norm = bootstrap.train_step(chunks, opt, mbs, seq=st.shape.seq,
+                                                  micro_batch=mbs[0]["tokens"].shape[0])
         loss = bootstrap.reduced_loss(reduced, dp_group) if last else math.nan
         _sync(st)
         step_s.append(time.perf_counter() - t)

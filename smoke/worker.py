@@ -145,7 +145,8 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
         cert["environment"]["megatron_core_import"] = megatron.core.__version__
         cert["settings"] = {
             "world_size": world, "nodes": nodes, "backend": "gloo" if args.cpu else "nccl",
-            "dtype": args.dtype, "steps": args.steps, "global_batch": st.global_batch, "micro_batch": 1,
+            "dtype": args.dtype, "steps": args.steps, "global_batch": st.global_batch,
+            "micro_batching": "each rank's share of the global batch in one micro-batch per pipeline stage",
             "seq": st.shape.seq, "model_shape": st.shape.__dict__, "specs_run": list(specs),
             "te_available": te_ok, "te_error": te_error, "distributed_optimizer": args.dist_opt,
             "timeout_s": args.timeout, "watchdog_s": args.watchdog, "seed": args.seed, "lr": args.lr,

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from smoke.bench import data as bench_data
 from smoke.bench import gate as bench_gate
 from smoke.bench import model as bench_model
 from smoke.bench.model import BenchConfig
@@ -39,6 +40,7 @@ def default_baselines() -> Path:
     """env/bench-baselines.json of $MCORE_IMAGES_ROOT (images set it), else of the checkout holding smoke/."""
     root = os.environ.get("MCORE_IMAGES_ROOT") or Path(__file__).resolve().parents[2]
     return Path(root) / "env" / "bench-baselines.json"
+PROFILED_STEPS = 2
 FORMULA = "6·N·T + 12·L·h·s·T + 6·h·V·T (N: active matmul parameters of the layers; no causal halving)"
 
 
@@ -54,8 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated, of: " + ", ".join(bench_model.PRECISIONS) + " (default: bf16 on GPUs, "
                         "fp32 with --cpu; FP8 rows need the te spec and an FP8 GPU, and each is compared with the "
                         "bf16 row of the same model, which runs too)")
-    p.add_argument("--dispatcher", choices=("alltoall", "allgather"), default="alltoall",
-                   help="MoE token dispatcher on GPUs (CPU runs use allgather)")
+    p.add_argument("--dispatcher", choices=("allgather", "alltoall"), default="allgather",
+                   help="MoE token dispatcher (default allgather: the bench runs no expert parallelism, and on one "
+                        "H200 it stepped moe-small 14 %% faster than alltoall, docs/bench.md)")
     p.add_argument("--profile", action="store_true",
                    help="after the timed steps, profile 2 more (torch profiler) and table where the step time goes")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (kernel selection, allocator)")
@@ -187,7 +190,7 @@ def _model(cfg: BenchConfig, spec: str, tp: int, cpu: bool, settings: dict[str, 
     if cfg.moe:
         moe = dict(
             num_moe_experts=cfg.experts, moe_router_topk=cfg.topk, moe_ffn_hidden_size=cfg.moe_ffn,
-            moe_token_dispatcher_type="allgather" if cpu else dispatcher,
+            moe_token_dispatcher_type=dispatcher,
             moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2, moe_router_dtype="fp32",
             moe_grouped_gemm=spec == "te",
         )
@@ -265,18 +268,24 @@ def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dic
     chunks, opt = bootstrap.wrap([model], config, dist_opt=args.dist_opt and not cpu, cpu=cpu, lr=1e-4,
                                 weight_decay=0.01, check_for_nan=False)
     device = torch.device("cpu") if cpu else torch.device("cuda", torch.cuda.current_device())
-    gen = torch.Generator().manual_seed(7 + ps.get_data_parallel_rank())
-    tokens = torch.randint(0, cfg.vocab, (cfg.micro_batches, cfg.micro_batch, cfg.seq + 1), generator=gen).to(device)
+    # A fresh batch every step (smoke/bench/data.py); the same ones for every row of a config.
+    n_steps = args.warmup + args.steps + (PROFILED_STEPS if args.profile else 0)
+    per_step = cfg.micro_batches * cfg.micro_batch
+    tokens = bench_data.markov_tokens(cfg.vocab, n_steps * per_step, cfg.seq + 1,
+                                      seed=7 + ps.get_data_parallel_rank()).to(device)
+    tokens = tokens.view(n_steps, cfg.micro_batches, cfg.micro_batch, cfg.seq + 1)
     positions = torch.arange(cfg.seq, device=device)[None].expand(cfg.micro_batch, -1)
     mask = None
     if spec == "local":  # TE's causal attention needs no mask; the local spec's softmax takes one
         mask = torch.triu(torch.ones(cfg.seq, cfg.seq, dtype=torch.bool, device=device), diagonal=1)[None, None]
-    batches = [{"tokens": tokens[i, :, :-1].contiguous(), "labels": tokens[i, :, 1:].contiguous(),
-                "position_ids": positions, "attention_mask": mask} for i in range(cfg.micro_batches)]
+    steps_data = [[{"tokens": tokens[s, i, :, :-1].contiguous(), "labels": tokens[s, i, :, 1:].contiguous(),
+                    "position_ids": positions, "attention_mask": mask} for i in range(cfg.micro_batches)]
+                  for s in range(n_steps)]
     dp_group = ps.get_data_parallel_group()
+    taken = iter(steps_data)
 
     def step() -> Any:
-        reduced, _ = bootstrap.train_step(chunks, opt, batches, seq=cfg.seq, micro_batch=cfg.micro_batch)
+        reduced, _ = bootstrap.train_step(chunks, opt, next(taken), seq=cfg.seq, micro_batch=cfg.micro_batch)
         return bootstrap.reduced_pair(reduced, dp_group)
 
     if not cpu:
@@ -330,7 +339,7 @@ def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dic
     if args.profile:
         from smoke.bench import profile
 
-        record["profile"] = profile.steps(step, steps=2, cpu=cpu, step_ms=record["step_ms_median"])
+        record["profile"] = profile.steps(step, steps=PROFILED_STEPS, cpu=cpu, step_ms=record["step_ms_median"])
     ps.destroy_model_parallel()  # the model and optimizer go with this frame; the next run collects them first
     return record
 

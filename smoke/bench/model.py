@@ -109,12 +109,15 @@ CONFIGS: dict[str, BenchConfig] = {
                             micro_batch=2, micro_batches=4, family="a 1B Llama-style GPT (SwiGLU, RoPE, RMSNorm)"),
     # OLMoE-1B-7B's layer (hidden 2048, 16 heads, 64 experts, top-8, expert ffn 1024, vocab 50304), 4 of its 16
     # layers: the smallest MoE whose expert GEMMs are a real model's (1024 tokens per expert per micro-batch).
+    # One micro-batch of 8 sequences (the same 32768 tokens per step as dense-1b): an MoE layer's step is bound
+    # by the host (router, permutation, per-expert splits, one launch each) per micro-batch, so 4 micro-batches
+    # of 2 left the H200 idle 68-73 % of the step (docs/bench.md).
     "moe-olmoe-4l": BenchConfig("moe-olmoe-4l", layers=4, hidden=2048, heads=16, ffn=1024, vocab=50304, seq=4096,
-                                micro_batch=2, micro_batches=4, experts=64, topk=8, moe_ffn=1024,
+                                micro_batch=8, micro_batches=1, experts=64, topk=8, moe_ffn=1024,
                                 family="OLMoE-1B-7B (allenai), 4 of 16 layers"),
     # Small MoE: 8 experts, top-2 (0.17 B active in N, 0.65 B total): kept to compare with earlier results.
     "moe-small": BenchConfig("moe-small", layers=8, hidden=1024, heads=16, ffn=2816, vocab=32768, seq=4096,
-                             micro_batch=2, micro_batches=4, experts=8, topk=2, moe_ffn=2816),
+                             micro_batch=8, micro_batches=1, experts=8, topk=2, moe_ffn=2816),
     # Seconds-long shapes for CPU runs of the bench code (tests), not for numbers.
     "tiny": BenchConfig("tiny", layers=2, hidden=64, heads=4, ffn=128, vocab=256, seq=32,
                         micro_batch=2, micro_batches=2),
@@ -171,10 +174,15 @@ def resolve_variant(variant: Variant, *, moe: bool, te: bool, cpu: bool, apex: b
         for key in ("apply_rope_fusion", "gradient_accumulation_fusion", "persist_layer_norm"):
             if settings.pop(key, False):
                 dropped.append(f"{key} (CUDA kernels only)")
-    if not te and not apex and settings.pop("gradient_accumulation_fusion", False):
-        dropped.append("gradient_accumulation_fusion (the local spec needs apex's fused_weight_gradient_mlp_cuda)")
-    if not te and settings.pop("apply_rope_fusion", False):
-        dropped.append("apply_rope_fusion (Transformer Engine's fused RoPE)")
+    if not apex and settings.pop("gradient_accumulation_fusion", False):
+        # TE's linears fuse it themselves, but GPTModel's output layer is megatron's own ColumnParallelLinear,
+        # which refuses the setting without apex's kernel
+        dropped.append("gradient_accumulation_fusion (the output layer needs apex's fused_weight_gradient_mlp_cuda)")
+    if not te:
+        if settings.pop("apply_rope_fusion", False):
+            dropped.append("apply_rope_fusion (Transformer Engine's fused RoPE)")
+        if settings.pop("persist_layer_norm", False):
+            dropped.append("persist_layer_norm (apex's persistent LayerNorm; the local spec's torch norm refuses it)")
     return settings, dropped
 
 
@@ -201,10 +209,12 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
     Precision("fp8-tensorwise", {"fp8": "hybrid", "fp8_recipe": "tensorwise"},
               "FP8 (E4M3 forward, E5M2 backward), current per-tensor scaling"),
 )}
-FP8_LOSS_RTOL = 0.01
-"""FP8's training loss over the timed steps must stay within 1 % (relative, mean over the steps) of bf16's from
-the same initialisation and batches: FP8's rounding moves the loss by far less, a broken scaling recipe (an
-overflowed amax, a stale scale) moves it by far more."""
+FP8_LOSS_RTOL = 0.05
+"""FP8's training loss over the timed steps must stay within 5 % (relative, mean over the steps) of bf16's from
+the same initialisation and batches. Measured on one H200 (dense-1b, 3 + 20 steps, the loss falling 9.9 → 6.2):
+FP8 followed bf16's curve 1.8 % (delayed) and 0.95 % (tensorwise) higher, about half a step behind, as FP8's
+rounding slows learning a little. 5 % is a lag of about two steps there; a broken recipe (an overflowed amax, a
+stale scale) stalls or diverges, and bf16's loss fell 37 % over those 20 steps."""
 
 
 PEAK_BF16_TFLOPS: tuple[tuple[str, float, str], ...] = (

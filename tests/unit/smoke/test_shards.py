@@ -119,3 +119,12 @@ def test_batch_split_over_data_parallel_ranks() -> None:
     assert [batch_slice(16, 4, r) for r in range(4)] == [(0, 4), (4, 8), (8, 12), (12, 16)]
     with pytest.raises(ValueError):
         batch_slice(6, 4, 0)
+
+
+def test_a_ranks_share_is_one_micro_batch_per_pipeline_stage() -> None:
+    from smoke.shards import micro_batch_split
+
+    assert micro_batch_split(4, 1) == (1, 4)  # dp-only: the whole share at once
+    assert micro_batch_split(8, 2) == (2, 4)  # pp2 (and pp2-vpp2: a multiple of pp)
+    with pytest.raises(ValueError, match="cannot be split into 4"):
+        micro_batch_split(6, 4)

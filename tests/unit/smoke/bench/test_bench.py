@@ -225,7 +225,7 @@ def test_versions_matching_no_stack_are_ad_hoc_and_ungated(monkeypatch: pytest.M
 def test_an_fp8_row_whose_loss_left_bf16s_fails() -> None:
     rows = [result(450.0, loss=[10.0, 9.0], loss_last=9.0),
             result(560.0, precision="fp8-delayed", tokens_per_s=81250.0, loss=[10.05, 9.05], loss_last=9.05),
-            result(560.0, precision="fp8-tensorwise", tokens_per_s=70000.0, loss=[10.5, 9.6], loss_last=9.6)]
+            result(560.0, precision="fp8-tensorwise", tokens_per_s=70000.0, loss=[11.0, 9.9], loss_last=9.9)]
     compared = bench_model.compare_precisions(rows)
     assert "vs_bf16" not in compared[0]
     good, bad = compared[1]["vs_bf16"], compared[2]["vs_bf16"]
@@ -234,14 +234,19 @@ def test_an_fp8_row_whose_loss_left_bf16s_fails() -> None:
     overall, judged = bench_gate.gate(compared, baselines())
     assert overall == "failed" and [r["gate"]["status"] for r in judged] == ["passed", "no-baseline", "failed"]
     reason = judged[2]["gate"]["reason"]
-    assert reason == "FP8 loss differs from bf16's by 5.79% on average over the timed steps (limit 1%)"
+    assert reason == "FP8 loss differs from bf16's by 10.00% on average over the timed steps (limit 5%)"
 
 
 def test_variants_drop_what_the_environment_cannot_run_and_say_why() -> None:
     production = bench_model.VARIANTS["production"]
-    settings, dropped = bench_model.resolve_variant(production, moe=False, te=True, cpu=False, apex=False)
+    settings, dropped = bench_model.resolve_variant(production, moe=False, te=True, cpu=False, apex=True)
     assert settings["gradient_accumulation_fusion"] and settings["normalization"] == "RMSNorm"
     assert "moe_permute_fusion" not in settings and dropped == []
+    settings, dropped = bench_model.resolve_variant(production, moe=False, te=True, cpu=False, apex=False)
+    assert "gradient_accumulation_fusion" not in settings  # the output layer is megatron's own linear
+    assert dropped == ["gradient_accumulation_fusion (the output layer needs apex's fused_weight_gradient_mlp_cuda)"]
+    local, dropped = bench_model.resolve_variant(production, moe=False, te=False, cpu=False, apex=True)
+    assert "persist_layer_norm" not in local and any("torch norm refuses it" in d for d in dropped)
     settings, dropped = bench_model.resolve_variant(production, moe=True, te=False, cpu=False, apex=False)
     assert "gradient_accumulation_fusion" not in settings and "moe_router_fusion" not in settings
     assert any("apex" in d for d in dropped) and any("Transformer Engine's kernel" in d for d in dropped)
