@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
-from smoke import faults, layouts
+from smoke import faults, layouts, projection
 from smoke.kit import errors
 
 
@@ -41,7 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=1234, help="base seed of the name-seeded global model")
     parser.add_argument("--lr", type=float, default=3e-3, help=argparse.SUPPRESS)
     parser.add_argument("--dry-run", action="store_true",
-                        help="print the plan and exit (needs no GPU, torch or megatron-core)")
+                        help="print the plan and its projected wall time, and exit (needs no GPU, torch or "
+                        "megatron-core)")
+    parser.add_argument("--timings", metavar="FILE",
+                        help="a certificate (or env/smoke-timings.json, the default) to project --dry-run's wall "
+                        "time from")
     parser.add_argument("--inject-fault", choices=faults.KINDS, help=argparse.SUPPRESS)
     parser.add_argument("--fault-rank", type=int, default=-1, help=argparse.SUPPRESS)
     return parser
@@ -77,6 +82,19 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+def _timings(args: argparse.Namespace) -> dict | None:
+    """The measurement a dry run projects from: --timings, else env/smoke-timings.json where it exists."""
+    path = Path(args.timings) if args.timings else projection.default_file()
+    if not path.is_file():
+        if args.timings:
+            raise errors.CouldNotRun(f"--timings {args.timings}: no such file; give a smoke certificate.json")
+        return None
+    try:
+        return projection.load(path)
+    except ValueError as exc:
+        raise errors.CouldNotRun(f"{exc}: give a smoke certificate.json to --timings") from exc
+
+
 def in_torchrun() -> bool:
     """True inside a rank started by torchrun (or any launcher that sets its env)."""
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
@@ -97,8 +115,12 @@ def main(argv: list[str] | None = None) -> int:
                     lay.size for lay in layouts.parse_layouts(args.layouts) or [])]
             else:
                 sizes = [available]
+            timings = _timings(args)
             for size in sizes:
-                print(layouts.render_plan(plan_from_args(args, size)))
+                the_plan = plan_from_args(args, size)
+                print(layouts.render_plan(the_plan))
+                if timings and not args.cpu:
+                    print(projection.render(projection.project(the_plan, timings, args.steps), timings, size))
             return errors.PASSED
         if in_torchrun():
             from smoke import worker
