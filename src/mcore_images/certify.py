@@ -103,6 +103,17 @@ def docker_bridge_command(ref: str, out_dir: Path, cpu: bool, memlock: bool = Tr
                                  memlock=memlock)
 
 
+BENCH_ARGS = ("--specs", "te", "--variants", "fusions")
+"""The bench rows a GPU certification runs and gates: the default configs on Transformer Engine with
+Megatron-LM's fusions, the rows env/bench-baselines.json keeps for each measured stack and GPU."""
+
+
+def docker_bench_command(ref: str, out_dir: Path, memlock: bool = True) -> list[str]:
+    """``docker run`` of the throughput bench, adding its gated section to the certificate."""
+    return container.run_command(ref, ["python", "-m", "smoke.bench", *BENCH_ARGS, "--certificate", "/cert"],
+                                 gpus=True, mounts={out_dir: "/cert"}, memlock=memlock)
+
+
 def _header(cert: dict[str, Any]) -> str:
     image, tests = cert["image"], cert.get("image_tests") or {}
     test_line = ("skipped (--skip-image-tests)" if tests.get("skipped")
@@ -117,6 +128,7 @@ def _header(cert: dict[str, Any]) -> str:
         f"| digest source | {image['digest_source']} |",
         f"| image tests | {test_line} |",
         f"| smoke | {cert.get('status', 'missing')} (exit {cert.get('exit_code', '–')}) |",
+        f"| bench | {(cert.get('bench') or {}).get('status', 'not run')} |",
         "",
     ])
 
@@ -135,7 +147,9 @@ def bind(out_dir: Path, digest: ImageDigest, tests: dict[str, Any], smoke_rc: in
     # A bridge that converts wrongly fails the image; one that cannot run (no bridge in the image,
     # or a bridge that cannot build models on this megatron-core) is recorded in its section.
     bridge_failed = (cert.get("bridge") or {}).get("exit_code") == 1
-    code = 1 if (tests_failed or smoke_code == 1 or bridge_failed) else smoke_code
+    # A throughput drop past the allowed percentage against the stack's baseline fails the image too.
+    bench_failed = (cert.get("bench") or {}).get("status") == "failed"
+    code = 1 if (tests_failed or smoke_code == 1 or bridge_failed or bench_failed) else smoke_code
     cert["image"] = {k: v for k, v in asdict(digest).items()}
     cert["image_tests"] = tests
     cert["certify"] = {"status": {0: "passed", 1: "failed", 2: "could-not-run"}[code], "exit_code": code}
@@ -147,8 +161,9 @@ def bind(out_dir: Path, digest: ImageDigest, tests: dict[str, Any], smoke_rc: in
 
 
 def certify(ref: str, out_dir: Path, smoke_args: Sequence[str], skip_image_tests: bool = False,
-            run: Runner = subprocess.run) -> int:
-    """Resolve the digest, run image tests and the smoke in the image, write the bound certificate."""
+            run: Runner = subprocess.run, bench: bool = True) -> int:
+    """Resolve the digest, run image tests, the smoke, the bridge check and (on GPUs) the gated bench in the
+    image, and write the bound certificate."""
     digest = resolve_digest(ref, run)
     print(f"[certify] {ref} → {digest.digest} ({digest.digest_source.split(':')[0]})", flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -163,6 +178,10 @@ def certify(ref: str, out_dir: Path, smoke_args: Sequence[str], skip_image_tests
         bridge = docker_bridge_command(ref, out_dir, "--cpu" in smoke_args, memlock)
         print("[certify] " + " ".join(bridge), flush=True)
         run(bridge)
+        if bench and "--cpu" not in smoke_args:
+            bench_cmd = docker_bench_command(ref, out_dir, memlock)
+            print("[certify] " + " ".join(bench_cmd), flush=True)
+            run(bench_cmd)
     code = bind(out_dir, digest, tests, smoke_rc)
     print(f"[certify] wrote {out_dir / 'certificate.json'} and certificate.md (exit {code})", flush=True)
     return code
@@ -178,15 +197,19 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="folder for certificate.json/.md (default: out/certify/<image>)")
     p.add_argument("--skip-image-tests", action="store_true",
                    help="smoke only; the certificate records that the image tests did not run")
+    p.add_argument("--no-bench", dest="bench", action="store_false",
+                   help="on GPUs, skip the throughput bench (its regression gate then cannot fail the image)")
 
 
 def _run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out(args.image)
-    return certify(args.image, out, list(args.passthrough), skip_image_tests=args.skip_image_tests)
+    return certify(args.image, out, list(args.passthrough), skip_image_tests=args.skip_image_tests,
+                   bench=args.bench)
 
 
 COMMANDS = (Command("certify", "run image tests, the smoke and the bridge check in an image; write a certificate "
                     "bound to its digest", _arguments, _run,
-                    description="Resolve IMAGE's digest (docker image inspect), run tests/image, the smoke suite and "
-                    "the bridge check in the image, and write certificate.json and certificate.md.",
+                    description="Resolve IMAGE's digest (docker image inspect), run tests/image, the smoke suite, "
+                    "the bridge check and, on GPUs, the bench with its regression gate in the image, and write "
+                    "certificate.json and certificate.md.",
                     passthrough="python -m smoke"),)

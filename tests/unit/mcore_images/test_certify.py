@@ -21,9 +21,9 @@ class FakeDocker:
     """Stands in for subprocess.run: answers `docker image inspect` and records every command."""
 
     def __init__(self, inspect: Any = None, rc: int = 0, stderr: str = "", smoke_cert: dict | None = None,
-                 test_rc: int = 0, bridge: dict | None = None) -> None:
+                 test_rc: int = 0, bridge: dict | None = None, bench: dict | None = None) -> None:
         self.inspect, self.rc, self.stderr = inspect, rc, stderr
-        self.bridge = bridge
+        self.bridge, self.bench = bridge, bench
         self.smoke_cert, self.test_rc = smoke_cert, test_rc
         self.calls: list[list[str]] = []
 
@@ -36,13 +36,15 @@ class FakeDocker:
             return subprocess.CompletedProcess(cmd, self.test_rc, "12 passed in 3.0s\n", "")
         if cmd[:2] == ["docker", "run"] and "--entrypoint" in cmd:  # can this engine give memlock unlimited?
             return subprocess.CompletedProcess(cmd, 0, "", "")
-        if cmd[:2] == ["docker", "run"] and "smoke.bridge" in cmd:
-            cert_path = Path(cmd[cmd.index("-v") + 1].split(":")[0], "certificate.json")
-            if self.bridge is not None:
-                cert = json.loads(cert_path.read_text())
-                cert["bridge"] = self.bridge
-                cert_path.write_text(json.dumps(cert))
-            return subprocess.CompletedProcess(cmd, (self.bridge or {}).get("exit_code", 2), "", "")
+        for module, section in (("smoke.bridge", "bridge"), ("smoke.bench", "bench")):
+            if cmd[:2] == ["docker", "run"] and module in cmd:
+                cert_path = Path(cmd[cmd.index("-v") + 1].split(":")[0], "certificate.json")
+                added = getattr(self, section)
+                if added is not None:
+                    cert = json.loads(cert_path.read_text())
+                    cert[section] = added
+                    cert_path.write_text(json.dumps(cert))
+                return subprocess.CompletedProcess(cmd, (added or {}).get("exit_code", 2), "", "")
         if cmd[:2] == ["docker", "run"]:
             mount = cmd[cmd.index("-v") + 1].split(":")[0]
             if self.smoke_cert is not None:
@@ -137,6 +139,24 @@ def test_bridge_check_runs_after_the_smoke_and_gates(tmp_path: Path) -> None:
                                                                    bridge=absent)) == 0
 
 
+def test_on_gpus_the_gated_bench_runs_last_and_a_regression_fails_the_image(tmp_path: Path) -> None:
+    regressed = {"status": "failed", "exit_code": 1, "results": []}
+    fake = FakeDocker({"Id": IMAGE_ID}, smoke_cert=smoke_cert(), bench=regressed)
+    assert certify.certify("i", tmp_path / "a", [], run=fake) == 1
+    bench_cmd = fake.calls[-1]
+    assert "smoke.bench" in bench_cmd and "--gpus" in bench_cmd
+    assert bench_cmd[-6:] == [*certify.BENCH_ARGS, "--certificate", "/cert"]
+    cert = json.loads((tmp_path / "a" / "certificate.json").read_text())
+    assert cert["certify"]["status"] == "failed"
+    assert "| bench | failed |" in (tmp_path / "a" / "certificate.md").read_text()
+    fine = FakeDocker({"Id": IMAGE_ID}, smoke_cert=smoke_cert(), bench={"status": "passed", "exit_code": 0})
+    assert certify.certify("i", tmp_path / "b", [], run=fine) == 0
+    for args, bench in (([], False), (["--cpu"], True)):  # --no-bench, or a CPU run: no bench at all
+        fake = FakeDocker({"Id": IMAGE_ID}, smoke_cert=smoke_cert(), bench=regressed)
+        assert certify.certify("i", tmp_path / "c", args, run=fake, bench=bench) == 0
+        assert not any("smoke.bench" in c for c in fake.calls)
+
+
 def test_unknown_image_stops_before_tests_or_smoke(tmp_path: Path) -> None:
     fake = FakeDocker({}, rc=1, stderr="No such image")
     with pytest.raises(InputError):
@@ -147,13 +167,15 @@ def test_unknown_image_stops_before_tests_or_smoke(tmp_path: Path) -> None:
 def test_cli_wires_certify_with_the_smoke_arguments_after_the_separator(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, Any] = {}
 
-    def fake_certify(ref: str, out: Path, smoke_args: list[str], skip_image_tests: bool = False) -> int:
-        seen.update(ref=ref, out=out, smoke_args=smoke_args, skip=skip_image_tests)
+    def fake_certify(ref: str, out: Path, smoke_args: list[str], skip_image_tests: bool = False,
+                     bench: bool = True) -> int:
+        seen.update(ref=ref, out=out, smoke_args=smoke_args, skip=skip_image_tests, bench=bench)
         return 0
 
     monkeypatch.setattr(certify, "certify", fake_certify)
     assert cli.main(["certify", "reg/x:1", "--out", "o", "--", "--steps", "12"]) == 0
-    assert seen == {"ref": "reg/x:1", "out": Path("o"), "smoke_args": ["--steps", "12"], "skip": False}
+    assert seen == {"ref": "reg/x:1", "out": Path("o"), "smoke_args": ["--steps", "12"], "skip": False, "bench": True}
+    assert cli.main(["certify", "reg/x:1", "--no-bench"]) == 0 and not seen["bench"]
     assert cli.main(["certify", "x", "--skip-image-tests", "--", "--cpu"]) == 0
     assert seen["smoke_args"] == ["--cpu"] and seen["skip"]
     assert certify.default_out("reg:5000/team/rt:v1") == Path("out/certify/reg_5000_team_rt_v1")
