@@ -23,7 +23,7 @@ start, fault, tail = time.monotonic(), None, []
 for line in proc.stdout:
     if fault is None and "injected fault" in line:
         fault = time.monotonic()
-    tail = (tail + [line])[-40:]
+    tail = (tail + [line])[-400:]
 rc = proc.wait()
 end = time.monotonic()
 print(json.dumps({"rc": rc, "wall_s": end - start, "after_fault_s": None if fault is None else end - fault,
