@@ -21,22 +21,33 @@ ARG FLAVOR=debian
 # OS stages, one per flavor: each ends with a Python virtualenv at /opt/venv.
 FROM ${BASE_IMAGE} AS os-debian
 ARG PYTHON_VERSION
+ARG CUDA_VERSION
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # Versions of Debian packages come with the pinned suite of the locally built base.
 # hadolint ignore=DL3008
-RUN apt-get update \
+RUN --mount=type=bind,source=docker/install-rdma.sh,target=/mnt/build/install-rdma.sh \
+    apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       python3 python3-venv ca-certificates libgomp1 \
+ && /mnt/build/install-rdma.sh \
  && rm -rf /var/lib/apt/lists/* \
  && python3 -m venv /opt/venv
+# What NVIDIA's CUDA images set: without them the NVIDIA Container Toolkit exposes no GPU to a container
+# started without --gpus (enroot/pyxis, --runtime=nvidia), and a driver too old for this CUDA is refused
+# at start with a clear message instead of failing at the first kernel.
+ENV NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    NVIDIA_REQUIRE_CUDA=cuda>=${CUDA_VERSION}
 
 FROM ${BASE_IMAGE} AS os-cuda
 ARG PYTHON_VERSION
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # hadolint ignore=DL3008
-RUN apt-get update \
+RUN --mount=type=bind,source=docker/install-rdma.sh,target=/mnt/build/install-rdma.sh \
+    apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       "python${PYTHON_VERSION}" "python${PYTHON_VERSION}-venv" ca-certificates \
+ && /mnt/build/install-rdma.sh \
  && rm -rf /var/lib/apt/lists/* \
  && "python${PYTHON_VERSION}" -m venv /opt/venv
 

@@ -17,7 +17,7 @@ IMAGE ?= mcore-images:runtime-$(or $(STACK),debian)
 export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 .PHONY: help setup plan jobs lock update validate build base docker-engine lint test test-unit test-image \
-	test-image-ci ci smoke certify push-candidates registry release-local bake-print
+	test-image-ci ci smoke certify push-candidates registry release-local bake-print test-slurm test-registry
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -74,11 +74,15 @@ test-image-ci: ## image tests against the runtime image of every stack in the ci
 	set -e; for stack in $$($(MCORE) plan --group ci --format names); do \
 	  $(PYTHON) -m pytest -q tests/image --image mcore-images:runtime-$$stack; done
 
-ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release path on the ci group, layer reuse
+ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release path on the ci group, layer reuse, Slurm
 	bash .ci/phase.sh lint+unit $(MAKE) --no-print-directory test
 	bash .ci/phase.sh release-local $(MAKE) --no-print-directory release-local
 	bash .ci/phase.sh registry-tests $(MAKE) --no-print-directory test-registry
 	bash .ci/phase.sh layer-reuse $(MAKE) --no-print-directory layer-reuse
+	bash .ci/phase.sh slurm $(MAKE) --no-print-directory test-slurm
+
+test-slurm: ## the CPU smoke as 2-node Slurm jobs on a one-host cluster (.ci/slurm.sh): COMPLETED, and FAILED with a faulty rank
+	bash .ci/slurm-smoke.sh
 
 test-registry: ## refusals and verification against the real local registry (starts it if needed)
 	bash .ci/registry.sh start

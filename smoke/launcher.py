@@ -83,7 +83,8 @@ def classify(rc: int | None, cert: dict[str, Any] | None, states: list[dict[str,
     could_not = [s for s in states if s.get("code") == errors.COULD_NOT_RUN]
     if could_not:
         return errors.COULD_NOT_RUN, f"rank {could_not[0]['rank']}: {could_not[0]['error']}"
-    failed = [s for s in states if s.get("error")]
+    # The earliest failure is the cause: a rank that raised takes its peers' collectives down with it.
+    failed = sorted((s for s in states if s.get("error")), key=lambda s: (s.get("failed_t", float("inf")), s["rank"]))
     if failed:
         first = failed[0]
         return errors.FAILED, f"rank {first['rank']} failed in {first['phase']}: {first['error']}" + _laggards(

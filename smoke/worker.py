@@ -42,7 +42,12 @@ class Status:
                 tmp.replace(self.path)
 
     def collective_expired(self, message: str, collectives: dict[str, Any]) -> None:
-        self.update(error=message, code=errors.FAILED, collectives=collectives)
+        self.failed(message, errors.FAILED, collectives=collectives)
+
+    def failed(self, error: str, code: int, **fields: Any) -> None:
+        """Record the error with the time it happened: when one rank's failure makes its peers' collectives
+        fail too, the launcher reports the earliest, the cause."""
+        self.update(error=error, code=code, failed_t=time.time(), **fields)
 
 
 def start_watchdog(seconds: float, status: Status) -> None:
@@ -51,7 +56,7 @@ def start_watchdog(seconds: float, status: Status) -> None:
     def fire() -> None:
         msg = f"watchdog: rank {status.data['rank']} still in phase {status.data['phase']!r} after {seconds:.0f} s"
         print(f"[smoke] {msg}", flush=True)
-        status.update(error=msg, code=errors.FAILED)
+        status.failed(msg, errors.FAILED)
         os._exit(errors.FAILED)
 
     timer = threading.Timer(seconds, fire)
@@ -80,7 +85,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         return _run(args, argv, rank, world, status)
     except errors.CouldNotRun as exc:
         print(f"[smoke] rank {rank}: could not run: {exc}", flush=True)
-        status.update(error=str(exc), code=errors.COULD_NOT_RUN)
+        status.failed(str(exc), errors.COULD_NOT_RUN)
         os._exit(errors.COULD_NOT_RUN)
     except BaseException as exc:  # any crash must end this rank now, loudly
         traceback.print_exc()
@@ -90,7 +95,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             if not blamed["raised"]:
                 error += f" (collective in flight: {blamed['timed_out']})"
             fields["collectives"] = blamed
-        status.update(error=error, code=errors.FAILED, **fields)
+        status.failed(error, errors.FAILED, **fields)
         os._exit(errors.FAILED)
 
 

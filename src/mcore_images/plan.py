@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import dataclass, field
 
-from mcore_images import components, rules, tags
+from mcore_images import components, drivers, rules, tags
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.stacks import Stack, groups, load_stacks
@@ -87,12 +87,13 @@ def render_text(plans: list[StackPlan]) -> str:
 def render_markdown(plans: list[StackPlan]) -> str:
     """The stacks table embedded in README.md (written by `make update`, checked by `make validate`);
     one column per catalogue component."""
-    head = ["stack", "flavor", "base", *(c.title for c in components.CATALOGUE), "groups"]
+    head = ["stack", "flavor", "base", *(c.title for c in components.CATALOGUE), "min driver", "groups"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in plans:
         s = p.stack
         cells = [f"`{s.name}`", s.flavor, f"`{s.base_image}` ({p.base_status})",
-                 *(c.short(s.pins[c.key]) for c in components.CATALOGUE), ", ".join(s.groups) or "—"]
+                 *(c.short(s.pins[c.key]) for c in components.CATALOGUE), drivers.min_driver(s.cuda) or "?",
+                 ", ".join(s.groups) or "—"]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 

@@ -39,6 +39,7 @@ CHECK_MODULES = (
     "checks_apex",
     "checks_nccl",
     "checks_env",
+    "checks_cluster",
     "checks_build",
 )
 

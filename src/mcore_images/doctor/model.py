@@ -69,6 +69,10 @@ class Context:
     proc: Path = Path("/proc")
     cgroup: Path = Path("/sys/fs/cgroup")
     etc: Path = Path("/etc")
+    sys_dir: Path = Path("/sys")
+    dev: Path = Path("/dev")
+    load_library: Callable[[str], str | None] = field(default=lambda name: _load_error(name))
+    """Try to load a shared library by name: None when it loads, else the loader's error."""
     hf_config: Path | None = None
     memo: dict[str, Any] = field(default_factory=dict)
 
@@ -83,6 +87,16 @@ class Context:
         if not good:
             raise value
         return value
+
+
+def _load_error(name: str) -> str | None:
+    import ctypes
+
+    try:
+        ctypes.CDLL(name)
+    except OSError as error:
+        return str(error)
+    return None
 
 
 CheckFunc = Callable[[Context], Outcome]

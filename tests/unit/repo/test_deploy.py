@@ -9,6 +9,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ import yaml
 
 from tests.unit.conftest import PYTHONPATH, ROOT
 
-SCRIPTS = [ROOT / "deploy" / "multinode-smoke.sh", ROOT / "deploy" / "slurm" / "smoke.sbatch"]
+SCRIPTS = [ROOT / "deploy" / "multinode-smoke.sh", ROOT / "deploy" / "slurm" / "smoke.sbatch",
+           ROOT / "deploy" / "slurm" / "docker-task.sh"]
 MANIFEST = ROOT / "deploy" / "k8s" / "smoke-job.yaml"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
@@ -104,12 +106,13 @@ def test_multinode_bad_inputs_stop_before_torchrun(extra: dict[str, str], messag
     assert result.stderr.count("\n") == 1 and calls(log) == []
 
 
-def run_sbatch(tmp_path: Path, image: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+def run_sbatch(tmp_path: Path, image: str, args: tuple[str, ...] = ("--steps", "5"),
+               **extra: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
     env, log = fake_bin(tmp_path, "srun", "scontrol")
     env |= {"IMAGE": image, "SLURM_SUBMIT_DIR": str(ROOT), "SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "2",
-            "SLURM_JOB_NODELIST": "gpu-node-[07-08]", "OUT": str(tmp_path / "cert")}
-    result = subprocess.run(["bash", str(SCRIPTS[1]), "--steps", "5"], capture_output=True, text=True, env=env,
-                            check=False)
+            "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "gpu-node-[07-08]", "OUT": str(tmp_path / "cert")}
+    env |= extra
+    result = subprocess.run(["bash", str(SCRIPTS[1]), *args], capture_output=True, text=True, env=env, check=False)
     return result, calls(log)
 
 
@@ -125,7 +128,7 @@ def test_sbatch_runs_one_pyxis_task_per_node(image: str, container_image: str, t
     assert result.returncode == 0, result.stderr
     scontrol, srun = log
     assert scontrol[:3] == ["scontrol", "show", "hostnames"]
-    assert srun[:-1] == ["srun", "--ntasks-per-node=1", f"--container-image={container_image}",
+    assert srun[:-1] == ["srun", "--kill-on-bad-exit=1", f"--container-image={container_image}",
                          f"--container-mounts={ROOT / 'deploy'}:/opt/deploy:ro,{tmp_path / 'cert'}:/cert",
                          "--container-workdir=/workspace", "bash", "/opt/deploy/multinode-smoke.sh", "--steps", "5"]
     assert "NNODES=2 RDZV_ENDPOINT=gpu-node-07:29500 RDZV_ID=4242 OUT=/cert" in srun[-1]
@@ -137,6 +140,41 @@ def test_sbatch_directives_and_missing_image(tmp_path: Path) -> None:
         assert f"#SBATCH {directive}" in text
     result, log = run_sbatch(tmp_path, "")
     assert result.returncode == 2 and "set IMAGE" in result.stderr and log == []
+    result, log = run_sbatch(tmp_path, "x", LAUNCH="enroot")
+    assert result.returncode == 2 and "LAUNCH must be pyxis, docker or host" in result.stderr and log == []
+
+
+def test_sbatch_docker_mode_runs_the_task_script_on_each_node(tmp_path: Path) -> None:
+    result, log = run_sbatch(tmp_path, "mcore-images:runtime-debian", LAUNCH="docker", args=("--cpu",))
+    assert result.returncode == 0, result.stderr
+    srun = log[1]
+    assert srun[:-1] == ["srun", "--kill-on-bad-exit=1", "bash", str(ROOT / "deploy" / "slurm" / "docker-task.sh"),
+                         "--cpu"]
+    assert "NNODES=2 RDZV_ENDPOINT=gpu-node-07:29500 RDZV_ID=4242" in srun[-1]
+
+
+def test_the_docker_task_removes_its_container_when_slurm_stops_it(tmp_path: Path) -> None:
+    """The task runs `docker run` in the background and traps SIGTERM: the container goes with the task."""
+    env, _ = fake_bin(tmp_path, "docker")
+    (tmp_path / "bin" / "docker").write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {tmp_path / "docker.log"}\n'
+        '[[ "$1" == run ]] && exec sleep 30\n'
+        "exit 0\n")
+    env |= {"IMAGE": "img", "DEPLOY": str(ROOT / "deploy"), "CERT_DIR": str(tmp_path), "GPUS": "0",
+            "DOCKER_MEMLOCK": "", "SLURM_JOB_ID": "7", "SLURM_PROCID": "1"}
+    task = subprocess.Popen(["bash", str(ROOT / "deploy" / "slurm" / "docker-task.sh"), "--cpu"], env=env,
+                            start_new_session=True)
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "docker.log").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    task.terminate()
+    assert task.wait(timeout=10) != 0
+    calls = (tmp_path / "docker.log").read_text().splitlines()
+    assert calls[0].startswith("run --rm --name mcore-smoke-7-1 --network host --pid=host --ipc=host")
+    assert "--gpus" not in calls[0]
+    assert "memlock" not in calls[0] and calls[-1] == "rm -f mcore-smoke-7-1"
+    os.killpg(task.pid, 9)
 
 
 # ---------------------------------------------------------------------------------------------

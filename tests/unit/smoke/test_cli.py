@@ -119,3 +119,12 @@ def test_a_timed_out_collective_names_the_peer_that_stopped_answering() -> None:
                    "last broadcast)")
     raised = {**timed_out, "collectives": None}
     assert "was in no collective" not in classify(-15, None, [raised, idle], False)[1]
+
+
+def test_the_earliest_failure_is_reported_not_the_peers_it_took_down() -> None:
+    cause = {"rank": 1, "phase": "run dp2/dense/local", "code": 1, "failed_t": 100.0,
+             "error": "RuntimeError: injected fault: rank 1 raised at step 1"}
+    echo = {"rank": 0, "phase": "run dp2/dense/local", "code": 1, "failed_t": 100.2,
+            "error": "RuntimeError: rank 0: coalesced collectives #16 on ranks [0, 1] failed: Connection reset by peer"}
+    code, why = classify(1, None, [echo, cause], False)
+    assert code == errors.FAILED and why.startswith("rank 1 failed in run dp2/dense/local: RuntimeError: injected")
