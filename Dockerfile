@@ -11,6 +11,8 @@
 # (the named context `locks`), installed with --no-deps so no layer can re-resolve torch.
 # Each step mounts only the files it reads, so that changing one layer's lock or helper script
 # leaves the cache of the layers below it valid (a megatron-core bump rebuilds only `runtime`).
+# The stages below runtime know the stack only as LAYERS_STACK, the stack whose base and kernels they
+# build: a stack that takes those layers from another (`layers_from`) shares their cache, builder included.
 # Without bake: docker build --build-context locks=env/locks --build-context apex=docker/empty ...
 # Builds with the BuildKit embedded in the Docker Engine: no syntax directive on purpose.
 
@@ -60,7 +62,7 @@ RUN python3 -m venv --system-site-packages /opt/venv
 # The flavor picks one of the OS stages above (a stage name, not a registry image).
 # hadolint ignore=DL3006
 FROM os-${FLAVOR} AS base
-ARG STACK
+ARG LAYERS_STACK
 ARG PYTHON_VERSION
 ARG TORCH_VERSION
 ENV VIRTUAL_ENV=/opt/venv \
@@ -70,7 +72,7 @@ ENV VIRTUAL_ENV=/opt/venv \
 RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
-    --mount=type=bind,from=locks,source=${STACK}/base.txt,target=/mnt/lock.txt \
+    --mount=type=bind,from=locks,source=${LAYERS_STACK}/base.txt,target=/mnt/lock.txt \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
@@ -82,7 +84,7 @@ RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lo
 # Toolchain for the CUDA extensions. Nothing from here reaches a published layer except the
 # wheels in /wheels.
 FROM base AS builder
-ARG STACK
+ARG LAYERS_STACK
 ARG FLAVOR
 # hadolint ignore=DL3008
 RUN if [ "${FLAVOR}" != ngc ]; then \
@@ -93,7 +95,7 @@ RUN if [ "${FLAVOR}" != ngc ]; then \
     fi
 RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
-    --mount=type=bind,from=locks,source=${STACK}/builder.txt,target=/mnt/lock.txt \
+    --mount=type=bind,from=locks,source=${LAYERS_STACK}/builder.txt,target=/mnt/lock.txt \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
@@ -163,13 +165,13 @@ RUN --mount=type=bind,source=pyproject.toml,target=/src/pyproject.toml \
 
 # ---------------------------------------------------------------------------------------------
 FROM base AS kernels
-ARG STACK
+ARG LAYERS_STACK
 ARG TE_VERSION
 RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/link-nvidia-libs.sh,target=/mnt/build/link-nvidia-libs.sh \
     --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
-    --mount=type=bind,from=locks,source=${STACK}/kernels.txt,target=/mnt/lock.txt \
+    --mount=type=bind,from=locks,source=${LAYERS_STACK}/kernels.txt,target=/mnt/lock.txt \
     --mount=type=bind,from=kernels-build,source=/wheels,target=/wheels \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \

@@ -168,6 +168,7 @@ function "stack_args" {
   params = [s]
   result = {
     STACK          = s.name
+    LAYERS_STACK   = layers_stack(s)
     FLAVOR         = s.flavor
     BASE_IMAGE     = s.base_digest == "" ? s.base_image : "${s.base_image}@${s.base_digest}"
     PYTHON_VERSION = s.python
@@ -182,6 +183,12 @@ function "stack_args" {
   }
 }
 
+# The stack whose base and kernels a stack builds on: its own, or the one it names in layers_from.
+function "layers_stack" {
+  params = [s]
+  result = lookup(s, "layers_from", "") == "" ? s.name : s.layers_from
+}
+
 # The apex source: its git repository at the pinned commit, or an empty folder.
 function "apex_context" {
   params = [s]
@@ -190,7 +197,7 @@ function "apex_context" {
 
 target "base" {
   inherits = ["_common"]
-  matrix   = { s = STACKS }
+  matrix   = { s = [for s in STACKS : s if layers_stack(s) == s.name] }
   name     = "base-${s.name}"
   target   = "base"
   args     = stack_args(s)
@@ -201,7 +208,7 @@ target "base" {
 
 target "kernels" {
   inherits = ["_common"]
-  matrix   = { s = STACKS }
+  matrix   = { s = [for s in STACKS : s if layers_stack(s) == s.name] }
   name     = "kernels-${s.name}"
   target   = "kernels"
   args     = stack_args(s)
@@ -218,8 +225,8 @@ target "runtime" {
   args     = stack_args(s)
   # base too: the runtime's tooling-build stage stands on the builder, which must be the kernels' own
   # (one base, one builder per stack: BuildKit then builds each once)
-  contexts = { base = "target:base-${s.name}", kernels = "target:kernels-${s.name}", apex = apex_context(s),
-  locks = LOCKS }
+  contexts = { base = "target:base-${layers_stack(s)}", kernels = "target:kernels-${layers_stack(s)}",
+  apex = apex_context(s), locks = LOCKS }
   tags     = tags("runtime", s)
   labels   = layer_labels("runtime", s)
 }
@@ -240,7 +247,8 @@ target "app" {
 # `release` builds every layer of the release stacks; `all` every layer of every stack.
 function "layer_targets" {
   params = [s]
-  result = concat(["base-${s.name}", "kernels-${s.name}", "runtime-${s.name}"], has_app(s) ? ["app-${s.name}"] : [])
+  result = concat(layers_stack(s) == s.name ? ["base-${s.name}", "kernels-${s.name}"] : [], ["runtime-${s.name}"],
+  has_app(s) ? ["app-${s.name}"] : [])
 }
 
 group "default" {

@@ -29,7 +29,7 @@ CANDIDATES = Path("build") / "candidates"
 def bake_targets(selected: list[Stack], stack: str | None, group: str | None, layer: str | None) -> list[str]:
     """A group builds as bake defines it; a stack builds each of its layers (each gets its tag)."""
     if stack:
-        layers = selected[0].layers
+        layers = selected[0].built_layers
         if layer:
             if layer not in layers:
                 raise InputError(f"stack '{stack}' has no layer '{layer}'; choose one of: {', '.join(layers)}")
@@ -170,7 +170,7 @@ def build(request: BuildRequest) -> int:
         # pointing at the image built from the committed pins.
         changed = selected[0]
         registry = env.get("REGISTRY", "")
-        for name in changed.layers:
+        for name in changed.built_layers:
             full = tags.image(tags.layer_tag(name, changed), registry)
             cmd += ["--set", f"{name}-{changed.name}.tags={full}"]
     cmd += list(request.bake_args)

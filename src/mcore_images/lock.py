@@ -189,7 +189,7 @@ def stale_layers(stack: Stack, inputs: dict[str, list[str]], folder: Path) -> li
     """The lock layers whose committed file was not resolved from these inputs (a layer's header records
     its Python, platform, constraints and top-level requirements)."""
     stale = []
-    for layer in LOCK_LAYERS:
+    for layer in own_layers(stack):
         path = folder / f"{layer}.txt"
         if not path.is_file() or not path.read_text().startswith(header(stack, layer, inputs[layer])):
             stale.append(layer)
@@ -214,6 +214,16 @@ def lock_dir(stack: Stack, root: Path | None = None) -> Path:
     return (root or repo_root()) / "env" / "locks" / stack.name
 
 
+def lock_path(stack: Stack, layer: str, root: Path | None = None) -> Path:
+    """The lock file of one layer: a stack with ``layers_from`` reads its lower layers' from that stack."""
+    return (root or repo_root()) / "env" / "locks" / stack.layer_stack(layer) / f"{layer}.txt"
+
+
+def own_layers(stack: Stack) -> tuple[str, ...]:
+    """The lock layers a stack resolves and commits itself."""
+    return tuple(layer for layer in LOCK_LAYERS if stack.layer_stack(layer) == stack.name)
+
+
 def write_locks(stack: Stack, root: Path | None = None, keep_below: str | None = None,
                 keep_from: Path | None = None, folder: Path | None = None) -> list[Path]:
     """Resolve all layers together once, then split that one solution into per-layer locks.
@@ -230,11 +240,15 @@ def write_locks(stack: Stack, root: Path | None = None, keep_below: str | None =
     inputs = resolved_inputs(stack)
     folder = folder or lock_dir(stack, root)
     folder.mkdir(parents=True, exist_ok=True)
-    first = LOCK_LAYERS.index(keep_below) if keep_below else 0
+    shared = len(LOCK_LAYERS) - len(own_layers(stack))  # layers taken from layers_from come first
+    first = max(LOCK_LAYERS.index(keep_below) if keep_below else 0, shared)
     below: dict[str, str] = {}
     for layer in LOCK_LAYERS[:first]:
-        text = (Path(keep_from or lock_dir(stack)) / f"{layer}.txt").read_text()
-        (folder / f"{layer}.txt").write_text(text)
+        if stack.layer_stack(layer) != stack.name:
+            text = lock_path(stack, layer, root).read_text()  # the other stack's, read where it is
+        else:
+            text = (Path(keep_from or lock_dir(stack)) / f"{layer}.txt").read_text()
+            (folder / f"{layer}.txt").write_text(text)
         if layer not in SIDE_LAYERS:
             below.update(pins(text))
     upper = [req for layer in LOCK_LAYERS[first:] for req in inputs[layer]]
@@ -261,7 +275,10 @@ def check_locks(stack: Stack, root: Path | None = None) -> list[str]:
     expected = expected_pins(stack)
     seen: dict[str, str] = {}
     for layer in LOCK_LAYERS:
-        path = folder / f"{layer}.txt"
+        path = lock_path(stack, layer, root)
+        if stack.layer_stack(layer) != stack.name:  # checked with its own stack; pins agree by validation
+            seen.update(pins(path.read_text()) if path.is_file() and layer not in SIDE_LAYERS else {})
+            continue
         if not path.is_file():
             problems.append(f"env/locks/{stack.name}/{layer}.txt is missing; "
                             f"run `mcore-images lock --stack {stack.name}`")

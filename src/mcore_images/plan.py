@@ -58,7 +58,7 @@ def make_plan(selected: list[Stack], group: str | None = None, registry: str = "
     plans = []
     for stack in selected:
         plan = StackPlan(stack)
-        for layer in stack.layers:
+        for layer in stack.built_layers:
             plan.targets[tags.target(layer, stack)] = tags.tags(layer, stack, registry)
         plan.violations = rules.check(stack)
         if group == "release" and not stack.base_pinned:
@@ -91,7 +91,8 @@ def render_markdown(plans: list[StackPlan]) -> str:
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in plans:
         s = p.stack
-        cells = [f"`{s.name}`", s.flavor, f"`{s.base_image}` ({p.base_status})",
+        base = f"base and kernels of `{s.layers_from}`" if s.layers_from else f"`{s.base_image}` ({p.base_status})"
+        cells = [f"`{s.name}`", s.flavor, base,
                  *(c.short(s.pins[c.key]) for c in components.CATALOGUE), drivers.min_driver(s.cuda) or "?",
                  ", ".join(s.groups) or "—"]
         rows.append("| " + " | ".join(cells) + " |")

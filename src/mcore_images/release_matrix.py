@@ -40,11 +40,11 @@ def build_matrix(group: str, registry: str = "", repo: str = tags.DEFAULT_REPO, 
         raise InputError("give --registry and --sha together (candidate tags need both), or neither")
     include = []
     for stack in selected:
-        targets = [tags.target(layer, stack) for layer in stack.layers]
+        targets = [tags.target(layer, stack) for layer in stack.built_layers]
         entry: dict[str, Any] = {
             "stack": stack.name,
             "targets": ",".join(targets),
-            "certify": ",".join(tags.target(layer, stack) for layer in stack.layers if layer in CERTIFIED_LAYERS),
+            "certify": ",".join(tags.target(layer, stack) for layer in stack.built_layers if layer in CERTIFIED_LAYERS),
             "archs": len(stack.cuda_archs.split(";")),
         }
         if registry:
@@ -56,7 +56,7 @@ def build_matrix(group: str, registry: str = "", repo: str = tags.DEFAULT_REPO, 
 
 def targets_by_name(stacks: dict[str, Stack]) -> dict[str, tuple[Stack, str]]:
     """Bake target name → (stack, layer), for every layer of every stack."""
-    return {tags.target(layer, s): (s, layer) for s in stacks.values() for layer in s.layers}
+    return {tags.target(layer, s): (s, layer) for s in stacks.values() for layer in s.built_layers}
 
 
 def certify_matrix(candidates: Path, stacks: dict[str, Stack] | None = None) -> dict[str, Any]:

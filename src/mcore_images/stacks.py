@@ -33,7 +33,7 @@ _MAJOR_MINOR = re.compile(r"^\d+\.\d+$")
 # catalogue); None: the setting changes no lock (an override of it re-uses the committed locks).
 SETTING_LOCK_LAYER: dict[str, str | None] = {
     "base_image": "base", "base_digest": "base", "debian_suite": "base", "torch_source": "base",
-    "te_source": "builder", "cuda_archs": None, "description": None, "notes": None,
+    "te_source": "builder", "cuda_archs": None, "description": None, "notes": None, "layers_from": "base",
 }
 
 
@@ -76,6 +76,8 @@ class Stack:
     size_budget_gb: Mapping[str, float]
     notes: str
     pins: Mapping[str, str]
+    layers_from: str = ""
+    """Another stack whose base and kernels layers (images, tags and locks) this one builds on; '' = its own."""
 
     def __getattr__(self, name: str) -> str:
         """A component's pin by its key: ``stack.mcore``."""
@@ -90,6 +92,16 @@ class Stack:
         top = [c.layer for c in components.CATALOGUE if self.has(c.key)]
         highest = max(LAYERS.index("runtime"), *(LAYERS.index(layer) for layer in top))
         return LAYERS[: highest + 1]
+
+    @property
+    def built_layers(self) -> tuple[str, ...]:
+        """The layers this stack builds and tags itself: all of ``layers`` but those it takes from
+        ``layers_from``."""
+        return tuple(layer for layer in self.layers if self.layer_stack(layer) == self.name)
+
+    def layer_stack(self, layer: str) -> str:
+        """The stack that builds ``layer`` of this stack's images (a lock layer name works too)."""
+        return self.layers_from if self.layers_from and layer in SHARED_LAYERS else self.name
 
     def has(self, component: str) -> bool:
         return self.pins[component] != NONE
@@ -115,13 +127,19 @@ class Stack:
 
     def to_entry(self) -> dict[str, Any]:
         """The stack as env/stacks.json writes it (settings, then pins)."""
-        entry: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "pins"}
+        entry: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                                 if f.name != "pins" and not (f.name == "layers_from" and not self.layers_from)}
         entry.update(constraints=list(self.constraints), groups=list(self.groups),
                      size_budget_gb=dict(self.size_budget_gb), **self.pins)
         return entry
 
 
 SETTINGS = tuple(f.name for f in dataclasses.fields(Stack) if f.name != "pins")
+SHARED_LAYERS = ("base", "builder", "kernels")
+"""What a stack with ``layers_from`` takes from that stack: the image layers below runtime and their locks."""
+SHARED_SETTINGS = ("flavor", "base_image", "base_digest", "debian_suite", "torch_source", "te_source", "cuda_archs",
+                   "constraints")
+"""Settings that shape those layers: a stack sharing them must have the same."""
 
 
 def pin_problem(key: str, value: str) -> str | None:
@@ -180,7 +198,7 @@ def _parse(path: Path, entry: dict[str, Any]) -> Stack:
         except InvalidRequirement:
             raise InputError(f"{path}: stack '{name}': constraint {text!r} is not a requirement specifier; "
                              "write one such as 'transformers<5'") from None
-    settings = {k: entry[k] for k in SETTINGS}
+    settings = {k: entry.get(k, "") for k in SETTINGS}
     settings.update(groups=tuple(entry["groups"]), constraints=tuple(entry["constraints"]),
                     size_budget_gb=dict(entry["size_budget_gb"]))
     return Stack(**settings, pins={c.key: pins[c.key] for c in components.CATALOGUE})
@@ -206,7 +224,29 @@ def parse_document(data: Any, path: Path) -> dict[str, Stack]:
     names = [s.name for s in stacks]
     if len(set(names)) != len(names):
         raise InputError(f"{path}: duplicate stack names {names}; give each stack a unique name")
-    return {s.name: s for s in stacks}
+    by_name = {s.name: s for s in stacks}
+    for stack in stacks:
+        if problem := shared_layers_problem(stack, by_name):
+            raise InputError(f"{path}: stack '{stack.name}': {problem}")
+    return by_name
+
+
+def shared_layers_problem(stack: Stack, stacks: Mapping[str, Stack]) -> str | None:
+    """Why ``stack`` cannot take its base and kernels layers from ``layers_from`` (None when it can): the
+    layers must be the very ones that stack builds — same settings, same pins of every component below runtime."""
+    if not stack.layers_from:
+        return None
+    source = stacks.get(stack.layers_from)
+    if source is None or source.layers_from or source is stack:
+        return (f"layers_from '{stack.layers_from}' must name another stack that builds its own layers; "
+                f"choose one of: {', '.join(n for n, s in stacks.items() if not s.layers_from and s is not stack)}")
+    differ = [k for k in SHARED_SETTINGS if getattr(stack, k) != getattr(source, k)]
+    differ += [c.key for c in components.CATALOGUE
+               if c.layer in SHARED_LAYERS and stack.pins[c.key] != source.pins[c.key]]
+    if differ:
+        return (f"takes its base and kernels layers from '{source.name}' but its {', '.join(differ)} differ; "
+                f"give them {source.name}'s values, or drop layers_from")
+    return None
 
 
 def get_stack(name: str, stacks: dict[str, Stack] | None = None) -> Stack:

@@ -83,10 +83,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     stack = get_stack(args.stack)
-    if args.layer and args.layer not in stack.layers:
-        raise InputError(f"stack '{stack.name}' has no layer '{args.layer}'; choose one of: {', '.join(stack.layers)}")
+    if args.layer and args.layer not in stack.built_layers:
+        raise InputError(f"stack '{stack.name}' has no layer '{args.layer}'; "
+                         f"choose one of: {', '.join(stack.built_layers)}")
     out: dict[str, list[str]] = {}
-    for layer in [args.layer] if args.layer else list(stack.layers):
+    for layer in [args.layer] if args.layer else list(stack.built_layers):
         name = target(layer, stack)
         out[name] = ([image(candidate_tag(name, args.candidate, "--candidate"), args.registry, args.repo)]
                      if args.candidate else tags(layer, stack, args.registry, args.repo))

@@ -36,9 +36,21 @@ def _repository(ref: str) -> str | None:
         return None
 
 
+def _base_stack(stack: str | None) -> str | None:
+    """The stack whose base image this stack's images stand on (its own, or the one of layers_from)."""
+    from mcore_images.errors import InputError
+    from mcore_images.stacks import load_stacks
+
+    try:
+        known = load_stacks()
+    except InputError:
+        return stack
+    return known[stack].layer_stack("base") if stack in known else stack
+
+
 def find_base_image(image: ImageInfo, explicit: str | None = None) -> ImageInfo | str:
     """The base-layer image this image was built on, or why there is none to compare with."""
-    stack = image.stack_name
+    stack = _base_stack(image.stack_name)
     if image.layer == "base":
         return "this is the base image itself"
     repos = [r for r in (_repository(image.shown), "mcore-images") if r]

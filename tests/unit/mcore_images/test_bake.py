@@ -28,13 +28,13 @@ def printed(root: Path) -> dict:
 
 
 def test_every_layer_of_every_stack_is_a_target(printed: dict, stacks: dict[str, Stack]) -> None:
-    expected = {tags.target(layer, s) for s in stacks.values() for layer in s.layers}
+    expected = {tags.target(layer, s) for s in stacks.values() for layer in s.built_layers}
     assert set(printed["target"]) == expected
 
 
 def test_tags_match_python_scheme(printed: dict, stacks: dict[str, Stack]) -> None:
     for s in stacks.values():
-        for layer in s.layers:
+        for layer in s.built_layers:
             assert printed["target"][tags.target(layer, s)]["tags"] == tags.tags(layer, s)
 
 
@@ -49,14 +49,16 @@ def test_args_and_labels_carry_the_pins(printed: dict, stacks: dict[str, Stack])
         assert labels["io.mcore-images.mbridge"] == s.mbridge
         assert labels["io.mcore-images.te"] == s.te
         assert "io.mcore-images.verl" not in labels
-        base_labels = printed["target"][f"base-{s.name}"]["labels"]
+        base_labels = printed["target"][f"base-{s.layer_stack('base')}"]["labels"]
         assert "io.mcore-images.mcore" not in base_labels
 
 
 def test_layers_chain_through_target_contexts(printed: dict, stacks: dict[str, Stack]) -> None:
     for s in stacks.values():
-        assert printed["target"][f"kernels-{s.name}"]["contexts"]["base"] == f"target:base-{s.name}"
-        assert printed["target"][f"runtime-{s.name}"]["contexts"]["kernels"] == f"target:kernels-{s.name}"
+        below = s.layer_stack("kernels")  # the stack's own, or the one it takes base and kernels from
+        assert printed["target"][f"kernels-{below}"]["contexts"]["base"] == f"target:base-{below}"
+        assert printed["target"][f"runtime-{s.name}"]["contexts"]["kernels"] == f"target:kernels-{below}"
+        assert printed["target"][f"runtime-{s.name}"]["args"]["LAYERS_STACK"] == below
 
 
 def test_groups_follow_env(root: Path, stacks: dict[str, Stack]) -> None:

@@ -41,7 +41,8 @@ def with_flash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "env" / "stacks.json"
     doc = json.loads(path.read_text())
     for entry in doc["variable"]["STACKS"]["default"]:
-        entry["flash_attn"] = "2.8.3" if entry["name"] == "debian" else "none"
+        shares = entry.get("layers_from") == "debian"  # a stack on debian's kernels layer carries it too
+        entry["flash_attn"] = "2.8.3" if entry["name"] == "debian" or shares else "none"
     path.write_text(json.dumps(doc, indent=2))
     monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
     return tmp_path
