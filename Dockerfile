@@ -57,6 +57,13 @@ FROM ${BASE_IMAGE} AS os-ngc
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # NGC ships torch, Transformer Engine and apex in its system Python; the venv sees them.
 RUN python3 -m venv --system-site-packages /opt/venv
+# NGC (since 25.03) points PIP_CONSTRAINT at /etc/pip/constraint.txt, which pins its system packages for
+# every pip install. Our layers install hashed locks with --no-deps that never list what NGC provides
+# (the ngc stack's locks are resolved around it: tests/unit/mcore_images/test_locks_ngc.py), so the
+# constraint could only refuse a lock it has not seen; it is turned off here, as Megatron-LM's NGC
+# Dockerfile does. A user's `pip install` in the image is then unconstrained too: `pip install -c <(pip
+# freeze)` keeps the image's versions (README).
+ENV PIP_CONSTRAINT=
 
 # ---------------------------------------------------------------------------------------------
 # The flavor picks one of the OS stages above (a stage name, not a registry image).

@@ -17,7 +17,7 @@ MODULES = (
     "mcore_images.plan", "mcore_images.jobs", "mcore_images.lock", "mcore_images.generated",
     "mcore_images.debian_base", "mcore_images.build", "mcore_images.doctor", "mcore_images.programs",
     "mcore_images.run", "mcore_images.certify", "mcore_images.promote", "mcore_images.verify", "mcore_images.tags",
-    "mcore_images.release_matrix",
+    "mcore_images.release_matrix", "mcore_images.outdated",
     "mcore_images.build_timing",
 )
 """Modules that declare commands, in the order `mcore-images --help` lists them."""

@@ -1,0 +1,169 @@
+"""`mcore-images outdated`: what upstream released since each pin, and which rules a bump would break.
+
+For every stack and every component installed from PyPI, the newest final release on PyPI (its JSON API;
+yanked files and pre-releases left out) is compared with the pin. A newer one is tried on a copy of the
+stack (``Stack.replace``) through the compatibility rules, so the report says whether the bump alone keeps
+the stack valid or which rule it breaks (mbridge on a newer megatron-core, a TE wheel for another CUDA …).
+Components that come with the base image (NGC's torch and TE) or from a git commit (apex) follow their base
+or their repository, not PyPI: they are reported as such. ``--bump STACK`` writes the newest rule-clean
+versions of that stack into env/stacks.json (then `make update` re-locks); the scheduled workflow
+(.github/workflows/outdated.yml) does that and opens a pull request for CI to judge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mcore_images import components, rules
+from mcore_images.command import Command
+from mcore_images.errors import InputError
+from mcore_images.stacks import NONE, SHARED_LAYERS, Stack, get_stack, load_stacks, stacks_file
+from mcore_images.versions import InvalidVersion, Version
+
+PYPI = "https://pypi.org/pypi/{name}/json"
+Fetch = Callable[[str], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Finding:
+    stack: str
+    component: str
+    pinned: str
+    newest: str | None
+    status: str  # current, newer, untracked (not from PyPI here), error
+    breaks: tuple[str, ...] = ()
+    note: str = ""
+
+    def line(self) -> str:
+        if self.status == "newer":
+            verdict = "rules ok" if not self.breaks else "would break " + "; ".join(self.breaks)
+            return f"{self.stack:<16} {self.component:<16} {self.pinned:>10} → {self.newest:<10} {verdict}"
+        note = f": {self.note}" if self.note else ""
+        return f"{self.stack:<16} {self.component:<16} {self.pinned:>10}   {self.status}{note}"
+
+
+def fetch_pypi(name: str) -> dict[str, Any]:
+    with urllib.request.urlopen(PYPI.format(name=name), timeout=60) as resp:
+        return json.load(resp)
+
+
+def newest_release(document: dict[str, Any]) -> str | None:
+    """The highest final version with at least one file that is not yanked."""
+    best: Version | None = None
+    for text, files in document.get("releases", {}).items():
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue
+        if version.is_prerelease or version.is_devrelease or not files or all(f.get("yanked") for f in files):
+            continue
+        best = version if best is None or version > best else best
+    return None if best is None else str(best)
+
+
+def tracked(stack: Stack, comp: components.Component) -> str | None:
+    """Why a component's pin does not follow PyPI here (None when it does)."""
+    pin = stack.pins[comp.key]
+    if pin == NONE:
+        return "not in this stack"
+    if not comp.requirements or comp.pin != "version":
+        return "follows its base image or git commit, not PyPI"
+    if comp.source and getattr(stack, comp.source) == "base":
+        return f"comes with the base image {stack.base_image}"
+    return None
+
+
+def check_stack(stack: Stack, fetch: Fetch, cache: dict[str, Any]) -> list[Finding]:
+    out = []
+    for comp in components.CATALOGUE:
+        why = tracked(stack, comp)
+        if why is not None:
+            if stack.pins[comp.key] != NONE:
+                out.append(Finding(stack.name, comp.key, stack.pins[comp.key], None, "untracked", note=why))
+            continue
+        name = comp.distribution or comp.key
+        try:
+            if name not in cache:
+                cache[name] = newest_release(fetch(name))
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            out.append(Finding(stack.name, comp.key, stack.pins[comp.key], None, "error", note=f"PyPI: {error}"))
+            continue
+        newest, pinned = cache[name], stack.pins[comp.key]
+        if newest is None or Version(newest) <= Version(pinned):
+            out.append(Finding(stack.name, comp.key, pinned, newest, "current"))
+            continue
+        broken = tuple(f"[{v.rule}] {v.message}" for v in rules.check(stack.replace(**{comp.key: newest})))
+        out.append(Finding(stack.name, comp.key, pinned, newest, "newer", broken))
+    return out
+
+
+def bump(stack: Stack, findings: list[Finding], path: Path) -> dict[str, str]:
+    """Write the rule-clean newer versions of ``stack`` into env/stacks.json; returns {component: version}.
+    The bumps are applied together only if the stack stays valid with all of them; stacks that build on
+    this one's base and kernels layers (``layers_from``) get the same versions of those layers' components."""
+    shared = {c.key for c in components.CATALOGUE if c.layer in SHARED_LAYERS}
+    clean = {f.component: f.newest for f in findings if f.status == "newer" and not f.breaks and f.newest
+             and not (stack.layers_from and f.component in shared)}  # those follow the stack it builds on
+    if clean and rules.check(stack.replace(**clean)):
+        clean = {}
+    if not clean:
+        return {}
+    doc = json.loads(path.read_text())
+    for entry in doc["variable"]["STACKS"]["default"]:
+        if entry["name"] == stack.name:
+            entry.update(clean)
+        elif entry.get("layers_from") == stack.name:  # stacks on its base and kernels layers move with them
+            entry.update({k: v for k, v in clean.items() if k in shared})
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return clean
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stack", help="one stack (default: every stack)")
+    p.add_argument("--bump", metavar="STACK",
+                   help="write STACK's newest rule-clean versions into env/stacks.json (then run `make update`)")
+
+
+def _run(args: argparse.Namespace, fetch: Fetch = fetch_pypi) -> int:
+    stacks = load_stacks()
+    if args.bump:
+        stack = get_stack(args.bump, stacks)
+        applied = bump(stack, check_stack(stack, fetch, {}), stacks_file())
+        print(json.dumps(applied) if args.json else
+              (f"{stack.name}: " + ", ".join(f"{k} → {v}" for k, v in applied.items()) if applied
+               else f"{stack.name}: no bump keeps every rule; nothing written"))
+        return 0
+    chosen = [get_stack(args.stack, stacks)] if args.stack else list(stacks.values())
+    cache: dict[str, Any] = {}
+    findings = [f for stack in chosen for f in check_stack(stack, fetch, cache)]
+    if args.json:
+        print(json.dumps([asdict(f) for f in findings], indent=2))
+    else:
+        for f in findings:
+            print(f.line())
+        newer = [f for f in findings if f.status == "newer"]
+        print(f"{len(newer)} pin(s) behind PyPI, {sum(1 for f in newer if not f.breaks)} of them a bump the rules "
+              "allow as it is")
+    if any(f.status == "error" for f in findings):
+        print("outdated: PyPI could not be read for some components; see 'error' above", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _checked_run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except InvalidVersion as error:
+        raise InputError(f"a pin is not a version ({error}); fix env/stacks.json") from None
+
+
+COMMANDS = (Command("outdated", "compare every pin with PyPI's newest release and name the rules a bump would break",
+                    _arguments, _checked_run, prints_data=True),)

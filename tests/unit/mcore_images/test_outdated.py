@@ -1,0 +1,61 @@
+"""`mcore-images outdated` against a faked PyPI: newest final release, the rules a bump breaks, --bump."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mcore_images import outdated
+from mcore_images.stacks import load_stacks
+from tests.unit.conftest import ROOT
+
+
+def release(*versions: str, yanked: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {"releases": {v: [{"yanked": v in yanked}] for v in versions}}
+
+
+PYPI = {"torch": release("2.11.0"), "transformer-engine": release("2.20.2", "2.21.0"),
+        "megatron-core": release("0.16.1", "0.19.2", "0.20.0rc1", "0.19.3", yanked=("0.19.3",)),
+        "mbridge": release("0.15.1"), "megatron-bridge": release("0.6.2"), "verl": release("0.9.1")}
+
+
+def test_the_newest_final_unyanked_release() -> None:
+    assert outdated.newest_release(PYPI["megatron-core"]) == "0.19.2"
+    assert outdated.newest_release({"releases": {"1.0": []}}) is None
+
+
+def test_a_bump_is_tried_through_the_rules() -> None:
+    debian = load_stacks()["debian"]
+    found = {f.component: f for f in outdated.check_stack(debian, lambda name: PYPI[name], {})}
+    assert found["torch"].status == "current"
+    assert found["te"].status == "newer" and found["te"].newest == "2.21.0" and found["te"].breaks == ()
+    mcore = found["mcore"]
+    assert mcore.status == "newer" and mcore.newest == "0.19.2"
+    assert mcore.breaks and mcore.breaks[0].startswith("[mbridge-mcore] mbridge 0.15.1 cannot build models")
+    assert found["python"].status == "untracked" and "mbridge" in found and "verl" not in found
+
+
+def test_bump_writes_only_what_keeps_every_rule(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture) -> None:
+    shutil.copytree(ROOT / "env", tmp_path / "env")
+    monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
+    args = argparse.Namespace(bump="debian", stack=None, json=True)
+    assert outdated._run(args, fetch=lambda name: PYPI[name]) == 0
+    assert json.loads(capsys.readouterr().out) == {"te": "2.21.0"}
+    bumped = load_stacks(tmp_path / "env" / "stacks.json")
+    assert bumped["debian"].te == "2.21.0" and bumped["debian"].mcore == "0.16.1"
+    assert bumped["debian-mcore019"].te == "2.21.0"  # it builds on debian's kernels layer
+
+
+def test_pypi_unreachable_is_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    def down(name: str) -> dict[str, Any]:
+        raise OSError("network unreachable")
+
+    args = argparse.Namespace(bump=None, stack="debian", json=False)
+    assert outdated._run(args, fetch=down) == 2
+    assert "PyPI could not be read" in capsys.readouterr().err
