@@ -140,10 +140,11 @@ def image_exists(ref: str) -> bool:
 def start_container(ref: str) -> str:
     """One long-lived container, always removed by the caller. No network: every check works offline.
     The hostname resolves to loopback, as Docker's network would make it: a program that looks up its
-    own host name gets an answer at once instead of waiting for a resolver that is not there."""
+    own host name gets an answer at once instead of waiting for a resolver that is not there. --ipc=host,
+    as NVIDIA's containers ask to be run (the doctor fails Docker's 64 MiB /dev/shm)."""
     name = f"mcore-images-test-{uuid.uuid4().hex[:10]}"
     return docker(
-        "run", "-d", "--rm", "--network", "none", "--hostname", "mcore-images-test",
+        "run", "-d", "--rm", "--network", "none", "--ipc=host", "--hostname", "mcore-images-test",
         "--add-host", "mcore-images-test:127.0.0.1", "--name", name, "--label", "io.mcore-images.test=1",
         "--entrypoint", "sleep", ref, "infinity",
         timeout=300,
