@@ -36,7 +36,8 @@ SIDE_LAYERS = ("builder",)
 GLIBC = {"ubuntu24.04": "2_39", "ubuntu22.04": "2_35", "ngc": "2_39", "debian": "2_28"}
 PYPI_SIMPLE = "https://pypi.org/simple"
 # Packages a base image provides when the stack takes torch from it (NGC): never emitted.
-BASE_PROVIDED = re.compile(r"^(torch|torchvision|torchaudio|triton|nvidia-.*|transformer-engine.*|apex|flash-attn|cuda-.*)$")
+BASE_PROVIDED = re.compile(
+    r"^(torch|torchvision|torchaudio|triton|nvidia-.*|transformer-engine.*|apex|flash-attn|cuda-.*)$")
 """What NGC's PyTorch container builds against its own torch (its /etc/pip/constraint.txt pins them): a lock
 for a stack whose torch comes with the base never re-installs these from PyPI."""
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
