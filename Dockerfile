@@ -214,12 +214,17 @@ ENV CUDA_DEVICE_MAX_CONNECTIONS=1 \
 RUN --mount=type=bind,from=tooling-build,source=/tooling,target=/tooling \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     sh /mnt/build/pip.sh install --no-deps --no-index --no-cache-dir /tooling/*.whl \
- && python -m pip check
+ && python -m pip check \
+ && mkdir -p /opt/mcore-images \
+ && python -m mcore_images.constraints > /opt/mcore-images/constraints.txt
 COPY env/stacks.json env/stacks.schema.json env/bench-baselines.json /opt/mcore-images/env/
+# A job's `pip install` on this image cannot move torch, TE, megatron-core or their CUDA libraries.
+ENV PIP_CONSTRAINT=/opt/mcore-images/constraints.txt
 WORKDIR /workspace
 
 # ---------------------------------------------------------------------------------------------
 FROM runtime AS app
+# The app lock was resolved on top of the runtime's pins; it installs without the jobs' constraints.
 ARG STACK
 ARG TORCH_VERSION
 ARG VERL_VERSION
@@ -230,6 +235,6 @@ RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lo
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    /mnt/build/install-lock.sh /mnt/lock.txt \
+    PIP_CONSTRAINT='' /mnt/build/install-lock.sh /mnt/lock.txt \
  && /mnt/build/check-version.sh verl "${VERL_VERSION}" \
  && /mnt/build/check-version.sh torch "${TORCH_VERSION}"

@@ -17,7 +17,8 @@ IMAGE ?= mcore-images:runtime-$(or $(STACK),debian)
 export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 .PHONY: help setup plan jobs lock update validate build base docker-engine lint test test-unit test-image \
-	test-image-ci ci smoke certify push-candidates registry release-local bake-print test-slurm test-registry
+	test-image-ci ci smoke certify push-candidates registry release-local bake-print test-slurm test-registry \
+	test-example
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -80,9 +81,13 @@ ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release
 	bash .ci/phase.sh registry-tests $(MAKE) --no-print-directory test-registry
 	bash .ci/phase.sh layer-reuse $(MAKE) --no-print-directory layer-reuse
 	bash .ci/phase.sh slurm $(MAKE) --no-print-directory test-slurm
+	bash .ci/phase.sh example-job $(MAKE) --no-print-directory test-example
 
 test-slurm: ## the CPU smoke as 2-node Slurm jobs on a one-host cluster (.ci/slurm.sh): COMPLETED, and FAILED with a faulty rank
 	bash .ci/slurm-smoke.sh
+
+test-example: ## the example training job (examples/train-gpt) built on IMAGE: train, kill, resume in another layout, on CPU
+	$(PYTHON) -m pytest -q -s tests/example --base $(IMAGE)
 
 test-registry: ## refusals and verification against the real local registry (starts it if needed)
 	bash .ci/registry.sh start

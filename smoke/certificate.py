@@ -78,6 +78,12 @@ def validate(cert: dict[str, Any]) -> list[str]:
                      if not isinstance(run.get(k), t)]
         if run.get("status") not in RUN_STATUSES:
             problems.append(f"runs[{i}]: status {run.get('status')!r} not one of {RUN_STATUSES}")
+    if "checkpoint" in cert:
+        section = cert["checkpoint"]
+        if not isinstance(section, dict) or not isinstance(section.get("pairs"), list):
+            problems.append("checkpoint section is not an object with a pairs list")
+        elif section.get("verdict") not in ("passed", "failed", "skipped"):
+            problems.append(f"checkpoint verdict {section.get('verdict')!r} not one of passed/failed/skipped")
     if "bench" in cert and not isinstance(cert["bench"], dict):
         problems.append("bench section is not an object")
     if "bridge" in cert:  # optional section added by `python -m smoke.bridge --certificate FILE`
@@ -146,7 +152,11 @@ def render_markdown(cert: dict[str, Any]) -> str:
             f"{_num(par.get('loss_rel'), '.2e')} | {_num(par.get('grad_norm_rel'), '.2e')} | "
             f"{_num(tm.get('build_s'), '.2f')} | {_ms(tm.get('step_median_s'))} |"
         )
+    if cert.get("checkpoint"):
+        lines += render_checkpoint(cert["checkpoint"])
     failed = [(run["id"], c) for run in cert["runs"] for c in run["checks"] if not c.get("ok")]
+    failed += [(f"checkpoint {p['id']}", c) for p in (cert.get("checkpoint") or {}).get("pairs", [])
+               for c in p["checks"] if not c.get("ok")]
     if failed:
         lines += ["", "## Failed checks", ""]
         lines += [f"- {rid}: {c['name']} — {c.get('detail', '')}" for rid, c in failed]
@@ -159,6 +169,26 @@ def render_markdown(cert: dict[str, Any]) -> str:
 
         lines += render_bridge(cert["bridge"])
     return "\n".join(lines) + "\n"
+
+
+def render_checkpoint(section: dict[str, Any]) -> list[str]:
+    """The checkpoint round trips as a Markdown table."""
+    lines = ["", f"## Checkpoint round trips: {section['verdict'].upper()}", "",
+             f"{section.get('format')} checkpoint saved after {section.get('saved_after_steps')} steps, "
+             f"{section.get('resumed_steps')} steps resumed in the second layout and compared with the first "
+             f"layout's uninterrupted run (distributed optimizer: {section.get('distributed_optimizer')}).", "",
+             "| saved in → loaded in | model/spec | status | size MiB | save s | load s | Δloss | Δgrad norm |",
+             "|---|---|---|---|---|---|---|---|"]
+    for p in section["pairs"]:
+        if p["status"] == "skipped":
+            lines.append(f"| {p['saved_in']} → {p['loaded_in']} | {p['model']}/{p['spec']} | skipped: "
+                         f"{p['reason']} | – | – | – | – | – |")
+            continue
+        save = f"{p['save_s']:.2f}" + (f" + {p['finish_s']:.2f} background" if p["async_save"] else "")
+        lines.append(f"| {p['saved_in']} → {p['loaded_in']} | {p['model']}/{p['spec']} | {p['status']} | "
+                     f"{p['bytes'] / 2**20:.1f} | {save} | {p['load_s']:.2f} | {_num(p['loss_rel'], '.2e')} | "
+                     f"{_num(p['grad_norm_rel'], '.2e')} |")
+    return lines
 
 
 def write(cert: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:

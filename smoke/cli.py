@@ -39,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds a collective may take before its rank gives up and the run fails")
     parser.add_argument("--watchdog", type=float, default=900.0, help="seconds the whole run may take")
     parser.add_argument("--out", help="folder for certificate.json and certificate.md")
+    parser.add_argument("--checkpoint", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the checkpoint round trips: save in one layout, resume in another (default: on)")
+    parser.add_argument("--checkpoint-dir", metavar="DIR",
+                        help="where the round trips save; every rank must see it (default: OUT/checkpoint, "
+                        "else a temporary folder)")
     parser.add_argument("--seed", type=int, default=1234, help="base seed of the name-seeded global model")
     parser.add_argument("--lr", type=float, default=3e-3, help=argparse.SUPPRESS)
     parser.add_argument("--dry-run", action="store_true",

@@ -11,7 +11,7 @@ import statistics
 from typing import Any
 
 from smoke.kit.numerics import Tolerance, rel_delta, spread
-from smoke.layouts import Run
+from smoke.layouts import RoundTrip, Run
 
 
 def _check(name: str, ok: bool, detail: str) -> dict[str, Any]:
@@ -133,6 +133,60 @@ def evaluate(run: Run, records: list[dict], tol: Tolerance, baseline: dict[str, 
     }
     status = "passed" if all(c["ok"] for c in checks) else "failed"
     return result(run, status, None, checks, losses, norms, parity, timing)
+
+
+def _last_stage(records: list[dict[str, Any]], key: str, last: str) -> list[float]:
+    """The values a last pipeline stage recorded (the other stages have NaN losses)."""
+    found = [r[key] for r in records if r[last]]
+    return found[0] if found else [math.nan] * len(records[0][key])
+
+
+def round_trip(pair: RoundTrip, records: list[dict[str, Any]], tol: Tolerance, deterministic: bool) -> dict[str, Any]:
+    """The checks of one checkpoint round trip: the steps resumed in the second layout must continue the
+    first layout's uninterrupted run, step by step, within the parity tolerance (the layouts sum in
+    different orders). Resumed in the same layout under deterministic math, they must match exactly."""
+    straight, resumed = _last_stage(records, "straight", "last_a"), _last_stage(records, "resumed", "last_b")
+    straight_norms, resumed_norms = records[0]["straight_norms"], records[0]["resumed_norms"]
+    same = pair.save.layout == pair.load.layout and deterministic
+    loss_rel = max((rel_delta(a, b) for a, b in zip(resumed, straight, strict=True)), default=math.nan)
+    norm_rel = max((rel_delta(a, b) for a, b in zip(resumed_norms, straight_norms, strict=True)), default=math.nan)
+    loss_tol, norm_tol = (0.0, 0.0) if same else (tol.loss_rtol, tol.grad_norm_rtol)
+    finite = all(math.isfinite(v) for v in straight + resumed + straight_norms + resumed_norms)
+    checks = [
+        _check("resumed losses continue the uninterrupted run", finite and loss_rel <= loss_tol,
+               f"{len(resumed)} steps, largest relative difference {loss_rel:.2e} (limit {loss_tol:.2e})"),
+        _check("resumed grad norms continue the uninterrupted run", finite and norm_rel <= norm_tol,
+               f"{len(resumed_norms)} steps, largest relative difference {norm_rel:.2e} (limit {norm_tol:.2e})"),
+    ]
+    return {
+        "id": pair.id, "saved_in": pair.save.layout.name, "loaded_in": pair.load.layout.name,
+        "model": pair.save.model, "spec": pair.save.spec, "format": "torch_dist", "async_save": pair.async_save,
+        "status": "passed" if all(c["ok"] for c in checks) else "failed", "reason": None, "checks": checks,
+        "straight": straight, "resumed": resumed, "straight_grad_norms": straight_norms,
+        "resumed_grad_norms": resumed_norms, "loss_rel": loss_rel, "grad_norm_rel": norm_rel,
+        "bytes": records[0]["bytes"],
+        "save_s": max(r["save_s"] for r in records), "finish_s": max(r["finish_s"] for r in records),
+        "load_s": max(r["load_s"] for r in records), "wall_s": max(r["wall_s"] for r in records),
+    }
+
+
+def round_trip_skipped(pair: RoundTrip) -> dict[str, Any]:
+    return {"id": pair.id, "saved_in": pair.save.layout.name, "loaded_in": pair.load.layout.name,
+            "model": pair.save.model, "spec": pair.save.spec, "status": "skipped", "reason": pair.skip,
+            "checks": []}
+
+
+def round_trip_line(res: dict[str, Any], index: int, total: int) -> str:
+    """The one line printed per round trip as it finishes."""
+    head = f"[smoke] checkpoint {index}/{total} {res['id']:<24} {res['status'].upper():<7}"
+    if res["status"] == "skipped":
+        return f"{head} {res['reason']}"
+    text = (f"{head} Δloss {res['loss_rel']:.1e} Δgnorm {res['grad_norm_rel']:.1e} "
+            f"{res['bytes'] / 2**20:.1f} MiB save {res['save_s']:.2f}s"
+            + (f" (+{res['finish_s']:.2f}s in background)" if res["async_save"] else "")
+            + f" load {res['load_s']:.2f}s")
+    failed = [c["name"] for c in res["checks"] if not c["ok"]]
+    return text + (f" FAILED: {'; '.join(failed)}" if failed else "")
 
 
 def progress_line(res: dict[str, Any], index: int, total: int) -> str:

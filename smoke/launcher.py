@@ -59,7 +59,7 @@ def plan_from_args(args: argparse.Namespace, available: int) -> layouts.Plan:
     specs = ("local", "te") if args.spec == "auto" and te else (("local",) if args.spec == "auto" else (args.spec,))
     shape = layouts.CPU_SHAPE if args.cpu else layouts.GPU_SHAPE
     return layouts.plan(world, selected, te=te, models=tuple(args.models), specs=specs, shape=shape,
-                        repeat=args.deterministic)
+                        repeat=args.deterministic, checkpoint=args.checkpoint)
 
 
 def _rank_states(state_dir: Path) -> list[dict[str, Any]]:

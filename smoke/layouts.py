@@ -21,6 +21,16 @@ CATALOGUE: dict[int, tuple[str, ...]] = {
 }
 """The layouts the suite knows, by the number of ranks they need (dp not named counts as 1)."""
 
+ROUND_TRIPS: dict[int, tuple[tuple[str, str, str], ...]] = {
+    1: (("dp1", "dp1", "dense"),),
+    2: (("tp2", "pp2", "dense"), ("pp2", "dp2", "dense"), ("pp2", "dp2", "moe")),
+    4: (("tp2-pp2", "dp4", "dense"), ("ep4", "ep2", "moe")),
+    8: (("tp2-pp2", "pp4", "dense"), ("ep8", "pp2-ep2", "moe")),
+}
+"""Checkpoint round trips by world size: (saved in, loaded in, model). Both layouts of an MoE pair keep
+the expert optimizer apart from the dense one or both merge it (ep > 1 on both sides, or on neither):
+megatron-core cannot load a checkpoint whose optimizer was split in two into one that is not."""
+
 MODELS = ("dense", "moe")
 SPECS = ("local", "te")
 
@@ -169,12 +179,29 @@ class Run:
         return f"dp{self.layout.size}/{self.model}/{self.spec}"
 
 
+@dataclass(frozen=True)
+class RoundTrip:
+    """Train ``save``'s layout, checkpoint it, and resume in ``load``'s; the first pair saves in the
+    background (``async_save``)."""
+
+    save: Run
+    load: Run
+    async_save: bool
+    skip: str | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.save.layout.name}→{self.load.layout.name}/{self.save.model}/{self.save.spec}"
+
+
 @dataclass
 class Plan:
-    """Everything the ranks will run, in order; baselines come first for each model/spec."""
+    """Everything the ranks will run, in order; baselines come first for each model/spec, the checkpoint
+    round trips last."""
 
     world: int
     runs: list[Run] = field(default_factory=list)
+    round_trips: list[RoundTrip] = field(default_factory=list)
 
     @property
     def to_run(self) -> list[Run]:
@@ -201,6 +228,7 @@ def plan(
     specs: tuple[str, ...] = SPECS,
     shape: ModelShape = GPU_SHAPE,
     repeat: bool = False,
+    checkpoint: bool = True,
 ) -> Plan:
     """Order the runs: for each spec and model the dp-only baseline (and with ``repeat``, the same run
     again, for the determinism check), then every other layout.
@@ -224,16 +252,40 @@ def plan(
             for layout in filled:
                 if layout != baseline and not (model == "dense" and layout.ep > 1):
                     result.runs.append(Run(layout, model, spec, False, skip_reason(layout, model, spec, te, shape)))
+    if checkpoint:
+        result.round_trips = round_trips(world, te=te, models=models, specs=specs, shape=shape)
     return result
+
+
+def round_trips(world: int, *, te: bool, models: tuple[str, ...], specs: tuple[str, ...],
+                shape: ModelShape) -> list[RoundTrip]:
+    """The world size's checkpoint pairs for the selected models, in the richest spec selected (TE where
+    it runs: the layers production checkpoints hold)."""
+    spec = "te" if "te" in specs and te else specs[0]
+    pairs: list[RoundTrip] = []
+    for save_name, load_name, model in ROUND_TRIPS.get(world, ()):
+        if model not in models:
+            continue
+        save, load = (parse_layout(name).filled(world) for name in (save_name, load_name))
+        why = skip_reason(save, model, spec, te, shape) or skip_reason(load, model, spec, te, shape)
+        pairs.append(RoundTrip(Run(save, model, spec), Run(load, model, spec), async_save=not pairs, skip=why))
+    return pairs
 
 
 def render_plan(p: Plan) -> str:
     """Human-readable plan, one line per run (what ``--dry-run`` prints)."""
-    lines = [f"smoke plan: {p.world} rank(s), {len(p.to_run)} run(s) of {len(p.runs)}"]
+    pairs = sum(1 for pair in p.round_trips if pair.skip is None)
+    lines = [f"smoke plan: {p.world} rank(s), {len(p.to_run)} run(s) of {len(p.runs)}, "
+             f"{pairs} checkpoint round trip(s) of {len(p.round_trips)}"]
     for run in p.runs:
         role = ("baseline" if run.baseline else f"bitwise vs {run.baseline_id} (deterministic)" if run.repeat
                 else f"parity vs {run.baseline_id}")
         state = f"skip: {run.skip}" if run.skip else role
         name = run.layout.name + (" again" if run.repeat else "")
         lines.append(f"  {name:<14} {run.model:<5} {run.spec:<5} {state}")
+    for pair in p.round_trips:
+        how = f"skip: {pair.skip}" if pair.skip else (
+            "checkpoint round trip" + (", background save" if pair.async_save else ""))
+        lines.append(f"  {pair.save.layout.name + ' → ' + pair.load.layout.name:<14} {pair.save.model:<5} "
+                     f"{pair.save.spec:<5} {how}")
     return "\n".join(lines)

@@ -36,6 +36,8 @@ def slim(cert: dict[str, Any]) -> dict[str, Any]:
         "timing": {k: round(v, 2) for k, v in (cert.get("timing") or {}).items() if isinstance(v, int | float)},
         "runs": {r["id"]: {"build_s": round(r["timing"]["build_s"], 3), "steps_s": round(r["timing"]["steps_s"], 3)}
                  for r in cert.get("runs", []) if r.get("status") != "skipped" and r.get("timing")},
+        "round_trips": {p["id"]: round(p["wall_s"], 3) for p in (cert.get("checkpoint") or {}).get("pairs", [])
+                        if p.get("status") != "skipped"},
     }
 
 
@@ -76,6 +78,13 @@ def project(plan: Plan, timings: dict[str, Any], steps: int) -> dict[str, Any]:
                 continue
             estimated += 1
         runs_s += entry["build_s"] + entry["steps_s"] * steps / timings["steps"]
+    for pair in plan.round_trips:  # a fixed number of steps, whatever --steps says
+        if pair.skip is None:
+            if pair.id in timings.get("round_trips", {}):
+                measured += 1
+                runs_s += timings["round_trips"][pair.id]
+            else:
+                missing.append(pair.id)
     return {"total_s": start + runs_s + teardown, "start_s": start, "runs_s": runs_s, "teardown_s": teardown,
             "measured": measured, "estimated": estimated, "missing": missing}
 

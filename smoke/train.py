@@ -183,8 +183,30 @@ def _sync(st: Settings) -> None:
         torch.cuda.synchronize()
 
 
-def train(run: Run, st: Settings) -> dict[str, Any]:
-    """Build and train one run on this rank; returns this rank's record for rank 0 to judge."""
+@dataclass
+class Session:
+    """One layout built and wrapped on this rank, ready to step: what train() and the checkpoint round trip
+    share."""
+
+    run: Run
+    chunks: list[torch.nn.Module]
+    opt: Any
+    mbs: list[dict[str, Any]]
+    last: bool
+    dp_group: Any
+    build_s: float
+
+    def models(self) -> list[torch.nn.Module]:
+        """The GPTModel chunks inside DDP (and Float16Module on GPUs): whose sharded state a checkpoint holds."""
+        out = []
+        for chunk in self.chunks:
+            inner = chunk.module
+            out.append(getattr(inner, "module", inner) if not isinstance(inner, GPTModel) else inner)
+        return out
+
+
+def start(run: Run, st: Settings) -> Session:
+    """Parallel state for the run's layout, the model (name-seeded global init), DDP + optimizer, the batch."""
     t0 = time.perf_counter()
     lay = run.layout
     bootstrap.init_parallel(tp=lay.tp, pp=lay.pp, vpp=lay.vpp, cp=lay.cp, ep=lay.ep, cpu=st.cpu,
@@ -192,37 +214,47 @@ def train(run: Run, st: Settings) -> dict[str, Any]:
     cfg = transformer_config(run, st)
     chunks, opt = bootstrap.wrap(build(run, st, cfg), cfg, dist_opt=st.dist_opt, cpu=st.cpu, lr=st.lr)
     mbs = micro_batches(st, lay)
-    last = ps.is_pipeline_last_stage()
     _sync(st)
-    build_s = time.perf_counter() - t0
-    dp_group = ps.get_data_parallel_group(with_context_parallel=True)
+    return Session(run, chunks, opt, mbs, ps.is_pipeline_last_stage(),
+                   ps.get_data_parallel_group(with_context_parallel=True), time.perf_counter() - t0)
+
+
+def steps(session: Session, st: Settings, count: int, first: int = 0) -> tuple[list[float], list[float], list[float]]:
+    """Train ``count`` steps (numbered from ``first`` for planted faults); (losses, grad norms, seconds)."""
     losses: list[float] = []
     norms: list[float] = []
     step_s: list[float] = []
-    for step in range(st.steps):
+    for step in range(first, first + count):
         faults.maybe(st.fault, st.fault_rank, step)
         t = time.perf_counter()
-        reduced, grad_norm = bootstrap.train_step(chunks, opt, mbs, seq=st.shape.seq,
-                                                  micro_batch=mbs[0]["tokens"].shape[0])
-        loss = bootstrap.reduced_loss(reduced, dp_group) if last else math.nan
+        reduced, grad_norm = bootstrap.train_step(session.chunks, session.opt, session.mbs, seq=st.shape.seq,
+                                                  micro_batch=session.mbs[0]["tokens"].shape[0])
+        loss = bootstrap.reduced_loss(reduced, session.dp_group) if session.last else math.nan
         _sync(st)
         step_s.append(time.perf_counter() - t)
         losses.append(loss)
         norms.append(math.nan if grad_norm is None else grad_norm)
-    dense, expert = _checksums(chunks)
-    edp_group = ps.get_expert_data_parallel_group() if run.model == "moe" else dp_group
+    return losses, norms, step_s
+
+
+def train(run: Run, st: Settings) -> dict[str, Any]:
+    """Build and train one run on this rank; returns this rank's record for rank 0 to judge."""
+    session = start(run, st)
+    losses, norms, step_s = steps(session, st, st.steps)
+    dense, expert = _checksums(session.chunks)
+    edp_group = ps.get_expert_data_parallel_group() if run.model == "moe" else session.dp_group
     record = {
         "rank": torch.distributed.get_rank(),
-        "last_stage": last,
+        "last_stage": session.last,
         "losses": losses,
         "grad_norms": norms,
         "step_s": step_s,
-        "build_s": build_s,
+        "build_s": session.build_s,
         "dense_sum": dense,
         "expert_sum": expert,
-        "dp_group": sorted(torch.distributed.get_process_group_ranks(dp_group)),
+        "dp_group": sorted(torch.distributed.get_process_group_ranks(session.dp_group)),
         "edp_group": sorted(torch.distributed.get_process_group_ranks(edp_group)),
     }
-    del opt, chunks
+    del session
     ps.destroy_model_parallel()
     return record

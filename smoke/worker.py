@@ -13,6 +13,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import tempfile
 import threading
 import time
 import traceback
@@ -74,6 +75,42 @@ def settings_for(args: argparse.Namespace, world: int) -> Any:
         timeout_s=args.timeout, dist_opt=args.dist_opt, fault=args.inject_fault, fault_rank=args.fault_rank,
         deterministic=args.deterministic,
     )
+
+
+def checkpoint_dir(args: argparse.Namespace, out: Path | None) -> Path:
+    """Where the round trips save: ``--checkpoint-dir``, else next to the certificate, else a temporary
+    folder (every rank must see the same folder: on several nodes, pass one on a shared file system)."""
+    if args.checkpoint_dir:
+        return Path(args.checkpoint_dir)
+    if out:
+        return out / "checkpoint"
+    return Path(tempfile.gettempdir()) / f"smoke-checkpoint-{os.environ.get('MASTER_PORT', os.getpid())}"
+
+
+def _round_trips(the_plan: Any, st: Any, tol: Any, folder: Path, rank: int, world: int,
+                 status: Status) -> dict[str, Any] | None:
+    """Every planned checkpoint round trip; the certificate's ``checkpoint`` section (on rank 0)."""
+    import torch
+
+    from smoke import checkpoint
+
+    pairs = []
+    for index, pair in enumerate(the_plan.round_trips, 1):
+        if pair.skip:
+            res = judge.round_trip_skipped(pair)
+        else:
+            status.update(phase=f"checkpoint {pair.id}")
+            record = checkpoint.round_trip(pair, st, folder)
+            records: list[Any] = [None] * world
+            torch.distributed.all_gather_object(records, record)
+            res = judge.round_trip(pair, records, tol, deterministic=st.cpu or st.deterministic)
+        pairs.append(res)
+        if rank == 0:
+            print(judge.round_trip_line(res, index, len(the_plan.round_trips)), flush=True)
+    ran = [p for p in pairs if p["status"] != "skipped"]
+    verdict = "skipped" if not ran else "passed" if all(p["status"] == "passed" for p in ran) else "failed"
+    return {"format": "torch_dist", "saved_after_steps": checkpoint.SAVED_AT, "resumed_steps": checkpoint.AFTER,
+            "distributed_optimizer": st.dist_opt, "folder": str(folder), "verdict": verdict, "pairs": pairs}
 
 
 def main(args: argparse.Namespace, argv: list[str]) -> int:
@@ -140,7 +177,7 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
         specs = ("local",)
     st = settings_for(args, world)
     the_plan = layouts.plan(world, layouts.parse_layouts(args.layouts), te=te_ok, models=tuple(args.models),
-                            specs=specs, shape=st.shape, repeat=args.deterministic)
+                            specs=specs, shape=st.shape, repeat=args.deterministic, checkpoint=args.checkpoint)
     tol = numerics.parity(maths)
     out = Path(args.out) if args.out else None
     cert = certificate.new(["python", "-m", "smoke", *argv], dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
@@ -183,7 +220,14 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
             if out:
                 certificate.write(cert, out)
 
+    if the_plan.round_trips:
+        cert["checkpoint"] = _round_trips(the_plan, st, tol, checkpoint_dir(args, out), rank, world, status)
+        if rank == 0 and out:
+            certificate.write(cert, out)
+
     failed = [r["id"] for r in cert["runs"] if r["status"] == "failed"] if rank == 0 else []
+    if rank == 0 and cert.get("checkpoint"):
+        failed += [f"checkpoint {p['id']}" for p in cert["checkpoint"]["pairs"] if p["status"] == "failed"]
     if te_error and rank == 0:
         failed.append("transformer-engine import")
     code = errors.FAILED if failed else errors.PASSED

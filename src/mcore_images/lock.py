@@ -74,6 +74,10 @@ def sdist_requirements(name: str, version: str) -> list[str]:
     return Parser().parsestr(pkg_info).get_all("Requires-Dist") or []
 
 
+UNDECLARED_RUNTIME = ("psutil",)
+"""What megatron-core needs at run time but does not declare."""
+
+
 def layer_inputs(stack: Stack, te_torch_requires: list[str] | None = None) -> dict[str, list[str]]:
     """Top-level requirements each layer adds: each component's (from the catalogue) in the lock of the
     layer that installs it, the builder's toolchain when something compiles, and what TE's compiled
@@ -84,6 +88,9 @@ def layer_inputs(stack: Stack, te_torch_requires: list[str] | None = None) -> di
     compiles = stack.te_source == "build" or stack.apex not in ("none", "base")
     # setuptools and wheel build the tooling's own wheel (every stack); the rest compiles extensions.
     inputs["builder"] += ["setuptools", "wheel", *(("pybind11", "ninja", "packaging") if compiles else ())]
+    # megatron-core's checkpoint writer processes import psutil without declaring it: without it they die
+    # at start and every save waits for them forever.
+    inputs["runtime"] += [r for r in UNDECLARED_RUNTIME if stack.mcore != components.NONE]
     if compiles and stack.flavor == "debian":
         # No CUDA toolkit in a plain Debian base: nvcc comes from PyPI, as separate wheels that must all
         # match torch's CUDA minor. The other flavors' bases carry nvcc.
@@ -303,6 +310,11 @@ def check_locks(stack: Stack, root: Path | None = None) -> list[str]:
         if len(lines) < 2 or not lines[1].startswith(resolution_line(stack)):
             problems.append(f"env/locks/{stack.name}/{layer}.txt was not resolved for {resolution_line(stack)[2:]} "
                             f"run `mcore-images lock --stack {stack.name}`")
+    if stack.mcore != components.NONE and not problems:
+        absent = [name for name in UNDECLARED_RUNTIME if name not in seen]
+        if absent:
+            problems.append(f"env/locks/{stack.name}: {', '.join(absent)} missing from the locks (megatron-core "
+                            f"needs it undeclared); run `mcore-images lock --stack {stack.name} --from-layer runtime`")
     return problems
 
 

@@ -34,7 +34,7 @@ def test_dry_run_without_gpus_shows_the_plan_for_each_machine_size() -> None:
 def test_dry_run_for_a_given_size_and_selection() -> None:
     out = smoke("--dry-run", "--nproc", "4", "--layouts", "tp2,pp2-ep2", "--models", "moe")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[0] == "smoke plan: 4 rank(s), 3 run(s) of 4"
+    assert out.stdout.splitlines()[0] == "smoke plan: 4 rank(s), 3 run(s) of 4, 1 checkpoint round trip(s) of 1"
     assert "dp4            moe   local baseline" in out.stdout
     assert "dp4 again      moe   local bitwise vs dp4/moe/local (deterministic)" in out.stdout
 

@@ -15,7 +15,8 @@ TIMINGS = {"schema": projection.SCHEMA, "gpu": "NVIDIA H200", "measured": "2026-
 
 
 def test_measured_runs_count_and_the_rest_are_estimated_from_their_dp_run() -> None:
-    plan = layouts.plan(2, layouts.parse_layouts("tp2"), te=True, models=("dense", "moe"), specs=("te",))
+    plan = layouts.plan(2, layouts.parse_layouts("tp2"), te=True, models=("dense", "moe"), specs=("te",),
+                        checkpoint=False)
     p = projection.project(plan, TIMINGS, steps=20)
     # dp2 dense ← dp1 dense (est), tp2 dense measured, dp2 moe ← dp1 moe (est); tp2 moe te planned too
     ids = [r.id for r in plan.to_run]
@@ -25,6 +26,14 @@ def test_measured_runs_count_and_the_rest_are_estimated_from_their_dp_run() -> N
     assert p["total_s"] == pytest.approx(15.0 + p["runs_s"] + 2.0)
     line = projection.render(p, TIMINGS, 2)
     assert line.startswith("projected wall time on 2 × NVIDIA H200: ") and "(1 measured, 3 estimated" in line
+
+
+def test_round_trips_are_added_when_measured_and_named_when_not() -> None:
+    plan = layouts.plan(2, layouts.parse_layouts("dp2"), te=True, models=("dense",), specs=("te",))
+    assert [p.id for p in plan.round_trips] == ["tp2→pp2/dense/te", "pp2→dp2/dense/te"]
+    timings = {**TIMINGS, "round_trips": {"tp2→pp2/dense/te": 7.5}}
+    p = projection.project(plan, timings, steps=10)
+    assert p["runs_s"] == pytest.approx(0.5 + 1.5 + 7.5) and p["missing"] == ["pp2→dp2/dense/te"]
 
 
 def test_a_certificate_is_slimmed_and_a_stranger_file_refused(tmp_path: Path) -> None:
