@@ -41,7 +41,8 @@ def round_trip(pair: RoundTrip, st: Settings, folder: Path) -> dict[str, Any]:
     train.steps(session, st, SAVED_AT)
     save = checkpointing.Save(session.models(), session.opt, folder, pair.async_save)
     straight, straight_norms, _ = train.steps(session, st, AFTER, first=SAVED_AT)
-    finish_s = save.finish()
+    save.finish()
+    finish_s = save.waited
     last_a = session.last
     del session
     ps.destroy_model_parallel()

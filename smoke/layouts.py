@@ -22,7 +22,7 @@ CATALOGUE: dict[int, tuple[str, ...]] = {
 """The layouts the suite knows, by the number of ranks they need (dp not named counts as 1)."""
 
 ROUND_TRIPS: dict[int, tuple[tuple[str, str, str], ...]] = {
-    1: (("dp1", "dp1", "dense"),),
+    1: (("dp1", "dp1", "dense"), ("dp1", "dp1", "moe")),
     2: (("tp2", "pp2", "dense"), ("pp2", "dp2", "dense"), ("pp2", "dp2", "moe")),
     4: (("tp2-pp2", "dp4", "dense"), ("ep4", "ep2", "moe")),
     8: (("tp2-pp2", "pp4", "dense"), ("ep8", "pp2-ep2", "moe")),

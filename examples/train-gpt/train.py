@@ -183,14 +183,16 @@ def main(argv: list[str]) -> int:
             if log:
                 log.write(json.dumps(entry) + "\n")
                 log.flush()
+        if pending and pending(blocking=False):  # a background save completed: name it in `latest`
+            pending = None
         if args.save and args.save_interval and (step % args.save_interval == 0 or step == args.steps):
             if pending:
-                pending()
+                pending(blocking=True)
             pending = save(args, step, models, opt, checkpointing, rank)
             if not args.async_save:
-                pending = pending()
+                pending = pending(blocking=True) and None
     if pending:
-        pending()
+        pending(blocking=True)
     torch.distributed.barrier()
     bootstrap.teardown()
     return 0
@@ -208,8 +210,9 @@ def save(args: argparse.Namespace, step: int, models: list[Any], opt: Any, check
     torch.distributed.barrier()
     saving = checkpointing.Save(models, opt, root / name, background=args.async_save)
 
-    def finish() -> None:
-        saving.finish()
+    def finish(blocking: bool) -> bool:
+        if not saving.finish(blocking):
+            return False
         torch.distributed.barrier()
         if rank == 0:
             (root / name / "train_state.json").write_text(json.dumps({"step": step, "seed": args.seed}))
@@ -217,6 +220,7 @@ def save(args: argparse.Namespace, step: int, models: list[Any], opt: Any, check
             tmp.write_text(name)
             tmp.replace(root / "latest")
             print(f"checkpoint {root / name} saved at step {step}", flush=True)
+        return True
 
     return finish
 

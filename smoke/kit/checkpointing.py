@@ -58,12 +58,12 @@ def _writer_ready() -> None:
 
 
 class Save:
-    """One save in progress: ``seconds`` is the time spent on the training path; ``finish()`` waits for
-    a background save's files and returns the seconds it waited."""
+    """One save in progress: ``seconds`` is the time spent on the training path, ``waited`` the time spent
+    in ``finish`` for a background save's files. Every rank calls ``finish`` at the same points."""
 
     def __init__(self, models: list[torch.nn.Module], optimizer: Any, folder: Path, background: bool) -> None:
         _writer_ready()
-        self.folder, self.queue = folder, None
+        self.folder, self.queue, self.waited = folder, None, 0.0
         t0 = time.perf_counter()
         state = sharded_state(models, optimizer, loading=False)
         if background:
@@ -75,14 +75,18 @@ class Save:
             dist_checkpointing.save(state, str(folder))
         self.seconds = time.perf_counter() - t0
 
-    def finish(self) -> float:
+    def finish(self, blocking: bool = True) -> bool:
+        """Whether the checkpoint is complete on every rank (``blocking``: wait until it is)."""
         if self.queue is None:
-            return 0.0
+            return True
         t0 = time.perf_counter()
-        self.queue.maybe_finalize_async_calls(blocking=True)
+        self.queue.maybe_finalize_async_calls(blocking=blocking)
+        self.waited += time.perf_counter() - t0
+        if self.queue.get_num_unfinalized_calls():
+            return False
         self.queue.close()
         self.queue = None
-        return time.perf_counter() - t0
+        return True
 
 
 def verify(folder: Path, state: dict[str, Any]) -> None:
