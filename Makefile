@@ -18,7 +18,7 @@ export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 .PHONY: help setup plan jobs lock update validate build base docker-engine lint test test-unit test-image \
 	test-image-ci ci smoke certify push-candidates registry release-local bake-print test-slurm test-registry \
-	test-example
+	test-example report test-report
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -27,7 +27,7 @@ help: ## show this help
 	@echo "             BAKE_ARGS='<extra docker buildx bake arguments>'"
 
 setup: ## install the tooling and test dependencies into the current Python
-	$(PYTHON) -m pip install -q -e '.[host,test]'
+	$(PYTHON) -m pip install -q -e '.[host,test,report]'
 
 plan: ## list stacks, targets and tags; fail on a broken compatibility rule
 	$(MCORE) plan $(if $(STACK),--stack $(STACK)) $(if $(GROUP),--group $(GROUP))
@@ -61,7 +61,8 @@ bake-print: ## print the resolved bake definition of a group (default: all)
 lint: ## ruff, shellcheck, hadolint
 	$(PYTHON) -m ruff check src smoke tests
 	$(call tool,shellcheck) .ci/run .ci/*.sh docker/*.sh
-	$(call tool,hadolint) Dockerfile
+	$(call tool,hadolint) Dockerfile examples/train-gpt/Dockerfile tests/report/browser/Dockerfile
+	$(PYTHON) -m ruff check examples
 
 test-unit: ## unit tests of the tooling (no docker needed)
 	$(PYTHON) -m pytest -q tests/unit
@@ -82,12 +83,19 @@ ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release
 	bash .ci/phase.sh layer-reuse $(MAKE) --no-print-directory layer-reuse
 	bash .ci/phase.sh slurm $(MAKE) --no-print-directory test-slurm
 	bash .ci/phase.sh example-job $(MAKE) --no-print-directory test-example
+	bash .ci/phase.sh report $(MAKE) --no-print-directory test-report
 
 test-slurm: ## the CPU smoke as 2-node Slurm jobs on a one-host cluster (.ci/slurm.sh): COMPLETED, and FAILED with a faulty rank
 	bash .ci/slurm-smoke.sh
 
 test-example: ## the example training job (examples/train-gpt) built on IMAGE: train, kill, resume in another layout, on CPU
 	$(PYTHON) -m pytest -q -s tests/example --base $(IMAGE)
+
+report: ## the report site (build/report) from the certificates under build/ and the build timings CI wrote
+	$(MCORE) report --out build/report build/release-local $(addprefix --build-timings ,$(wildcard build/layer-reuse.json build/build-timing.json))
+
+test-report: report ## the report site in Debian's Chromium (tests/report): tables, charts, console; screenshots in build/report-screenshots
+	$(PYTHON) -m pytest -q tests/report --site build/report --screenshots build/report-screenshots
 
 test-registry: ## refusals and verification against the real local registry (starts it if needed)
 	bash .ci/registry.sh start

@@ -9,4 +9,5 @@ build-timing: ## time builds of STACK (default debian) side by side: cold, warm,
 	  --mcore $(TIMING_MCORE) --te $(TIMING_TE) --out build/build-timing.json
 
 layer-reuse: ## rebuild with only megatron-core changed (an override); fail unless base and kernels stay cached
-	$(MCORE) build-timing --stack $(or $(STACK),debian) --scenarios mcore --mcore $(TIMING_MCORE) --check-reuse mcore
+	$(MCORE) build-timing --stack $(or $(STACK),debian) --scenarios mcore --mcore $(TIMING_MCORE) --check-reuse mcore \
+	  --out build/layer-reuse.json

@@ -34,6 +34,10 @@ class ImageDigest:
     digest: str
     digest_source: str
     repo_digest: str | None = None
+    labels: dict[str, str] | None = None
+    """The image's io.mcore-images.* labels (stack, layer, pins): what a report files the certificate under."""
+    size: int | None = None
+    """Unpacked bytes, as docker reports them."""
 
 
 def _repository_of(ref: str) -> str | None:
@@ -62,16 +66,20 @@ def resolve_digest(ref: str, run: Runner = subprocess.run) -> ImageDigest:
         raise InputError(f"docker image inspect {ref} printed no JSON: check the Docker installation") from exc
     if isinstance(data, list):
         data = data[0] if data else {}
+    labels = {k: v for k, v in ((data.get("Config") or {}).get("Labels") or {}).items()
+              if k.startswith("io.mcore-images.")}
+    size = data.get("Size") if isinstance(data.get("Size"), int) else None
     repo_digests = [d for d in data.get("RepoDigests") or [] if "@" in d]
     mine = [d for d in repo_digests if d.split("@", 1)[0] == _repository_of(ref)] or repo_digests
     if mine and images.is_digest(mine[0].split("@", 1)[1]):
         return ImageDigest(ref, mine[0].split("@", 1)[1],
-                           "RepoDigests: the registry manifest digest (pull by it to get this image)", mine[0])
+                           "RepoDigests: the registry manifest digest (pull by it to get this image)", mine[0],
+                           labels, size)
     image_id = str(data.get("Id", ""))
     if images.is_digest(image_id):
         return ImageDigest(ref, image_id,
                            "image ID: the local config digest (the image has no registry digest: never pushed "
-                           "or pulled); it identifies the image's content but cannot be pulled")
+                           "or pulled); it identifies the image's content but cannot be pulled", None, labels, size)
     raise InputError(f"docker reported no sha256 digest for {ref}: rebuild the image and try again")
 
 

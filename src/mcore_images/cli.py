@@ -18,7 +18,7 @@ MODULES = (
     "mcore_images.debian_base", "mcore_images.build", "mcore_images.doctor", "mcore_images.programs",
     "mcore_images.run", "mcore_images.certify", "mcore_images.promote", "mcore_images.verify", "mcore_images.tags",
     "mcore_images.release_matrix", "mcore_images.outdated",
-    "mcore_images.build_timing",
+    "mcore_images.build_timing", "mcore_images.report",
 )
 """Modules that declare commands, in the order `mcore-images --help` lists them."""
 

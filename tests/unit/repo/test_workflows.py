@@ -51,6 +51,12 @@ PINS: dict[str, tuple[str, str, set[str]]] = {
         "builder", "allow", "call", "files", "no-cache", "pull", "load", "provenance", "push", "sbom", "set",
         "source", "targets", "github-token"}),
     "oras-project/setup-oras": ("38de303aac69abb66f3e6255b7198bff35f323e3", "v2.0.0", {"version", "url", "checksum"}),
+    # The Pages pair: pins as published workflows use them; inputs from each repository's action.yml
+    # (a later stored version: the inputs these releases declare are the same).
+    "actions/upload-pages-artifact": ("56afc609e74202658d3ffba0e8f6dda462b719fa", "v3.0.1",
+                                      {"name", "path", "retention-days"}),
+    "actions/deploy-pages": ("d6db90164ac5ed86f2b6aed7e0febac5b3c0c03e", "v4.0.5", {
+        "token", "timeout", "error_count", "reporting_interval", "artifact_name", "preview"}),
 }
 
 
@@ -168,8 +174,10 @@ def test_no_expression_is_expanded_inside_a_script(workflows: dict[str, dict[str
 
 
 # Write access beyond packages, granted to one job each and for one reason.
-WRITERS = {("outdated.yml", "bump"): {("contents", "write"), ("pull-requests", "write")}}
-"""The upstream watch pushes a branch of bumped pins and opens a pull request for CI to judge."""
+WRITERS = {("outdated.yml", "bump"): {("contents", "write"), ("pull-requests", "write")},
+           ("promote.yml", "report"): {("pages", "write"), ("id-token", "write")}}
+"""The upstream watch pushes a branch of bumped pins and opens a pull request for CI to judge; the
+promotion publishes the report site of the certificate it promoted (GitHub Pages needs both)."""
 
 
 def test_least_privilege_permissions(workflows: dict[str, dict[str, Any]]) -> None:

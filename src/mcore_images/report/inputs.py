@@ -1,0 +1,160 @@
+"""What a report is made of: the stacks (env/stacks.json), the certificates it is given (found in folders
+or named as files), and build timings. A certificate that cannot be read or is not ours is kept, with the
+reason, so the index can show it as such; nothing here raises on bad input."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from mcore_images import components, policy, schemas
+from mcore_images.stacks import Stack
+
+CERTIFICATE_NAME = "certificate.json"
+STALE_POLICY = "release"
+"""Whose max_age_days makes a certificate stale (env/release-policies.json)."""
+
+
+@dataclass
+class Certificate:
+    """One certificate file, read or not; ``problem`` says why it cannot be used."""
+
+    path: Path
+    data: dict[str, Any] | None = None
+    problem: str | None = None
+    stack: str | None = None
+    layer: str | None = None
+    matched_by: str | None = None
+    stale: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        """passed / failed / could-not-run / stale / invalid, as the index shows it."""
+        if self.problem or self.data is None:
+            return "invalid"
+        verdict = (self.data.get("certify") or {}).get("status") or self.data.get("status", "?")
+        return "stale" if verdict == "passed" and self.stale else verdict
+
+    @property
+    def slug(self) -> str:
+        digest = str(((self.data or {}).get("image") or {}).get("digest") or "")
+        tail = digest.removeprefix("sha256:")[:12] or "nodigest"
+        where = hashlib.sha256(str(self.path).encode()).hexdigest()[:6]
+        return f"cert-{self.stack or 'other'}-{self.layer or 'image'}-{tail}-{where}"
+
+    @property
+    def gpu(self) -> str:
+        gpu = ((self.data or {}).get("environment") or {}).get("gpu") or {}
+        count = gpu.get("count") or 0
+        return f"{count} × {gpu.get('model')}" if count else "CPU (gloo)"
+
+    @property
+    def created(self) -> dt.datetime | None:
+        return policy.created(self.data) if self.data else None
+
+
+def find(paths: list[Path]) -> list[Path]:
+    """Certificate files under the given folders (recursively) and the files named, in a stable order."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(path.rglob(CERTIFICATE_NAME))
+        elif path.exists():
+            found.append(path)
+    return list(dict.fromkeys(found))
+
+
+def read(path: Path) -> Certificate:
+    """A certificate, or one whose ``problem`` names why it is not usable (never raises)."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return Certificate(path, problem="no such file")
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return Certificate(path, problem=f"not JSON: {str(exc).splitlines()[0][:160]}")
+    if not isinstance(data, dict):
+        return Certificate(path, problem="not a JSON object")
+    if data.get("schema") != schemas.CERTIFICATE:
+        return Certificate(path, problem=f"foreign: schema {data.get('schema')!r}, not {schemas.CERTIFICATE!r}")
+    problems = policy.shape_problems(data)
+    if problems:
+        return Certificate(path, data=None, problem="malformed: " + "; ".join(problems[:3]))
+    return Certificate(path, data=data)
+
+
+def _version(text: Any) -> Version | None:
+    try:
+        return Version(str(text))
+    except InvalidVersion:
+        return None
+
+
+def file_under(cert: Certificate, stacks: dict[str, Stack]) -> None:
+    """Which stack and layer the certificate is for: the image's labels (certify records them), else the
+    stack whose pins the measured package versions match."""
+    data = cert.data or {}
+    labels = (data.get("image") or {}).get("labels") or {}
+    if labels.get("io.mcore-images.stack") in stacks:
+        cert.stack, cert.layer = labels["io.mcore-images.stack"], labels.get("io.mcore-images.layer", "runtime")
+        cert.matched_by = "image labels"
+    else:
+        measured = (data.get("environment") or {}).get("packages") or {}
+        keys = [c for c in components.CATALOGUE if c.certificate and c.key not in ("python",)]
+        for stack in stacks.values():
+            pins = [(c, getattr(stack, c.key)) for c in keys]
+            if all(_same(measured.get(c.certificate), pin) for c, pin in pins if _version(pin)):
+                cert.stack, cert.layer, cert.matched_by = stack.name, "runtime", "package versions"
+                break
+    if cert.stack:
+        cert.stale = stale_reasons(cert, stacks[cert.stack])
+
+
+def _same(measured: Any, pinned: str) -> bool:
+    """A pin names as much of the version as it fixes: python 3.13 holds 3.13.5, torch 2.11.0 holds 2.11.0+cu130."""
+    a, b = _version(measured), _version(pinned)
+    return a is not None and b is not None and a.release[: len(b.release)] == b.release
+
+
+def stale_reasons(cert: Certificate, stack: Stack) -> list[str]:
+    """Why a certificate no longer speaks for the stack: pins moved since, or it is older than the release
+    policy allows."""
+    reasons = []
+    measured = ((cert.data or {}).get("environment") or {}).get("packages") or {}
+    for comp in components.CATALOGUE:
+        pin = getattr(stack, comp.key, None)
+        if (
+            comp.certificate
+            and _version(pin)
+            and comp.certificate in measured
+            and not _same(measured[comp.certificate], pin)
+        ):
+            reasons.append(f"{comp.certificate} {measured[comp.certificate]} measured, env/stacks.json pins {pin}")
+    created = cert.created
+    max_age = policy.load_policy(STALE_POLICY).max_age_days
+    if created is not None and dt.datetime.now(dt.UTC) - created > dt.timedelta(days=max_age):
+        reasons.append(f"older than the {STALE_POLICY} policy's {max_age:g} days")
+    return reasons
+
+
+def read_timings(paths: list[Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Build-timing runs (`mcore-images build-timing --out`) and the problems of files that are not."""
+    runs: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            problems.append(f"{path}: {str(exc).splitlines()[0][:160]}")
+            continue
+        items = data if isinstance(data, list) else [data]
+        good = [r for r in items if isinstance(r, dict) and {"scenario", "wall_s", "stages"} <= set(r)]
+        if len(good) != len(items):
+            problems.append(f"{path}: not the output of `mcore-images build-timing --out`")
+        runs += good
+    return runs, problems
