@@ -31,6 +31,20 @@ def test_lower_layer_conflict_is_caught(tmp_path: Path, root: Path, debian: Stac
     assert any("torch==2.10.0 conflicts" in p for p in problems)
 
 
+def test_a_runtime_lock_without_psutil_is_caught(tmp_path: Path, root: Path, debian: Stack) -> None:
+    """megatron-core's checkpoint writer needs psutil undeclared: without it every save waits forever."""
+    folder = tmp_path / "env" / "locks" / debian.name
+    shutil.copytree(lock.lock_dir(debian, root), folder)
+    runtime = folder / "runtime.txt"
+    lines = runtime.read_text().split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith("psutil=="))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i] and not lines[i].startswith(" "))
+    runtime.write_text("\n".join(lines[:start] + lines[end:]))
+    problems = lock.check_locks(debian, tmp_path)
+    assert any("psutil missing" in p and "--from-layer runtime" in p for p in problems), problems
+    assert "psutil" in lock.layer_inputs(debian)["runtime"]
+
+
 def test_layer_inputs_follow_the_pins(debian: Stack) -> None:
     inputs = lock.layer_inputs(debian, ["torch>=2.1", "einops", "transformer_engine_cu13==2.20.2"])
     assert inputs["base"] == [f"torch=={debian.torch}"]
