@@ -91,6 +91,8 @@ def layout_problem(args: argparse.Namespace, world: int) -> str | None:
             return f"{what} {size} does not divide into {by} parts: choose another layout"
     if args.ep > 1 and not args.experts:
         return "--ep needs --experts"
+    if args.experts and args.tp > 1 and args.cpu:
+        return "MoE with --tp > 1 needs sequence parallelism, which needs Transformer Engine: not on --cpu"
     return None
 
 
