@@ -19,8 +19,11 @@ import torch
 from megatron.core import dist_checkpointing
 from megatron.core import parallel_state as ps
 
-COMMON_FILES = ("metadata.json", "common.pt", ".metadata")
-"""What megatron-core writes next to the shards: its own config, the unsharded state, and torch's index."""
+from smoke.kit.bootstrap import supported
+
+COMMON_FILES = ("metadata.json", ".metadata")
+"""What megatron-core writes next to the shards: its own config and torch's index (the unsharded state
+is common.pt up to megatron-core 0.18, a sharded object in the shards from 0.19)."""
 
 
 class CheckpointError(Exception):
@@ -70,7 +73,11 @@ class Save:
             from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
 
             self.queue = AsyncCallsQueue()
-            self.queue.schedule_async_request(dist_checkpointing.save(state, str(folder), async_sharded_save=True))
+            # megatron-core 0.19 defaults to nvidia-resiliency-ext's writer, which no stack carries; its own
+            # writer (the only one before 0.19) is asked for by name where the option exists.
+            strategy = supported(dist_checkpointing.save, async_strategy="mcore")
+            self.queue.schedule_async_request(
+                dist_checkpointing.save(state, str(folder), async_sharded_save=True, **strategy))
         else:
             dist_checkpointing.save(state, str(folder))
         self.seconds = time.perf_counter() - t0
