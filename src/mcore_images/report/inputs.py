@@ -116,7 +116,7 @@ def file_under(cert: Certificate, stacks: dict[str, Stack]) -> None:
 
 
 def _same(measured: Any, pinned: str) -> bool:
-    """A pin names as much of the version as it fixes: python 3.13 holds 3.13.5, torch 2.11.0 holds 2.11.0+cu130."""
+    """A pin fixes as many release components as it names: X.Y holds X.Y.Z; a local build tag (+cuNNN) is ignored."""
     a, b = _version(measured), _version(pinned)
     return a is not None and b is not None and a.release[: len(b.release)] == b.release
 

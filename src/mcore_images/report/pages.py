@@ -19,7 +19,7 @@ th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:
 th{background:#f2f2f2}code{font-size:.8rem}nav a{margin-right:1rem}
 .passed{background:#d9f2d9}.failed,.invalid,.could-not-run{background:#f8d7d7}.stale{background:#fff0c2}
 .none,.skipped{background:#eee}.note{background:#eef4ff;padding:.5rem 1rem;border-left:4px solid #6a8fd8}
-svg{max-width:100%;height:auto}"""
+svg{max-width:100%;height:auto}td code{white-space:nowrap}"""
 
 
 def page(title: str, body: list[str]) -> str:
@@ -62,6 +62,14 @@ def num(value: Any, fmt: str = ".4g") -> str:
     if not isinstance(value, int | float) or isinstance(value, bool):
         return "–"
     return escape(format(value, fmt)) if math.isfinite(value) else escape(str(value))
+
+
+def _short_digest(digest: object) -> str:
+    """The first 12 hex digits, the whole digest in the title (tooltip) and data-digest."""
+    if not isinstance(digest, str) or not digest:
+        return "–"
+    short = digest[: len("sha256:") + 12]
+    return f'<code title="{escape(digest)}" data-digest="{escape(digest)}">{escape(short)}…</code>'
 
 
 def _date(cert: Certificate) -> str:
@@ -110,7 +118,7 @@ def index(stacks: dict[str, Stack], certs: list[Certificate], notes: list[str]) 
                     escape(layer),
                     f"<code>{escape(full)}</code>",
                     f"<code>{escape(alias)}</code>",
-                    f"<code>{escape(str(image.get('digest') or '–'))}</code>",
+                    _short_digest(image.get("digest")),
                     link + why,
                     escape(cert.gpu) if cert else "–",
                     escape(_date(cert)) if cert else "–",
