@@ -88,7 +88,13 @@ function "layer_tag" {
   result = (layer == "base" ? "base-${platform(s)}"
     : (layer == "kernels" ? "kernels-te${s.te}-apex${apex_short(s)}-${platform(s)}"
       : (layer == "runtime" ? "runtime-mcore${s.mcore}-te${s.te}-${platform(s)}"
-  : "app-verl${s.verl}-mcore${s.mcore}-te${s.te}-${platform(s)}")))
+  : "app-verl${s.verl}${engines(s)}-mcore${s.mcore}-te${s.te}-${platform(s)}")))
+}
+
+# The rollout engine in an app tag ("-vllm0.11.0"), as src/mcore_images/tags.py writes it.
+function "engines" {
+  params = [s]
+  result = join("", [for c in COMPONENTS : "-${c.key}${s[c.key]}" if c.engine && s[c.key] != "none"])
 }
 
 function "image" {
@@ -110,15 +116,16 @@ variable "LAYER_ORDER" {
 
 variable "COMPONENTS" {
   default = [
-    { key = "python", label = "python", layer = "base" },
-    { key = "cuda", label = "cuda", layer = "base" },
-    { key = "torch", label = "torch", layer = "base" },
-    { key = "te", label = "te", layer = "kernels" },
-    { key = "apex", label = "apex", layer = "kernels" },
-    { key = "mcore", label = "mcore", layer = "runtime" },
-    { key = "mbridge", label = "mbridge", layer = "runtime" },
-    { key = "megatron_bridge", label = "megatron-bridge", layer = "runtime" },
-    { key = "verl", label = "verl", layer = "app" },
+    { key = "python", label = "python", layer = "base", engine = false },
+    { key = "cuda", label = "cuda", layer = "base", engine = false },
+    { key = "torch", label = "torch", layer = "base", engine = false },
+    { key = "te", label = "te", layer = "kernels", engine = false },
+    { key = "apex", label = "apex", layer = "kernels", engine = false },
+    { key = "mcore", label = "mcore", layer = "runtime", engine = false },
+    { key = "mbridge", label = "mbridge", layer = "runtime", engine = false },
+    { key = "megatron_bridge", label = "megatron-bridge", layer = "runtime", engine = false },
+    { key = "verl", label = "verl", layer = "app", engine = false },
+    { key = "vllm", label = "vllm", layer = "app", engine = true },
   ]
 }
 # components:end

@@ -194,7 +194,8 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     if cert is None:
         from smoke.kit import envinfo  # stdlib-only part: package versions
 
-        cert = certificate.new(["python", "-m", "smoke", *argv], dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+        created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        cert = certificate.new(["python", "-m", "smoke", *argv], created)
         cert["environment"] = {"packages": envinfo.packages()}
     cert["status"] = errors.STATUS[code]
     cert["exit_code"] = code

@@ -180,7 +180,8 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
                             specs=specs, shape=st.shape, repeat=args.deterministic, checkpoint=args.checkpoint)
     tol = numerics.parity(maths)
     out = Path(args.out) if args.out else None
-    cert = certificate.new(["python", "-m", "smoke", *argv], dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    cert = certificate.new(["python", "-m", "smoke", *argv], created)
     if rank == 0:
         nodes = int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("NNODES", "1")))
         cert["environment"] = envinfo.collect(world, nodes, args.cpu)

@@ -18,9 +18,10 @@ import json
 import os
 import sys
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 DEFAULTS: dict[str, Any] = {
     "tp": 1, "pp": 1, "ep": 1, "layers": 4, "hidden": 64, "heads": 4, "ffn": 128, "vocab": 128, "seq": 64,

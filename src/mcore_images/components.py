@@ -62,6 +62,8 @@ class Component:
     """A stack field saying where the component comes from; the lock lists it only for LOCKED_SOURCES."""
     certificate: str | None = None
     """Its key under the certificate's environment.packages (None: recorded elsewhere, e.g. CUDA)."""
+    rollout_engine: bool = False
+    """verl's rollout engine: named in the app tag, its torch pin judged by the rule engine-torch."""
 
     @property
     def oci_label(self) -> str:
@@ -115,6 +117,9 @@ CATALOGUE: tuple[Component, ...] = (
               requirements=("megatron-bridge=={version}",), certificate="megatron-bridge"),
     Component("verl", "verl", "verl", "app", "app", distributions=("verl",), modules=("verl",),
               requirements=("verl=={version}",), certificate="verl"),
+    # verl's rollout engine next to the Megatron backend; it pins torch exactly (rule engine-torch).
+    Component("vllm", "vllm", "vLLM", "app", "app", distributions=("vllm",), modules=("vllm",),
+              requirements=("vllm=={version}",), certificate="vllm", rollout_engine=True),
 )
 
 BY_KEY: dict[str, Component] = {c.key: c for c in CATALOGUE}

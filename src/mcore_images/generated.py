@@ -48,8 +48,8 @@ def _readme_table(root: Path) -> str:
 
 def _bake_components(root: Path) -> str:
     order = ", ".join(f"{layer} = {i}" for i, layer in enumerate(components.LAYERS))
-    rows = "\n".join(f'    {{ key = "{c.key}", label = "{c.label}", layer = "{c.layer}" }},'
-                     for c in components.CATALOGUE)
+    rows = "\n".join(f'    {{ key = "{c.key}", label = "{c.label}", layer = "{c.layer}", '
+                     f'engine = {str(c.rollout_engine).lower()} }},' for c in components.CATALOGUE)
     return (f'variable "LAYER_ORDER" {{\n  default = {{ {order} }}\n}}\n\n'
             f'variable "COMPONENTS" {{\n  default = [\n{rows}\n  ]\n}}\n')
 

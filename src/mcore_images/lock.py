@@ -23,7 +23,7 @@ import urllib.request
 from email.parser import Parser
 from pathlib import Path
 
-from mcore_images import components
+from mcore_images import components, engines
 from mcore_images.command import Command
 from mcore_images.components import LOCK_LAYERS
 from mcore_images.errors import InputError
@@ -154,8 +154,13 @@ def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
             cmd += ["--no-emit-package", name]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
         if result.returncode != 0:
-            raise InputError(f"uv could not resolve layer of stack '{stack.name}': "
-                             f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'no output'}")
+            log = repo_root() / "build" / f"lock-{stack.name}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(f"$ {' '.join(cmd)}\n# requirements: {requirements}\n# constraints: {pinned}\n"
+                           + result.stderr)
+            last = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "no output"
+            raise InputError(f"uv could not resolve a layer of stack '{stack.name}' ({log} has uv's reasoning): "
+                             f"{last.strip()}")
     text = result.stdout
     if stack.torch_source == "base":
         text = _drop_base_provided(text)
@@ -322,6 +327,8 @@ def update_locks(stack: Stack, full: bool = False, from_layer: str | None = None
     """Re-resolve what the pins changed: from the lowest stale layer up (``full``: every layer;
     ``from_layer``: from that one), keeping the layers below it byte for byte. Returns (first layer
     resolved or None when all were current, files written)."""
+    if engines.unrecorded(stack):  # what the rule engine-torch reads, from the index like the locks
+        engines.record(stack)
     folder = lock_dir(stack)
     inputs = resolved_inputs(stack)
     stale = stale_layers(stack, inputs, folder)

@@ -165,6 +165,22 @@ def _budget(s: Stack) -> Iterator[tuple[str, str]]:
         yield f"no size budget for layer(s) {', '.join(missing)}", "add them to size_budget_gb (GB)"
 
 
+@rule("engine-torch")
+def _engine_torch(s: Stack) -> Iterator[tuple[str, str]]:
+    from mcore_images import engines
+
+    for engine in engines.ENGINES:
+        if not s.has(engine.key):
+            continue
+        wanted = engines.torch_requirement(s, engine)
+        if wanted is None:
+            yield (f"the torch requirement of {engine.title} {s.pins[engine.key]} is not recorded in env/engines.json",
+                   f"run `mcore-images lock --stack {s.name}`, which reads it from the index")
+        elif wanted and not SpecifierSet(wanted).contains(s.torch, prereleases=True):
+            yield (f"{engine.title} {s.pins[engine.key]} requires torch{wanted}, the stack pins torch {s.torch}",
+                   f"pin the {engine.title} release whose torch requirement holds {s.torch}, or that torch")
+
+
 def check(stack: Stack) -> list[Violation]:
     """Every violation of every rule for one stack."""
     out = []

@@ -10,6 +10,7 @@ import re
 
 from mcore_images.command import Command
 from mcore_images.components import BY_KEY
+from mcore_images.engines import ENGINES as ROLLOUT_ENGINES
 from mcore_images.errors import InputError
 from mcore_images.stacks import Stack, get_stack
 
@@ -29,13 +30,18 @@ def platform(stack: Stack) -> str:
     return f"torch{stack.torch}-cu{stack.cuda}-py{stack.python}-{origin(stack)}"
 
 
+def engine(stack: Stack) -> str:
+    """The rollout engine in an app tag (``-vllm0.25.0``), empty without one."""
+    return "".join(f"-{c.key}{stack.pins[c.key]}" for c in ROLLOUT_ENGINES if stack.has(c.key))
+
+
 def layer_tag(layer: str, stack: Stack) -> str:
     apex = BY_KEY["apex"].short(stack.apex)
     return {
         "base": f"base-{platform(stack)}",
         "kernels": f"kernels-te{stack.te}-apex{apex}-{platform(stack)}",
         "runtime": f"runtime-mcore{stack.mcore}-te{stack.te}-{platform(stack)}",
-        "app": f"app-verl{stack.verl}-mcore{stack.mcore}-te{stack.te}-{platform(stack)}",
+        "app": f"app-verl{stack.verl}{engine(stack)}-mcore{stack.mcore}-te{stack.te}-{platform(stack)}",
     }[layer]
 
 

@@ -101,7 +101,7 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
         verdict.status = "refused"
         verdict.problems.append(f"the signed certificate is malformed: {'; '.join(shape)}")
         return verdict, image, labels
-    now = now or dt.datetime.now(dt.UTC)
+    now = now or dt.datetime.now(dt.timezone.utc)
     when = policy.created(cert)
     verdict.created = cert["created"]
     verdict.age_days = None if when is None else round((now - when).total_seconds() / 86400, 3)

@@ -1,6 +1,6 @@
 """`mcore-images doctor`: diagnose a Megatron-Core environment and name the fix for each problem.
 
-Runs anywhere with Python >= 3.11 and the standard library: on a laptop, in our images, in
+Runs anywhere with Python >= 3.10 and the standard library: on a laptop, in our images, in
 someone else's. Nothing here imports torch or megatron-core at module level; each check imports
 what it inspects when it runs, so one broken package shows up as one finding.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sys
 
-if sys.version_info < (3, 11):  # noqa: UP036 - pyproject says 3.11, but the doctor also runs in foreign images
-    sys.stderr.write("doctor: needs Python >= 3.11; run it with python3.11 or newer\n")
+if sys.version_info < (3, 10):  # noqa: UP036 - pyproject says 3.10, but the doctor also runs in foreign images
+    sys.stderr.write("doctor: needs Python >= 3.10; run it with python3.10 or newer\n")
     raise SystemExit(2)
 
 import argparse

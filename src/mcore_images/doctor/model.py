@@ -16,17 +16,20 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 
-class Status(StrEnum):
+class Status(str, Enum):  # enum.StrEnum is 3.11+: the tooling also runs under a stack's Python 3.10
     OK = "ok"
     WARN = "warn"
     FAIL = "fail"
     SKIP = "skip"
     CRASH = "crash"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 FAILING = (Status.FAIL, Status.CRASH)

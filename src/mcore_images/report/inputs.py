@@ -137,7 +137,7 @@ def stale_reasons(cert: Certificate, stack: Stack) -> list[str]:
             reasons.append(f"{comp.certificate} {measured[comp.certificate]} measured, env/stacks.json pins {pin}")
     created = cert.created
     max_age = policy.load_policy(STALE_POLICY).max_age_days
-    if created is not None and dt.datetime.now(dt.UTC) - created > dt.timedelta(days=max_age):
+    if created is not None and dt.datetime.now(dt.timezone.utc) - created > dt.timedelta(days=max_age):
         reasons.append(f"older than the {STALE_POLICY} policy's {max_age:g} days")
     return reasons
 

@@ -74,7 +74,7 @@ def _short_digest(digest: object) -> str:
 
 def _date(cert: Certificate) -> str:
     created = cert.created
-    return created.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC") if created else "–"
+    return created.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if created else "–"
 
 
 def index(stacks: dict[str, Stack], certs: list[Certificate], notes: list[str]) -> str:
@@ -93,8 +93,8 @@ def index(stacks: dict[str, Stack], certs: list[Certificate], notes: list[str]) 
     for cert in certs:
         if cert.stack and cert.layer:
             key = (cert.stack, cert.layer)
-            if key not in newest or (cert.created or dt.datetime.min.replace(tzinfo=dt.UTC)) > (
-                newest[key].created or dt.datetime.min.replace(tzinfo=dt.UTC)
+            if key not in newest or (cert.created or dt.datetime.min.replace(tzinfo=dt.timezone.utc)) > (
+                newest[key].created or dt.datetime.min.replace(tzinfo=dt.timezone.utc)
             ):
                 newest[key] = cert
     rows, classes = [], []

@@ -1,0 +1,35 @@
+"""The tooling (doctor, smoke, bridge, bench) runs under every stack's Python: the oldest a stack pins is
+the floor pyproject declares, and vermin finds nothing in the package that needs a newer one."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from mcore_images.stacks import load_stacks
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def floor() -> str:
+    return min((s.python for s in load_stacks().values()), key=lambda v: tuple(map(int, v.split("."))))
+
+
+def test_pyproject_admits_every_stacks_python() -> None:
+    declared = SpecifierSet(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"])
+    for stack in load_stacks().values():
+        assert declared.contains(f"{stack.python}.0"), f"{stack.name}: Python {stack.python} outside {declared}"
+
+
+def test_nothing_in_the_tooling_needs_a_newer_python_than_the_oldest_stack() -> None:
+    vermin = shutil.which("vermin")
+    if vermin is None:
+        pytest.fail("vermin is not installed: `make setup` installs the test dependencies")
+    done = subprocess.run([vermin, "--no-tips", "--violations", f"-t={floor()}-", "src/mcore_images", "smoke"],
+                          cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
