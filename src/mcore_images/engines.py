@@ -1,4 +1,4 @@
-"""verl's rollout engines pin torch exactly (vLLM 0.25.0 requires ``torch==2.11.0``), so an engine can only
+"""verl's rollout engines pin torch exactly (every vLLM release requires one ``torch==X.Y.Z``), so an engine can only
 join a stack whose torch it pins. What each engine release requires of torch is read from its published
 metadata when a stack carrying it is locked (``mcore-images lock``), and kept in env/engines.json, where
 the rule ``engine-torch`` reads it offline before any build."""

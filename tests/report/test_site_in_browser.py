@@ -29,7 +29,7 @@ def console_errors(driver: Any) -> list[str]:
 
 def shoot(driver: Any, folder: Path, name: str) -> Path:
     height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1400, min(max(height + 200, 800), 6000))
+    driver.set_window_size(1600, min(max(height + 200, 800), 6000))
     path = folder / f"{name}.png"
     assert driver.save_screenshot(str(path))
     driver.set_window_size(1400, 1000)

@@ -13,13 +13,13 @@ from mcore_images.report import charts
 from mcore_images.report.inputs import Certificate
 from mcore_images.stacks import Stack
 
-CSS = """body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1b1b1b;max-width:1200px}
+CSS = """body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1b1b1b;max-width:1500px}
 table{border-collapse:collapse;margin:.5rem 0 1.5rem;font-size:.85rem}
 th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:left;vertical-align:top}
 th{background:#f2f2f2}code{font-size:.8rem}nav a{margin-right:1rem}
 .passed{background:#d9f2d9}.failed,.invalid,.could-not-run{background:#f8d7d7}.stale{background:#fff0c2}
 .none,.skipped{background:#eee}.note{background:#eef4ff;padding:.5rem 1rem;border-left:4px solid #6a8fd8}
-svg{max-width:100%;height:auto}td code{white-space:nowrap}"""
+svg{max-width:100%;height:auto}td code{white-space:nowrap}td code.tag{white-space:normal;overflow-wrap:anywhere}"""
 
 
 def page(title: str, body: list[str]) -> str:
@@ -116,7 +116,7 @@ def index(stacks: dict[str, Stack], certs: list[Certificate], notes: list[str]) 
                 [
                     escape(stack.name),
                     escape(layer),
-                    f"<code>{escape(full)}</code>",
+                    f'<code class="tag">{escape(full)}</code>',
                     f"<code>{escape(alias)}</code>",
                     _short_digest(image.get("digest")),
                     link + why,

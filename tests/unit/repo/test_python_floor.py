@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from packaging.specifiers import SpecifierSet
 
 from mcore_images.stacks import load_stacks
