@@ -265,6 +265,10 @@ def certificate_page(cert: Certificate) -> str:
         for k in ("launch_to_rank_s", "imports_s", "init_s", "build_s", "steps_s", "teardown_s")
         if isinstance(timing.get(k), int | float)
     }
+    wall = timing.get("wall_s")
+    if parts and isinstance(wall, int | float) and wall > sum(parts.values()):
+        # the checkpoint round trips, the checks and the certificate writes between the timed parts
+        parts["other"] = float(wall) - sum(parts.values())
     if parts:
         body += ["<h2>Wall time</h2>", '<div class="chart" id="chart-wall">', charts.wall_time(parts), "</div>"]
     body += _checkpoint(data.get("checkpoint")) + _bench(data.get("bench")) + _bridge(data.get("bridge"))
