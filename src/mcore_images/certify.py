@@ -37,7 +37,7 @@ class ImageDigest:
     labels: dict[str, str] | None = None
     """The image's io.mcore-images.* labels (stack, layer, pins): what a report files the certificate under."""
     size: int | None = None
-    """Unpacked bytes, as docker reports them."""
+    """The image's size as `docker image inspect` reports it (compressed content with the containerd store)."""
 
 
 def _repository_of(ref: str) -> str | None:

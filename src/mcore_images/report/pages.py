@@ -107,7 +107,7 @@ def index(stacks: dict[str, Stack], certs: list[Certificate], notes: list[str]) 
             image = data.get("image") or {}
             size = image.get("size")
             budget = stack.size_budget_gb.get(layer)
-            size_text = (f"{size / 1e9:.2f} GB unpacked" if isinstance(size, int) else "–") + (
+            size_text = (f"{size / 1e9:.2f} GB (compressed content)" if isinstance(size, int) else "–") + (
                 f" (budget {budget:g} GB compressed)" if budget else ""
             )
             link = f'<a href="{cert.slug}.html">{escape(status)}</a>' if cert else "none"
