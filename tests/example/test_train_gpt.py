@@ -53,6 +53,11 @@ def killed(job: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
         deadline = time.monotonic() + 300
         while not (out / "ckpt" / "latest").is_file():
             assert time.monotonic() < deadline, "no checkpoint within 300 s"
+            running = subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", name],
+                                     capture_output=True, text=True, check=False).stdout.strip()
+            if running != "true" and not (out / "ckpt" / "latest").is_file():
+                logs = subprocess.run(["docker", "logs", name], capture_output=True, text=True, check=False)
+                pytest.fail(f"the job ended before its first checkpoint was complete:\n{logs.stderr[-3000:]}")
             time.sleep(0.2)
         subprocess.run(["docker", "kill", "--signal", "KILL", name], capture_output=True, check=False)
     finally:
