@@ -67,7 +67,7 @@ def resolve_digest(ref: str, run: Runner = subprocess.run) -> ImageDigest:
     if isinstance(data, list):
         data = data[0] if data else {}
     labels = {k: v for k, v in ((data.get("Config") or {}).get("Labels") or {}).items()
-              if k.startswith("io.mcore-images.")}
+              if k.startswith(images.LABEL_PREFIX)}
     size = data.get("Size") if isinstance(data.get("Size"), int) else None
     repo_digests = [d for d in data.get("RepoDigests") or [] if "@" in d]
     mine = [d for d in repo_digests if d.split("@", 1)[0] == _repository_of(ref)] or repo_digests

@@ -11,7 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
-from mcore_images.command import Command
+from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.report import charts, inputs, pages
 from mcore_images.stacks import load_stacks
@@ -71,9 +71,7 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError(f"--out {args.out} is a file: give a folder for the site")
     result = generate(args.out, args.inputs, args.build_timings)
     if args.json:
-        import json
-
-        print(json.dumps(result))
+        print_json(result)
     else:
         print(
             f"report: {result['out']}/index.html — {result['certificates']} certificate(s), "

@@ -5,16 +5,16 @@ reason, so the index can show it as such; nothing here raises on bad input."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
-from mcore_images import components, policy, schemas
+from mcore_images import components, images, policy, schemas
 from mcore_images.stacks import Stack
+from mcore_images.versions import pin_satisfied
 
 CERTIFICATE_NAME = "certificate.json"
 STALE_POLICY = "release"
@@ -88,55 +88,46 @@ def read(path: Path) -> Certificate:
     return Certificate(path, data=data)
 
 
-def _version(text: Any) -> Version | None:
-    try:
-        return Version(str(text))
-    except InvalidVersion:
-        return None
-
-
 def file_under(cert: Certificate, stacks: dict[str, Stack]) -> None:
     """Which stack and layer the certificate is for: the image's labels (certify records them), else the
-    stack whose pins the measured package versions match."""
+    stack whose pins the measured package versions satisfy."""
     data = cert.data or {}
     labels = (data.get("image") or {}).get("labels") or {}
-    if labels.get("io.mcore-images.stack") in stacks:
-        cert.stack, cert.layer = labels["io.mcore-images.stack"], labels.get("io.mcore-images.layer", "runtime")
+    if labels.get(images.label("stack")) in stacks:
+        cert.stack, cert.layer = labels[images.label("stack")], labels.get(images.label("layer"), "runtime")
         cert.matched_by = "image labels"
     else:
         measured = (data.get("environment") or {}).get("packages") or {}
-        keys = [c for c in components.CATALOGUE if c.certificate and c.key not in ("python",)]
         for stack in stacks.values():
-            pins = [(c, getattr(stack, c.key)) for c in keys]
-            if all(_same(measured.get(c.certificate), pin) for c, pin in pins if _version(pin)):
+            if measured and not pin_mismatches(measured, stack):
                 cert.stack, cert.layer, cert.matched_by = stack.name, "runtime", "package versions"
                 break
     if cert.stack:
         cert.stale = stale_reasons(cert, stacks[cert.stack])
 
 
-def _same(measured: Any, pinned: str) -> bool:
-    """A pin fixes as many release components as it names: X.Y holds X.Y.Z; a local build tag (+cuNNN) is ignored."""
-    a, b = _version(measured), _version(pinned)
-    return a is not None and b is not None and a.release[: len(b.release)] == b.release
+def pin_mismatches(measured: dict[str, Any], stack: Stack) -> list[str]:
+    """The recorded packages the stack's pins no longer hold, judged as promotion judges labels
+    (versions.pin_satisfied); a package the certificate did not record is not judged."""
+    out = []
+    for comp in components.CATALOGUE:
+        if comp.certificate and comp.certificate in measured:
+            have, pin = measured[comp.certificate], stack.pins[comp.key]
+            if not pin_satisfied(comp.pin, pin, None if have is None else str(have)):
+                out.append(f"{comp.certificate} {have or 'absent'} measured, env/stacks.json pins {pin}")
+    return out
+
+
+@functools.cache
+def _max_age_days() -> float:
+    return policy.load_policy(STALE_POLICY).max_age_days
 
 
 def stale_reasons(cert: Certificate, stack: Stack) -> list[str]:
     """Why a certificate no longer speaks for the stack: pins moved since, or it is older than the release
     policy allows."""
-    reasons = []
-    measured = ((cert.data or {}).get("environment") or {}).get("packages") or {}
-    for comp in components.CATALOGUE:
-        pin = getattr(stack, comp.key, None)
-        if (
-            comp.certificate
-            and _version(pin)
-            and comp.certificate in measured
-            and not _same(measured[comp.certificate], pin)
-        ):
-            reasons.append(f"{comp.certificate} {measured[comp.certificate]} measured, env/stacks.json pins {pin}")
-    created = cert.created
-    max_age = policy.load_policy(STALE_POLICY).max_age_days
+    reasons = pin_mismatches(((cert.data or {}).get("environment") or {}).get("packages") or {}, stack)
+    created, max_age = cert.created, _max_age_days()
     if created is not None and dt.datetime.now(dt.timezone.utc) - created > dt.timedelta(days=max_age):
         reasons.append(f"older than the {STALE_POLICY} policy's {max_age:g} days")
     return reasons
