@@ -14,7 +14,13 @@ MAX_JOBS ?=
 NVCC_THREADS ?=
 BAKE_ARGS ?=
 IMAGE ?= mcore-images:runtime-$(or $(STACK),debian)
+FORCE ?=
 export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
+# Values reach recipes as environment variables, never pasted into shell text: a recipe passes them to
+# `mcore-images from-make COMMAND VAR…` (which turns each into the command's own option, judged by its
+# parser) or quotes them as "$$VAR". A value such as MAX_JOBS='1; rm -rf ~' is then an invalid number.
+export STACK GROUP LAYER MAX_JOBS NVCC_THREADS BAKE_ARGS IMAGE FORCE
+FROM_MAKE := $(MCORE) from-make
 
 .PHONY: help setup plan jobs lock update validate build base docker-engine lint test test-unit test-image \
 	test-image-ci ci smoke certify push-candidates registry release-local bake-print test-slurm test-registry \
@@ -23,20 +29,20 @@ export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: STACK=<name> GROUP=<default|ci|release|all> LAYER=<base|kernels|runtime|app>"
-	@echo "             MAX_JOBS=<n> NVCC_THREADS=<n> (unset: planned inside each compile step) IMAGE=<ref>"
+	@echo "             MAX_JOBS=<n> NVCC_THREADS=<n> (unset: planned inside each compile step) FORCE=1 IMAGE=<ref>"
 	@echo "             BAKE_ARGS='<extra docker buildx bake arguments>'"
 
 setup: ## install the tooling and test dependencies into the current Python
 	$(PYTHON) -m pip install -q -e '.[host,test,report]'
 
 plan: ## list stacks, targets and tags; fail on a broken compatibility rule
-	$(MCORE) plan $(if $(STACK),--stack $(STACK)) $(if $(GROUP),--group $(GROUP))
+	$(FROM_MAKE) plan STACK GROUP
 
 jobs: ## show the MAX_JOBS / NVCC_THREADS the planner picks on this machine
-	$(MCORE) jobs $(if $(MAX_JOBS),--max-jobs $(MAX_JOBS)) $(if $(NVCC_THREADS),--nvcc-threads $(NVCC_THREADS))
+	$(FROM_MAKE) jobs MAX_JOBS NVCC_THREADS FORCE
 
 lock: ## re-resolve the stale hashed locks in env/locks (lower layers kept byte for byte; needs uv and PyPI)
-	$(MCORE) lock $(if $(STACK),--stack $(STACK))
+	$(FROM_MAKE) lock STACK
 
 update: ## rewrite every generated file from its source: README stacks table, bake components, locks
 	$(MCORE) update
@@ -48,15 +54,13 @@ docker-engine: ## install (if needed) and start dockerd + buildx on a Debian hos
 	bash .ci/docker-engine.sh
 
 base: ## build the debian stack's base image from the Debian mirror
-	$(MCORE) base --stack $(or $(STACK),debian)
+	$(FROM_MAKE) base STACK
 
-build: ## build: [STACK=…|GROUP=…] [LAYER=…] [MAX_JOBS=4] [BAKE_ARGS=…]; default group = debian runtime
-	$(MCORE) build $(if $(STACK),--stack $(STACK)) $(if $(GROUP),--group $(GROUP)) $(if $(LAYER),--layer $(LAYER)) \
-	  $(if $(MAX_JOBS),--max-jobs $(MAX_JOBS)) $(if $(NVCC_THREADS),--nvcc-threads $(NVCC_THREADS)) \
-	  $(if $(BAKE_ARGS),-- $(BAKE_ARGS))
+build: ## build: [STACK=…|GROUP=…] [LAYER=…] [MAX_JOBS=4] [FORCE=1] [BAKE_ARGS=…]; default group = debian runtime
+	$(FROM_MAKE) build STACK GROUP LAYER MAX_JOBS NVCC_THREADS FORCE BAKE_ARGS
 
 bake-print: ## print the resolved bake definition of a group (default: all)
-	docker buildx bake --print $(or $(GROUP),all)
+	docker buildx bake --print "$${GROUP:-all}"
 
 lint: ## ruff, shellcheck, hadolint
 	$(PYTHON) -m ruff check src smoke tests
@@ -68,7 +72,7 @@ test-unit: ## unit tests of the tooling (no docker needed)
 	$(PYTHON) -m pytest -q tests/unit
 
 test-image: ## image tests against IMAGE (default: the runtime of STACK, or debian)
-	$(PYTHON) -m pytest -q tests/image --image $(IMAGE)
+	$(PYTHON) -m pytest -q tests/image --image "$$IMAGE"
 
 test: lint validate test-unit ## lint, generated files, unit tests (no docker build; `make ci` adds the image)
 
@@ -89,7 +93,7 @@ test-slurm: ## the CPU smoke as 2-node Slurm jobs on a one-host cluster (.ci/slu
 	bash .ci/slurm-smoke.sh
 
 test-example: ## the example training job (examples/train-gpt) built on IMAGE: train, kill, resume in another layout, on CPU
-	$(PYTHON) -m pytest -q -s tests/example --base $(IMAGE)
+	$(PYTHON) -m pytest -q -s tests/example --base "$$IMAGE"
 
 report: ## the report site (build/report) from the certificates under build/ and the build timings CI wrote
 	$(MCORE) report --out build/report build/release-local $(addprefix --build-timings ,$(wildcard build/layer-reuse.json build/build-timing.json))
@@ -102,14 +106,14 @@ test-registry: ## refusals and verification against the real local registry (sta
 	$(PYTHON) -m pytest -q tests/registry
 
 smoke: ## run the GPU smoke suite in IMAGE
-	$(MCORE) smoke --image $(IMAGE)
+	$(MCORE) smoke --image "$$IMAGE"
 
 certify: ## image tests + GPU smoke + bridge check in IMAGE, then write its certificate
-	$(MCORE) certify $(IMAGE)
+	$(FROM_MAKE) certify IMAGE
 
 push-candidates: ## push a group's images as candidate tags only: GROUP=release REGISTRY=ghcr.io/acme [SHA=…]
-	@test -n "$(REGISTRY)" || { echo "error: give REGISTRY=<host[/path]> to push to (public tags come only from promote)" >&2; exit 2; }
-	$(MCORE) build --group $(or $(GROUP),release) --candidate $(or $(SHA),$(shell git rev-parse HEAD)) --registry $(REGISTRY)
+	@test -n "$$REGISTRY" || { echo "error: give REGISTRY=<host[/path]> to push to (public tags come only from promote)" >&2; exit 2; }
+	GROUP="$${GROUP:-release}" SHA="$${SHA:-$$(git rev-parse HEAD)}" $(FROM_MAKE) build GROUP SHA REGISTRY
 
 registry: ## start the local OCI registry (127.0.0.1:5000) with oras and cosign (.ci/registry.sh)
 	bash .ci/registry.sh start

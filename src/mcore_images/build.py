@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcore_images import debian_base, jobs, overrides, rules, tags
+from mcore_images import bake_args, components, debian_base, images, jobs, lock, overrides, rules, tags
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.plan import make_plan, select
@@ -95,6 +95,7 @@ class BuildRequest:
     dry_run: bool = False
     candidate: str | None = None
     registry: str | None = None
+    force: bool = False
 
     def validate(self) -> None:
         """Every input checked before anything is resolved or built; InputError names the fix."""
@@ -107,10 +108,13 @@ class BuildRequest:
             raise InputError("--set overrides one stack's pins; add --stack (e.g. --stack debian --set mcore=0.16.0)")
         jobs.parse_positive("MAX_JOBS", self.max_jobs)
         jobs.parse_positive("NVCC_THREADS", self.nvcc_threads)
-        pushes = [a for a in self.bake_args if a == "--push" or "push=true" in a or "type=registry" in a]
-        if pushes:
-            raise InputError(f"`build -- {pushes[0]}` would push public tags of uncertified images; push candidate "
-                             "tags with --candidate SHA --registry R, then certify, attach and promote")
+        bake_args.judge(self.bake_args)
+        for option, value in (("--registry", self.registry), ("REGISTRY", os.environ.get("REGISTRY"))):
+            if value and (problem := images.registry_problem(value, option)):
+                raise InputError(problem)
+        repo = os.environ.get("IMAGE_REPO")
+        if repo is not None and (problem := images.repo_problem(repo, "IMAGE_REPO")):
+            raise InputError(problem)
         if bool(self.candidate) != bool(self.registry):
             raise InputError("--candidate and --registry go together: candidate tags are pushed to a registry "
                              "(e.g. --candidate $(git rev-parse HEAD) --registry 127.0.0.1:5000)")
@@ -118,6 +122,27 @@ class BuildRequest:
             tags.candidate_tag("x", self.candidate, "--candidate")  # a git commit, or one line naming the fix
         if self.candidate and self.sets:
             raise InputError("--set builds are for trying a pin, not for pushing: drop --set or --candidate")
+
+
+COMPILED = {"te": "te", "apex": "apex"}
+"""Catalogue keys whose component a kernels layer compiles, and the planner's memory model for each."""
+
+
+def check_job_counts(request: BuildRequest, selected: list[Stack]) -> None:
+    """Explicit MAX_JOBS / NVCC_THREADS judged against this machine (the local builder's) memory and CPUs
+    for every component the build compiles, before bake starts; ``force`` accepts them anyway."""
+    if not (request.max_jobs or request.nvcc_threads) or request.force:
+        return
+    resources = jobs.detect()
+    for stack in selected:
+        for key, profile in COMPILED.items():
+            if stack.pins.get(key, components.NONE) in (components.NONE, components.FROM_BASE):
+                continue
+            try:
+                jobs.plan(resources, profile, len(stack.cuda_archs.split(";")), request.max_jobs,
+                          request.nvcc_threads)
+            except InputError as exc:
+                raise InputError(f"stack {stack.name}: {exc}") from None
 
 
 def _jobs_line(request: BuildRequest) -> str:
@@ -141,10 +166,13 @@ def build(request: BuildRequest) -> int:
         if broken:
             raise InputError(f"with --set {' '.join(request.sets)}: {broken[0]}")
     violations = [v for p in make_plan(selected, group) for v in p.violations]
+    if not changes:  # an override's locks are resolved anew below; the committed ones must match the pins
+        violations += [problem for s in selected for problem in lock.check_locks(s)]
     if violations:
         for v in violations[1:]:
             print(f"error: {v}", file=sys.stderr)
         raise InputError(str(violations[0]))
+    check_job_counts(request, selected)
     print(_jobs_line(request))
     targets = bake_targets(selected, request.stack, group, request.layer)
     root = repo_root()
@@ -198,11 +226,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidate", metavar="SHA", help="push the images as candidate-SHA-<target> tags (only "
                    "`mcore-images promote` gives public tags); needs --registry")
     p.add_argument("--registry", help="with --candidate: the registry to push to, e.g. 127.0.0.1:5000")
+    p.add_argument("--force", action="store_true",
+                   help="accept a --max-jobs / --nvcc-threads that the planner's memory model says cannot fit")
 
 
 def _run(args: argparse.Namespace) -> int:
     return build(BuildRequest(args.stack, args.group, args.layer, args.max_jobs, args.nvcc_threads,
-                              tuple(args.set), tuple(args.passthrough), args.dry_run, args.candidate, args.registry))
+                              tuple(args.set), tuple(args.passthrough), args.dry_run, args.candidate, args.registry,
+                              args.force))
 
 
 COMMANDS = (Command("build", "check rules, then docker buildx bake a stack or a group", _arguments, _run,

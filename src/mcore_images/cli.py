@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from mcore_images import __version__
@@ -18,7 +19,8 @@ MODULES = (
     "mcore_images.debian_base", "mcore_images.build", "mcore_images.doctor", "mcore_images.programs",
     "mcore_images.run", "mcore_images.certify", "mcore_images.promote", "mcore_images.verify", "mcore_images.tags",
     "mcore_images.release_matrix", "mcore_images.outdated",
-    "mcore_images.build_timing", "mcore_images.report",
+    "mcore_images.build_timing", "mcore_images.report", "mcore_images.kube",
+    "mcore_images.make_vars",
 )
 """Modules that declare commands, in the order `mcore-images --help` lists them."""
 
@@ -38,4 +40,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return dispatch(parser(), list(sys.argv[1:] if argv is None else argv))
+    try:
+        return dispatch(parser(), list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:  # the reader went away (`… | head`): stop quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 141

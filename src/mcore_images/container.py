@@ -22,6 +22,25 @@ MEMLOCK_FLAGS = ("--ulimit", "memlock=-1")
 """RDMA (InfiniBand, RoCE) pins memory: NCCL's IB transport needs memlock unlimited."""
 
 
+def ensure_local(image: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
+    """Why ``image`` cannot be run (None when it can): a reference docker cannot parse, or an image that is
+    neither local nor pullable. It is pulled once here, so the probes and the run that follow never pull."""
+    from mcore_images import images
+
+    try:
+        images.parse(image)
+    except ValueError as exc:
+        return f"{exc}; give an image reference such as mcore-images:runtime-debian or REPO@sha256:…"
+    if run(["docker", "image", "inspect", image], capture_output=True, text=True, check=False).returncode == 0:
+        return None
+    pulled = run(["docker", "pull", "-q", image], capture_output=True, text=True, check=False)
+    if pulled.returncode == 0:
+        return None
+    said = ((pulled.stderr or "").strip().splitlines() or ["no output"])[-1]
+    return (f"image {image} is not in the local Docker and could not be pulled ({said[:200]}): build it "
+            "(make build), docker login to its registry, or check the name")
+
+
 @functools.cache
 def memlock_unlimited(image: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> bool:
     """Whether this Docker Engine can start ``image`` with memlock unlimited. An engine whose own hard limit

@@ -89,6 +89,32 @@ def parse(text: str) -> ImageRef:
     return ImageRef(name, tag, digest or None)
 
 
+def registry_problem(text: str, option: str) -> str | None:
+    """Why ``text`` cannot prefix a repository (``ghcr.io/acme``, ``127.0.0.1:5000``), or None. A value
+    that bake would read as two tags (a comma) or as another option never gets this far."""
+    if not text:
+        return None
+    try:
+        ref = parse(f"{text}/{DEFAULT_REPO_PROBE}")
+    except ValueError:
+        ref = None
+    if ref is None or ref.tag or ref.digest or "," in text:
+        return (f"{option} {text!r} is not a registry: write host[:port][/path] in lowercase, e.g. ghcr.io/acme "
+                "or 127.0.0.1:5000")
+    return None
+
+
+def repo_problem(text: str, option: str) -> str | None:
+    """Why ``text`` cannot be a repository name under a registry (``mcore-images``), or None."""
+    if _NAME.match(text) and "," not in text:
+        return None
+    return f"{option} {text!r} is not a repository name: lowercase letters, digits and . _ - / (e.g. mcore-images)"
+
+
+DEFAULT_REPO_PROBE = "probe"
+"""A valid last path component, to judge a registry prefix by the reference grammar."""
+
+
 def repository(text: str) -> str:
     """The repository of a reference (``reg:5000/team/img:tag`` → ``reg:5000/team/img``)."""
     return parse(text).repository

@@ -12,13 +12,13 @@ divided by NVCC_THREADS afterwards (the trap where MAX_JOBS=4, NVCC_THREADS=4 be
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mcore_images.command import Command, standalone
+from mcore_images.command import Command, print_json, standalone
 from mcore_images.errors import InputError
 
 GIB = 1024**3
@@ -146,11 +146,11 @@ def parse_positive(name: str, value: str | None) -> int | None:
     """Validate an explicit job count: unset -> None, else a positive integer or a one-line error."""
     if value is None or value == "":
         return None
-    try:
-        number = int(value)
-    except ValueError:
+    # Digits only: int() would also take " 4", "+4", "4_0" and "٤".
+    if not re.fullmatch(r"-?[0-9]+", value):
         raise InputError(f"{name}={value!r} is not a number; use a positive integer such as {name}=4, "
-                         "or leave it unset for the planner") from None
+                         "or leave it unset for the planner")
+    number = int(value)
     if number < 1:
         raise InputError(f"{name}={number} is invalid; use a positive integer such as {name}=4, "
                          "or leave it unset for the planner")
@@ -158,8 +158,10 @@ def parse_positive(name: str, value: str | None) -> int | None:
 
 
 def plan(resources: Resources, component: str = "te", archs: int = 1,
-         max_jobs: str | None = None, nvcc_threads: str | None = None) -> JobPlan:
-    """Choose MAX_JOBS / NVCC_THREADS for one component build; explicit values win but are validated."""
+         max_jobs: str | None = None, nvcc_threads: str | None = None, force: bool = False) -> JobPlan:
+    """Choose MAX_JOBS / NVCC_THREADS for one component build; explicit values win but are validated: a job
+    count whose modelled memory exceeds what is usable here, or more nvcc threads than CPUs, is refused
+    (with the planner's numbers) unless ``force``, since an OOM-killed compile can take the machine down."""
     if component not in PROFILES:
         raise InputError(f"unknown compile component '{component}'; choose one of {', '.join(PROFILES)}")
     if archs < 1:
@@ -175,6 +177,8 @@ def plan(resources: Resources, component: str = "te", archs: int = 1,
     by_memory = max(1, math.floor(usable / per_job))
     by_cpu = max(1, resources.cpus // threads)
     chosen = explicit_jobs or min(by_memory, by_cpu)
+    if not force:
+        refuse_oversized(resources, component, explicit_jobs, explicit_threads, by_memory, by_cpu, per_job, usable)
     if explicit_jobs:
         reason = f"MAX_JOBS={explicit_jobs} given explicitly"
         if explicit_jobs > by_memory:
@@ -190,20 +194,36 @@ def plan(resources: Resources, component: str = "te", archs: int = 1,
                    component=component, reason=reason)
 
 
+def refuse_oversized(resources: Resources, component: str, jobs: int | None, threads: int | None, by_memory: int,
+                     by_cpu: int, per_job: float, usable: float) -> None:
+    """One line naming the planner's numbers when explicit values cannot fit this machine."""
+    planned = min(by_memory, by_cpu)
+    if jobs and jobs > by_memory:
+        raise InputError(f"MAX_JOBS={jobs} {component} compile jobs may need {jobs * per_job:.1f} GiB, and "
+                         f"{usable:.1f} GiB is usable here ({resources.available_gib:.1f} GiB available, "
+                         f"{per_job:.2f} GiB per job): use MAX_JOBS={by_memory} or less (the planner picks {planned}; "
+                         "leave it unset for that), or FORCE=1 / --force to run it anyway")
+    if threads and threads > resources.cpus:
+        raise InputError(f"NVCC_THREADS={threads} exceeds the {resources.cpus} CPUs here: use NVCC_THREADS="
+                         f"{resources.cpus} or less (or leave it unset), or FORCE=1 / --force to run it anyway")
+
+
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--component", default="te", choices=sorted(PROFILES), help="what is compiled (its memory model)")
     p.add_argument("--archs", type=int, default=1, help="number of CUDA architectures compiled")
     p.add_argument("--max-jobs", default=None, help="explicit MAX_JOBS (wins over the plan; validated)")
     p.add_argument("--nvcc-threads", default=None, help="explicit NVCC_THREADS (wins over the plan; validated)")
+    p.add_argument("--force", action="store_true",
+                   help="accept a MAX_JOBS / NVCC_THREADS that the planner's memory model says cannot fit")
     p.add_argument("--env", action="store_true",
                    help="print KEY=VALUE lines and the reason as a # comment (for a shell's eval)")
 
 
 def _run(args: argparse.Namespace) -> int:
     result = plan(detect(), component=args.component, archs=args.archs, max_jobs=args.max_jobs,
-                  nvcc_threads=args.nvcc_threads)
+                  nvcc_threads=args.nvcc_threads, force=args.force)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print_json(result.to_dict())
     elif args.env:
         print("\n".join(f"{k}={v}" for k, v in result.env().items()))
         print(f"# {result.component} jobs: {result.reason}; {result.resources.cpu_source}; "

@@ -55,6 +55,8 @@ def attach(image_ref: str, folder: Path, key: str, run: Runner | None = None) ->
     """Attach and sign; returns (the certificate artifact, how the registry keeps referrers)."""
     kwargs = {"run": run} if run else {}
     image = by_digest(image_ref)
+    if problem := registry.key_problem(key):
+        raise InputError(problem)
     path = folder / "certificate.json"
     cert = policy.load_certificate(path)
     if cert["image"]["digest"] != image.digest:

@@ -35,6 +35,29 @@ class RegistryError(InputError):
     manifest): the caller could not check, which is not the same as a refusal."""
 
 
+KMS_SCHEMES = ("awskms://", "gcpkms://", "azurekms://", "hashivault://", "k8s://", "pkcs11:", "env://")
+"""Key references cosign resolves itself (KMS, a PKCS#11 token, an environment variable); anything else must
+be a key file here."""
+
+
+def key_problem(key: str, option: str = "--key") -> str | None:
+    """Why a cosign key cannot be used, checked before any registry call: a file that is missing, not a
+    file, unreadable or not PEM; None for a readable key file or a KMS reference."""
+    if key.startswith(KMS_SCHEMES):
+        return None
+    path = Path(key)
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        return f"{option} {key} {what}: give the cosign key file (cosign generate-key-pair) or a KMS URI (awskms://…)"
+    try:
+        head = path.read_bytes()[:4096]
+    except OSError as exc:
+        return f"{option} {key} cannot be read ({exc.strerror}): fix its permissions or give another key"
+    if b"-----BEGIN " not in head:
+        return f"{option} {key} is not a PEM key: give the cosign.pub / cosign.key that cosign generate-key-pair wrote"
+    return None
+
+
 def plain_http(ref: ImageRef) -> bool:
     host = (ref.host or "").rsplit(":", 1)[0]
     extra = {h.strip() for h in os.environ.get("MCORE_REGISTRY_PLAIN_HTTP", "").split(",") if h.strip()}

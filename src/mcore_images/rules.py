@@ -181,6 +181,30 @@ def _engine_torch(s: Stack) -> Iterator[tuple[str, str]]:
                    f"pin the {engine.title} release whose torch requirement holds {s.torch}, or that torch")
 
 
+OCI_TAG_MAX = 128
+"""The distribution spec's longest tag."""
+IMMUTABLE_SUFFIX = len("-YYYYMMDD-") + 12
+"""What promotion appends to a content tag for its immutable tag (date and digest prefix)."""
+CANDIDATE_PREFIX = len("candidate-") + 40 + 1
+"""What a candidate build puts before a target name (a full git commit)."""
+
+
+@rule("tag-length")
+def _tag_length(s: Stack) -> Iterator[tuple[str, str]]:
+    from mcore_images import tags
+
+    for layer in s.built_layers:
+        content = tags.layer_tag(layer, s)
+        if len(content) + IMMUTABLE_SUFFIX > OCI_TAG_MAX:
+            yield (f"the {layer} tag {content!r} leaves no room for the immutable tag's date and digest "
+                   f"({len(content)} + {IMMUTABLE_SUFFIX} > {OCI_TAG_MAX} characters)",
+                   "shorten the stack's versions or its base")
+        target = tags.target(layer, s)
+        if CANDIDATE_PREFIX + len(target) > OCI_TAG_MAX:
+            yield (f"the candidate tag of target {target!r} would be {CANDIDATE_PREFIX + len(target)} characters "
+                   f"(at most {OCI_TAG_MAX})", "give the stack a shorter name")
+
+
 def check(stack: Stack) -> list[Violation]:
     """Every violation of every rule for one stack."""
     out = []

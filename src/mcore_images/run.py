@@ -17,6 +17,7 @@ from pathlib import Path
 
 from mcore_images import container
 from mcore_images.command import Command
+from mcore_images.errors import InputError
 
 OUT = "/out"
 
@@ -49,6 +50,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.print_only:
         print(printable(command_for(args.image, cmd, cpu=args.cpu, out=out, memlock=True, tty=True), out))
         return 0
+    if problem := container.ensure_local(args.image):
+        raise InputError(problem)
     out.mkdir(parents=True, exist_ok=True)
     argv = command_for(args.image, cmd, cpu=args.cpu, out=out, memlock=container.memlock_unlimited(args.image),
                        tty=sys.stdin.isatty())

@@ -1,5 +1,5 @@
 """The tag scheme: a tag tells what the image holds. Mirrors the functions in docker-bake.hcl
-(tests/unit/test_bake.py compares both on every stack)."""
+(tests/unit/mcore_images/test_bake.py compares both on every stack)."""
 
 from __future__ import annotations
 

@@ -68,6 +68,8 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
     except ValueError as exc:
         raise InputError(f"{exc}; give an image reference such as registry/repo:tag or registry/repo@sha256:…") \
             from None
+    if problem := registry.key_problem(key):
+        raise InputError(problem)
     try:
         image = registry.resolve(parsed, **kwargs)
         verdict.digest = image.digest

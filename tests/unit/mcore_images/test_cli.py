@@ -99,3 +99,62 @@ def test_jobs_rejects_bad_values(root: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "mcore_images", "jobs", "--max-jobs", "0"],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+def _stacks_with(root: Path, tmp_path: Path, **debian_changes: str) -> Path:
+    """A checkout root whose env/stacks.json has the debian stack changed and the committed locks beside it."""
+    import json
+    import shutil
+    entries = json.loads((root / "env" / "stacks.json").read_text())["variable"]["STACKS"]["default"]
+    debian = {**next(e for e in entries if e["name"] == "debian"), **debian_changes}
+    (tmp_path / "env").mkdir()
+    shutil.copy(root / "env" / "stacks.schema.json", tmp_path / "env")
+    shutil.copytree(root / "env" / "locks" / "debian", tmp_path / "env" / "locks" / "debian")
+    write_stacks(tmp_path / "env" / "stacks.json", [debian])
+    return tmp_path
+
+
+def test_build_refuses_pins_its_locks_do_not_hold(root: Path, tmp_path: Path, fake_docker: tuple) -> None:
+    """Before: `make build` went straight to bake with a megatron-core the locks do not hold, and failed inside
+    docker after the base and kernels layers were built; `lock --check` named it at once."""
+    env, log = fake_docker
+    checkout = _stacks_with(root, tmp_path, mcore="0.16.0")
+    result = subprocess.run([sys.executable, "-m", "mcore_images", "build", "--stack", "debian"],
+                            capture_output=True, text=True, env={**env, "MCORE_IMAGES_ROOT": str(checkout)},
+                            check=False)
+    assert result.returncode == 2, result.stdout
+    first = result.stderr.splitlines()[-1]
+    assert "runtime.txt: megatron-core is 0.16.1, env/stacks.json pins 0.16.0" in first
+    assert "mcore-images lock --stack debian" in first
+    assert not log.exists()
+
+
+@pytest.mark.parametrize(("option", "value", "needle"), [
+    ("--registry", "127.0.0.1:5000,evil.example/x", "is not a registry"),
+    ("--registry", "Registry.Example/Acme", "is not a registry"),
+    ("--registry", "host/a b", "is not a registry"),
+])
+def test_registry_values_cannot_smuggle_tags(option: str, value: str, needle: str,
+                                             capsys: pytest.CaptureFixture) -> None:
+    """Before: a comma in --registry became a second tag in bake's --set …tags=."""
+    from mcore_images import cli
+
+    assert cli.main(["build", "--group", "ci", option, value, "--candidate", "0123456", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]
+
+
+def test_image_repo_is_a_repository_name(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from mcore_images import cli
+
+    monkeypatch.setenv("IMAGE_REPO", "mcore-images,evil.example/x")
+    assert cli.main(["build", "--group", "ci", "--dry-run"]) == 2
+    assert "IMAGE_REPO" in capsys.readouterr().err
+
+
+def test_an_over_long_stack_name_is_refused(root: Path, tmp_path: Path) -> None:
+    """Before: a 120-character stack name passed the schema and produced tags beyond OCI's 128 characters."""
+    checkout = _stacks_with(root, tmp_path, name="d" * 120)
+    result = subprocess.run([sys.executable, "-m", "mcore_images", "plan"], capture_output=True, text=True,
+                            env={**os.environ, "MCORE_IMAGES_ROOT": str(checkout)}, check=False)
+    assert result.returncode == 2 and "is too long" in result.stderr and result.stderr.count("\n") == 1

@@ -94,10 +94,42 @@ def test_tiny_machine_still_gets_one_job() -> None:
     assert jobs.plan(res).max_jobs == 1
 
 
-def test_explicit_jobs_over_memory_warns_in_reason() -> None:
+def test_explicit_jobs_over_memory_are_refused_with_the_planners_numbers() -> None:
+    """Before: `jobs --max-jobs 100000` printed "may need 270000 GiB of 17.2 GiB usable" and exited 0."""
     res = jobs.Resources(cpus=64, available_gib=10, cpu_source="", memory_source="")
-    plan = jobs.plan(res, max_jobs="32")
+    with pytest.raises(InputError) as err:
+        jobs.plan(res, max_jobs="32")
+    message = str(err.value)
+    assert "86.4 GiB" in message and "8.0 GiB is usable" in message and "MAX_JOBS=2 or less" in message
+    assert "--force" in message and "\n" not in message
+
+
+def test_forced_jobs_over_memory_run_and_say_so() -> None:
+    res = jobs.Resources(cpus=64, available_gib=10, cpu_source="", memory_source="")
+    plan = jobs.plan(res, max_jobs="32", force=True)
     assert plan.max_jobs == 32 and "planner would pick" in plan.reason
+
+
+def test_more_nvcc_threads_than_cpus_are_refused() -> None:
+    res = jobs.Resources(cpus=2, available_gib=20, cpu_source="", memory_source="")
+    with pytest.raises(InputError, match="NVCC_THREADS=99999 exceeds the 2 CPUs"):
+        jobs.plan(res, nvcc_threads="99999")
+    assert jobs.plan(res, nvcc_threads="99999", force=True).nvcc_threads == 99999
+
+
+@pytest.mark.parametrize("value", [" 4", "+4", "4_0", "٤", "4 "])
+def test_only_plain_digits_are_a_job_count(value: str) -> None:
+    with pytest.raises(InputError, match="is not a number"):
+        jobs.parse_positive("MAX_JOBS", value)
+
+
+def test_build_refuses_oversized_jobs_before_docker(capsys: pytest.CaptureFixture) -> None:
+    from mcore_images import cli
+
+    assert cli.main(["build", "--stack", "debian", "--max-jobs", "100000", "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "stack debian: MAX_JOBS=100000" in err[0] and "GiB is usable here" in err[0]
+    assert cli.main(["build", "--stack", "debian", "--max-jobs", "100000", "--force", "--dry-run"]) == 0
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "four", "1.5"])

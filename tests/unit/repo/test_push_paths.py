@@ -5,9 +5,7 @@ to a registry."""
 from __future__ import annotations
 
 import ast
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,15 +13,9 @@ import pytest
 
 from mcore_images import cli
 from tests.unit.conftest import ROOT
+from tests.unit.repo.make_dry import VALUES, dry_run, make_targets, tool_argvs
 
 PUSHES = re.compile(r"--push\b|docker push|imagetools create|oras (tag|push|cp|attach)|skopeo copy|crane ")
-VARIABLES = ["STACK=debian", "GROUP=release", "REGISTRY=registry.example/acme", "SHA=0123456789abcdef",
-             "IMAGE=registry.example/acme/mcore-images@sha256:" + "0" * 64, "CERT=c.json", "LAYER=runtime"]
-
-
-def make_targets() -> list[str]:
-    out = subprocess.run(["make", "-s", "-C", str(ROOT), "help"], capture_output=True, text=True, check=True).stdout
-    return [m.group(1) for line in out.splitlines() if (m := re.match(r"^\s+(?:\x1b\[\d+m)?([a-z][\w-]*)", line))]
 
 
 def test_the_walk_sees_every_target() -> None:
@@ -33,12 +25,12 @@ def test_the_walk_sees_every_target() -> None:
 
 @pytest.mark.parametrize("target", make_targets())
 def test_no_make_target_pushes_anything_but_candidate_tags(target: str) -> None:
-    env = {**os.environ, "MAKEFLAGS": ""}
-    dry = subprocess.run(["make", "-n", "-C", str(ROOT), target, *VARIABLES], capture_output=True, text=True,
-                         env=env, check=False)
-    for line in dry.stdout.splitlines():
+    for line in dry_run(target, VALUES):
         if PUSHES.search(line):
-            assert "--candidate" in line and "mcore_images build" in line, f"make {target} pushes: {line}"
+            pytest.fail(f"make {target} pushes: {line}")
+        for argv in tool_argvs(line, VALUES):
+            if argv[0] == "build" and "--registry" in argv:
+                assert "--candidate" in argv, f"make {target} builds for a registry without --candidate: {argv}"
     script = ROOT / ".ci" / "release-local.sh"
     if target == "release-local":
         body = script.read_text()
@@ -65,12 +57,30 @@ def test_only_promote_moves_tags_and_only_after_its_verdict() -> None:
     assert body.index("plan(") < body.index("execute(promotion)")
 
 
-@pytest.mark.parametrize("passthrough", [["--push"], ["--output", "type=registry"],
-                                         ["--set", "*.output=type=image,push=true"]])
-def test_build_refuses_to_push_public_tags(passthrough: list[str], capsys: pytest.CaptureFixture) -> None:
-    assert cli.main(["build", "--group", "release", "--", *passthrough]) == 2
-    err = capsys.readouterr().err
-    assert "would push public tags of uncertified images" in err and len(err.strip().splitlines()) == 1
+@pytest.mark.parametrize("passthrough", [
+    ["--push"], ["--push=true"], ["--output", "type=registry"], ["--output=type=image,push=true"],
+    ["--set", "*.output=type=image,push=true"], ["--set=*.output=type=registry"], ["--set", "runtime-debian.push=true"],
+    ["--set", "*.tags=registry.example/acme/mcore-images:runtime-debian"],
+    ["--set", "*.cache-to=type=registry,ref=r/c"],
+    ["--set", "*.args.MCORE_VERSION=0.20.0"], ["-f", "other.hcl"], ["--file=other.hcl"], ["release"],
+    ["--allow", "fs=*"], ["--call", "outline"], ["--sbom=true"], ["--provenance", "mode=max"],
+    ["--metadata-file", "m.json"], ["--progress", "plain; true"], ["--set"]])
+def test_build_refuses_every_bake_argument_it_did_not_ask_for(passthrough: list[str],
+                                                               capsys: pytest.CaptureFixture) -> None:
+    """Before: a string match caught only `--push`, `push=true` and `type=registry`; `--output=type=image,push=true`,
+    a `tags` override, another bake file or a group name went through to bake."""
+    assert cli.main(["build", "--group", "release", "--dry-run", "--", *passthrough]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "allowed after --" in err[0], err
+
+
+@pytest.mark.parametrize("passthrough", [["--no-cache"], ["--pull"], ["--progress", "tty"], ["--progress=plain"],
+                                         ["--set", "kernels-cuda.contexts.apex=/src/apex"],
+                                         ["--set=*.cache-from=type=local,src=/cache"], ["--builder", "ci", "--load"]])
+def test_build_lets_through_what_changes_only_how_it_builds(passthrough: list[str],
+                                                             capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["build", "--stack", "debian", "--dry-run", "--", *passthrough]) == 0
+    assert " ".join(passthrough) in capsys.readouterr().out
 
 
 def test_every_command_that_writes_to_a_registry_is_known() -> None:
