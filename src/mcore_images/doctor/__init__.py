@@ -2,7 +2,9 @@
 
 Runs anywhere with Python >= 3.10 and the standard library: on a laptop, in our images, in
 someone else's. Nothing here imports torch or megatron-core at module level; each check imports
-what it inspects when it runs, so one broken package shows up as one finding.
+what it inspects when it runs, so one broken package shows up as one finding. The checks that
+import, load libraries or ask the driver run in a worker interpreter with a per-check timeout
+(isolate.py), so a package that segfaults or hangs on import is one finding too.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ import platform
 from collections.abc import Sequence
 from pathlib import Path
 
-from mcore_images.command import Command, standalone
+from mcore_images.command import Command, fail, standalone
+from mcore_images.doctor.isolate import DEFAULT_TIMEOUT_S, run_isolated
 from mcore_images.doctor.model import (
     REGISTRY,
     Check,
     Context,
+    Finding,
     exit_code,
     run_checks,
     stdout_to_stderr,
@@ -81,10 +85,41 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--list", action="store_true", help="list the checks and exit")
     parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"stop a worker check that runs longer, report it as crashed, go on (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run every check in this interpreter: fastest, but a crash or hang in an import ends or stalls the doctor",
+    )
+    where.add_argument(
         "--isolate",
         action="store_true",
-        help="run each check in its own interpreter (survives a segfault in an import; slower)",
+        help="run every check, the cheap ones too, in a fresh interpreter of its own (slowest; nothing shared)",
     )
+
+
+def run_all(checks: list[Check], ctx: Context, args: argparse.Namespace) -> list[Finding]:
+    """The findings in `checks` order: cheap checks here, the others in worker interpreters."""
+    if getattr(args, "in_process", False):
+        return run_checks(ctx, checks)
+    fresh = getattr(args, "isolate", False)
+    here = [] if fresh else [c for c in checks if not c.isolated]
+    found = {f.id: f for f in run_checks(ctx, here)}
+    away = [c for c in checks if c.id not in found]
+    found.update(run_isolated(away, ctx.hf_config, getattr(args, "timeout", DEFAULT_TIMEOUT_S), fresh))
+    return [found[c.id] for c in checks]
+
+
+def mode(args: argparse.Namespace) -> str:
+    if getattr(args, "in_process", False):
+        return "in-process"
+    return "isolate" if getattr(args, "isolate", False) else "worker"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,8 +134,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if getattr(args, "list", False):
         for item in checks:
-            print(f"{item.id:28} {item.severity.value:5} {item.summary}")
+            print(f"{item.id:28} {item.severity.value:5} {'worker' if item.isolated else 'here':6} {item.summary}")
         return 0
+    timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_S)
+    if not timeout > 0:  # also NaN
+        fail(f"--timeout {timeout:g} is not a positive number of seconds; pass e.g. --timeout {DEFAULT_TIMEOUT_S:g}")
     hf_config = getattr(args, "hf_config", None)
     if hf_config is not None and not (hf_config.is_file() or (hf_config / "config.json").is_file()):
         print(
@@ -113,12 +151,7 @@ def run(args: argparse.Namespace) -> int:
     as_json = getattr(args, "json", False)
     restore = stdout_to_stderr() if as_json else None
     try:
-        if getattr(args, "isolate", False):
-            from mcore_images.doctor.isolate import run_isolated
-
-            findings = run_isolated(checks, hf_config)
-        else:
-            findings = run_checks(ctx, checks)
+        findings = run_all(checks, ctx, args)
     finally:
         if restore:
             restore()
@@ -129,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
             "host": platform.node(),
             "hf_config": ctx.hf_config,
             "pythonpath": os.environ.get("PYTHONPATH", ""),
+            "mode": mode(args),
+            "timeout_s": timeout,
         }
         print(to_json(findings, meta))
     else:

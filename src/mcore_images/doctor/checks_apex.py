@@ -17,7 +17,9 @@ APEX_FIX = (
 )
 
 
-@check("apex.fused", Status.FAIL, "rebuild apex against the installed torch (its extensions do not load)")
+@check(
+    "apex.fused", Status.FAIL, "rebuild apex against the installed torch (its extensions do not load)", isolated=True
+)
 def apex_fused(ctx: Context) -> Outcome:
     """apex's fused_layer_norm_cuda / amp_C / fused_weight_gradient_mlp_cuda load; else name the fallbacks."""
     present = {name: where for name in FALLBACKS if (where := probes.locate(name)) is not None}

@@ -17,9 +17,9 @@ BRIDGES = (
 )
 
 
-@check("bridge.import", Status.FAIL, INSTALL_FIX)
+@check("bridge.import", Status.FAIL, INSTALL_FIX, isolated=True)
 def bridge_import(ctx: Context) -> Outcome:
-    """mbridge or Megatron-Bridge is installed and imports (needed for HF <-> Megatron conversion)."""
+    """mbridge or Megatron-Bridge is installed, imports and has a version (needed for HF <-> Megatron conversion)."""
     present = {label: (module, where) for label, module, _ in BRIDGES if (where := probes.locate(module))}
     if not present:
         return warn(
@@ -27,18 +27,28 @@ def bridge_import(ctx: Context) -> Outcome:
             "HF <-> Megatron conversion is unavailable",
             INSTALL_FIX,
         )
-    versions = {
-        label: (probes.dist_version(*dists) or ("", "?"))[1]
-        for label, _, dists in BRIDGES
+    versions: dict[str, str | None] = {
+        label: probes.owned_version(present[label][1], module.replace(".", "/"), *dists)
+        for label, module, dists in BRIDGES
         if label in present
     }
     for label, (module, where) in present.items():
         if error := probes.import_error(ctx, module):
             return trip(
-                f"{label} {versions[label]} at {where} does not import: {error}",
+                f"{label} {versions[label] or '(no version)'} at {where} does not import: {error}",
                 import_fix(error, label.lower()),
                 versions=versions,
             )
+        versions[label] = versions[label] or probes.module_version(probes.imported(ctx, module))
+    if unknown := [label for label in present if versions[label] is None]:
+        label = unknown[0]
+        dist = next(dists[0] for name, _, dists in BRIDGES if name == label)
+        return warn(
+            f"{label} at {present[label][1]} imports but has no version (no dist-info for this copy, no "
+            "__version__): which release it is, and so what it converts, cannot be told",
+            f"reinstall it: pip install --force-reinstall {dist}",
+            versions=versions,
+        )
     names = ", ".join(f"{label} {versions[label]}" for label in present)
     return ok(f"{names} import", versions=versions)
 
@@ -75,6 +85,7 @@ def mcore_has_encoder_and_decoder(ctx: Context, core: Path) -> tuple[bool, str]:
     "bridge.mcore-compat",
     Status.FAIL,
     "pin megatron-core < 0.17 or upgrade mbridge past 0.15.1 (pip install -U mbridge)",
+    isolated=True,
 )
 def bridge_mcore_compat(ctx: Context) -> Outcome:
     """mbridge does not use megatron-core names that this megatron-core removed (verl #6936)."""
@@ -111,6 +122,7 @@ def read_hf_config(path: Path) -> dict:
     Status.FAIL,
     "check model architecture compatibility: use an architecture the "
     "bridge registers, upgrade the bridge (pip install -U mbridge / megatron-bridge), or register a bridge",
+    isolated=True,
 )
 def bridge_hf_config(ctx: Context) -> Outcome:
     """The HF config given with --hf-config has a bridge that can convert it (else conversion fails)."""

@@ -68,7 +68,8 @@ def _rdma_errors(ctx: Context) -> dict[str, str]:
 
 
 @check("cluster.rdma-libs", Status.FAIL,
-       "install rdma-core's userland in the image: apt-get install libibverbs1 librdmacm1 ibverbs-providers")
+       "install rdma-core's userland in the image: apt-get install libibverbs1 librdmacm1 ibverbs-providers",
+       isolated=True)  # loads native libraries
 def rdma_libraries(ctx: Context) -> Outcome:
     """libibverbs and librdmacm load (NCCL's InfiniBand/RoCE transport opens them at run time)."""
     errors = _rdma_errors(ctx)
@@ -84,7 +85,7 @@ def rdma_libraries(ctx: Context) -> Outcome:
 
 @check("cluster.nccl-transport", Status.WARN,
        "give the container the RDMA devices (docker run --device /dev/infiniband, or the cluster's RDMA "
-       "device plugin) and leave NCCL_IB_DISABLE unset")
+       "device plugin) and leave NCCL_IB_DISABLE unset", isolated=True)
 def nccl_transport(ctx: Context) -> Outcome:
     """Which inter-node transport NCCL would pick here: IB/RoCE on active ports, else TCP sockets."""
     ports = active_ports(ctx)
@@ -140,7 +141,7 @@ def nccl_names(ctx: Context) -> Outcome:
 
 
 @check("cluster.nccl-net-plugin", Status.FAIL,
-       "install the plugin the site documents, or unset NCCL_NET_PLUGIN")
+       "install the plugin the site documents, or unset NCCL_NET_PLUGIN", isolated=True)
 def nccl_net_plugin(ctx: Context) -> Outcome:
     """A named NCCL net plugin (NCCL_NET_PLUGIN: AWS OFI, Azure, GCP's gIB …) loads."""
     name = ctx.environ.get("NCCL_NET_PLUGIN")
@@ -173,7 +174,8 @@ def _bytes(text: str) -> int:
 
 
 @check("cluster.shm", Status.FAIL,
-       "start the container with --ipc=host (mcore-images run does), or --shm-size=16g")
+       "start the container with --ipc=host (mcore-images run does), or --shm-size=16g",
+       isolated=True)  # counts the GPUs through the driver
 def shm(ctx: Context) -> Outcome:
     """/dev/shm holds what this node's ranks need (NCCL's shared-memory transport, DataLoader workers)."""
     size = shm_size(ctx)

@@ -15,6 +15,7 @@ BLACKWELL = 100  # from sm_100 on, megatron-core no longer needs CUDA_DEVICE_MAX
     "env.cuda-max-connections",
     Status.WARN,
     "export CUDA_DEVICE_MAX_CONNECTIONS=1 for TP > 1 or CP > 1 on Hopper and older (leave it unset for FSDP)",
+    isolated=True,  # asks the driver for the GPUs
 )
 def cuda_max_connections(ctx: Context) -> Outcome:
     """CUDA_DEVICE_MAX_CONNECTIONS=1 for TP/CP on pre-Blackwell GPUs (megatron.training asserts on it)."""

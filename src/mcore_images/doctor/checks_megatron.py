@@ -15,6 +15,8 @@ MIN_MCORE = "0.13.0"  # verl asserts megatron-core >= 0.13.0
 
 def import_fix(error: str, package: str = "megatron-core") -> str:
     """Name the fix for the import errors we have met; `package` is what failed to import."""
+    if probes.not_retried(error):
+        return f"fix the import named there first (its own check says how); {package} depends on it"
     if "No module named 'triton'" in error:
         return "pip install triton (megatron-core imports it unconditionally)"
     if "No module named 'torch'" in error:
@@ -31,31 +33,50 @@ def import_fix(error: str, package: str = "megatron-core") -> str:
     return f"reinstall {package} in this environment: pip install --force-reinstall {package}"
 
 
+def too_old(version: str, where: Path) -> Outcome:
+    return trip(
+        f"megatron-core {version} at {where} is older than {MIN_MCORE} (verl asserts >= {MIN_MCORE})",
+        f"pip install -U 'megatron-core>={MIN_MCORE}'",
+        version=version,
+        path=where,
+    )
+
+
 @check(
     "megatron.core",
     Status.FAIL,
     "pip install 'megatron-core>=0.13.0', or put a Megatron-LM checkout on PYTHONPATH",
+    isolated=True,
 )
 def megatron_core(ctx: Context) -> Outcome:
-    """megatron.core is found (importlib.util.find_spec, as verl checks), is >= 0.13.0, and imports."""
+    """megatron.core is found (importlib.util.find_spec, as verl checks), has a version >= 0.13.0, and imports."""
     where = probes.locate("megatron.core")
     if where is None:
         return trip("megatron.core not found: importlib.util.find_spec('megatron.core') is None")
     version = probes.mcore_version(where)
-    if version and not at_least(version, MIN_MCORE):
-        return trip(
-            f"megatron-core {version} at {where} is older than {MIN_MCORE} (verl asserts >= {MIN_MCORE})",
-            f"pip install -U 'megatron-core>={MIN_MCORE}'",
-            version=version,
-            path=where,
-        )
+    if version and not at_least(version, MIN_MCORE):  # read before importing: an old copy may not import
+        return too_old(version, where)
     if error := probes.import_error(ctx, "megatron.core"):
         return trip(
-            f"megatron-core {version} found at {where} but `import megatron.core` fails: {error}",
+            f"megatron-core {version or '(no version)'} found at {where} but `import megatron.core` fails: "
+            f"{error}",
             import_fix(error),
             version=version,
             path=where,
         )
+    if version is None:
+        version = probes.module_version(probes.imported(ctx, "megatron.core"))
+        if version is None:
+            return trip(
+                f"megatron/core at {where} imports but has no version (no package_info.py, no __version__, "
+                "no megatron-core dist-info for this copy): a partial or foreign copy, not verifiably "
+                f">= {MIN_MCORE}",
+                f"pip install --force-reinstall 'megatron-core>={MIN_MCORE}', or use a complete Megatron-LM "
+                "checkout (it has megatron/core/package_info.py)",
+                path=where,
+            )
+        if not at_least(version, MIN_MCORE):
+            return too_old(version, where)
     return ok(f"megatron-core {version} imports from {where}", version=version, path=where)
 
 

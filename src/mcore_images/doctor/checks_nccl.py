@@ -7,7 +7,7 @@ from importlib import metadata
 from pathlib import Path
 
 from mcore_images.doctor import probes
-from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip
+from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip, warn
 
 
 def nccl_text(code: int | None) -> str:
@@ -42,6 +42,7 @@ def loaded_nccl(ctx: Context) -> dict[str, int | None]:
     Status.FAIL,
     "use the NCCL torch was built with: pip install <the nvidia-nccl-* "
     "version torch pins>, and drop other libnccl.so.2 from LD_LIBRARY_PATH / LD_PRELOAD",
+    isolated=True,
 )
 def nccl_version(ctx: Context) -> Outcome:
     """torch's NCCL, the pip nvidia-nccl-* wheel and the libnccl.so.2 really loaded agree (verl RFC #6266)."""
@@ -80,6 +81,13 @@ def nccl_version(ctx: Context) -> Outcome:
             f"{', '.join(loaded)}",
             **details,
         )
+    if unknown := [p for p, v in loaded.items() if v is None]:
+        return warn(
+            f"{', '.join(unknown)} does not answer ncclGetVersion(): its NCCL cannot be matched with torch's "
+            f"({reported or '?'})",
+            "load the NCCL torch pins: drop other libnccl.so.2 from LD_LIBRARY_PATH / LD_PRELOAD",
+            **details,
+        )
     where = f" from {next(iter(loaded))}" if loaded else " (statically linked or not loaded yet)"
     return ok(f"NCCL {reported or '?'}{where}", **details)
 
@@ -92,6 +100,7 @@ MULTICAST_VARS = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHM
     Status.WARN,
     "on shared or virtualised multi-GPU hosts set NCCL_NVLS_ENABLE=0 "
     "TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1; enable NVLS only where the fabric allows",
+    isolated=True,  # asks the driver for the GPUs
 )
 def nccl_nvls(ctx: Context) -> Outcome:
     """NVLink multicast (NVLS) is set on purpose on multi-GPU hosts; it is on by default in NCCL."""

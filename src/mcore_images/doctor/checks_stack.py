@@ -25,6 +25,7 @@ def installed_mcore() -> str | None:
     "python.version",
     Status.FAIL,
     "use Python >= 3.12 (a python3.12 venv or image); megatron-core >= 0.17 requires it",
+    isolated=True,  # finding megatron.core imports the `megatron` package
 )
 def python_floor(ctx: Context) -> Outcome:
     """Python >= 3.12, which megatron-core >= 0.17 requires."""
@@ -46,26 +47,37 @@ def python_floor(ctx: Context) -> Outcome:
 
 
 @check(
-    "torch.version", Status.FAIL, "pip install 'torch>=2.6' (a CUDA build); megatron-core >= 0.17 needs it"
+    "torch.version",
+    Status.FAIL,
+    "pip install 'torch>=2.6' (a CUDA build); megatron-core >= 0.17 needs it",
+    isolated=True,
 )
 def torch_version(ctx: Context) -> Outcome:
-    """PyTorch is installed, imports, and is >= 2.6 for megatron-core >= 0.17."""
+    """PyTorch is installed, imports, has a version, and is >= 2.6 for megatron-core >= 0.17."""
     facts = probes.torch_facts()
     if facts is None:
         return trip("torch is not installed: megatron-core cannot run here")
     if error := probes.import_error(ctx, "torch"):
         return trip(
-            f"torch {facts.version} at {facts.path} does not import: {error}",
+            f"torch {facts.version or '(no version)'} at {facts.path} does not import: {error}",
             "reinstall one consistent torch: pip install --force-reinstall torch==<version> "
             "(mixed nvidia-* wheels or LD_LIBRARY_PATH libraries are the usual cause)",
         )
+    version = facts.version or probes.module_version(probes.imported(ctx, "torch"))
+    if version is None:
+        return trip(
+            f"torch at {facts.path} imports but has no version (no __version__ in torch/version.py or "
+            "torch, no dist-info for this copy): a partial or foreign copy",
+            "reinstall torch: pip install --force-reinstall 'torch>=2.6' (a CUDA build)",
+            path=facts.path,
+        )
     mcore = installed_mcore()
-    if not at_least(facts.version, "2.6"):
-        message = f"torch {facts.version} is older than 2.6"
+    if not at_least(version, "2.6"):
+        message = f"torch {version} is older than 2.6"
         if mcore and at_least(mcore, MCORE_NEEDS_NEW_FLOOR):
-            return trip(f"{message}, which megatron-core {mcore} requires", torch=facts.version)
-        return warn(f"{message}: megatron-core >= 0.17 will not run on it", torch=facts.version)
-    return ok(f"torch {facts.version} imports", torch=facts.version, path=facts.path)
+            return trip(f"{message}, which megatron-core {mcore} requires", torch=version)
+        return warn(f"{message}: megatron-core >= 0.17 will not run on it", torch=version)
+    return ok(f"torch {version} imports", torch=version, path=facts.path)
 
 
 @check(
@@ -78,6 +90,8 @@ def torch_cuda(ctx: Context) -> Outcome:
     facts = probes.torch_facts()
     if facts is None:
         return skip("torch is not installed")
+    if facts.version is None:
+        return skip(f"torch at {facts.path} has no version.py to read its CUDA from (see torch.version)")
     if facts.cuda is None:
         return trip(
             f"torch {facts.version} is a CPU-only build (torch.version.cuda is None)", torch=facts.version
@@ -90,6 +104,7 @@ def torch_cuda(ctx: Context) -> Outcome:
     Status.FAIL,
     "upgrade the NVIDIA driver to one that supports torch's CUDA, or install "
     "a torch built for the CUDA the driver supports",
+    isolated=True,
 )
 def cuda_driver(ctx: Context) -> Outcome:
     """The driver supports torch's CUDA runtime, and torch sees the GPUs the driver sees."""
@@ -166,6 +181,7 @@ def binary_archs(binaries: dict[str, list[Path]]) -> dict[Path, fatbin.Archs]:
     Status.FAIL,
     "rebuild for this GPU: TE with NVTE_CUDA_ARCHS=<cc> (e.g. 90), apex with "
     "TORCH_CUDA_ARCH_LIST=<x.y> (e.g. 9.0)",
+    isolated=True,  # asks the driver for the GPUs
 )
 def gpu_arch(ctx: Context) -> Outcome:
     """Each GPU has device code in TE's and apex's binaries (a cubin, or PTX that JIT-compiles)."""

@@ -41,7 +41,7 @@ def te_packaging(dists: dict[str, str]) -> tuple[str, str] | None:
     return None
 
 
-@check("te.import", Status.FAIL, ABI_FIX)
+@check("te.import", Status.FAIL, ABI_FIX, isolated=True)
 def te_import(ctx: Context) -> Outcome:
     """transformer_engine.pytorch imports; an 'undefined symbol' there is a torch ABI mismatch."""
     where = probes.locate("transformer_engine")
@@ -55,6 +55,12 @@ def te_import(ctx: Context) -> Outcome:
             dists=dists,
         )
     if error := probes.import_error(ctx, "transformer_engine.pytorch"):
+        if probes.not_retried(error):
+            return trip(
+                f"import transformer_engine.pytorch fails: {error}",
+                "fix the import named there first (its own check says how); TE depends on it",
+                dists=dists,
+            )
         if packaging := te_packaging(dists):
             return trip(f"{packaging[0]}: {error}", packaging[1], dists=dists)
         if "undefined symbol" in error:
@@ -71,7 +77,16 @@ def te_import(ctx: Context) -> Outcome:
             "install TE's runtime dependencies and a torch extension built for this torch",
             dists=dists,
         )
-    version = getattr(probes.imported(ctx, "transformer_engine"), "__version__", "?")
+    version = probes.module_version(probes.imported(ctx, "transformer_engine")) or dists.get("transformer-engine")
+    if version is None:
+        return warn(
+            f"transformer_engine at {where} imports but has no version (no __version__, no transformer-engine "
+            "dist-info): a partial copy, so its packages cannot be matched",
+            "reinstall Transformer Engine: pip install --force-reinstall transformer-engine-cu<CUDA major> and "
+            "build transformer-engine-torch against this torch",
+            dists=dists,
+            path=where,
+        )
     return ok(f"transformer_engine {version} and its torch extension import", dists=dists, path=where)
 
 
@@ -122,6 +137,7 @@ def cudnn_text(code: int | None) -> str:
     "make TE load torch's cuDNN: export CUDNN_HOME=<site-packages>/nvidia/cudnn and put "
     "<site-packages>/nvidia/cudnn/lib first on LD_LIBRARY_PATH (CUDNN_HOME alone still lets cuDNN's "
     "sub-libraries come from the system), or remove the system libcudnn",
+    isolated=True,
 )
 def te_cudnn(ctx: Context) -> Outcome:
     """TE and torch use one cuDNN; a second, older one makes TE silently pick unfused attention."""
@@ -152,6 +168,13 @@ def te_cudnn(ctx: Context) -> Outcome:
         return trip(
             f"two cuDNNs in one process: torch uses {cudnn_text(torch_cudnn)}, loaded {listed}; TE then "
             "silently picks unfused attention (268 vs 550 TFLOP/s measured on H200)",
+            **details,
+        )
+    if unknown := [p for p, v in copies.items() if v is None]:
+        return warn(
+            f"{', '.join(unknown)} does not answer cudnnGetVersion(): its cuDNN cannot be matched with torch's "
+            f"({cudnn_text(torch_cudnn)})",
+            "load only torch's cuDNN: CUDNN_HOME and LD_LIBRARY_PATH at <site-packages>/nvidia/cudnn",
             **details,
         )
     if len(dirs) > 1:

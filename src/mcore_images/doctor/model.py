@@ -2,7 +2,9 @@
 
 A check is a small function registered with an id, the severity it reports when it trips, and a
 default fix. It returns an Outcome built with ok()/trip()/warn()/skip(); the runner turns that into
-a Finding. Anything a check raises becomes a 'crash' finding, and the next check still runs.
+a Finding. Anything a check raises becomes a 'crash' finding, and the next check still runs. A check
+that imports a package, loads a native library or asks the driver is registered `isolated`: it runs
+in the worker interpreter (isolate.py), where a segfault or a hang is one finding too.
 """
 
 from __future__ import annotations
@@ -78,14 +80,21 @@ class Context:
     """Try to load a shared library by name: None when it loads, else the loader's error."""
     hf_config: Path | None = None
     memo: dict[str, Any] = field(default_factory=dict)
+    watch: Callable[[str, bool], None] | None = None
+    """Told (key, True) before a fact is computed and (key, False) after: the worker reports it, so a
+    crash or hang can be blamed on the import that was running."""
 
     def cached(self, key: str, compute: Callable[[], Any]) -> Any:
         """Compute a fact once per run (imports, GPU queries); a raised error is cached and re-raised."""
         if key not in self.memo:
+            if self.watch:
+                self.watch(key, True)
             try:
                 self.memo[key] = (True, compute())
             except Exception as error:  # cached so every dependent check sees the same failure
                 self.memo[key] = (False, error)
+            if self.watch:
+                self.watch(key, False)
         good, value = self.memo[key]
         if not good:
             raise value
@@ -111,6 +120,8 @@ class Check:
     severity: Status
     fix: str
     func: CheckFunc
+    isolated: bool = False
+    """Runs in the worker interpreter, not in the doctor's own (see `check`)."""
 
     @property
     def summary(self) -> str:
@@ -120,8 +131,15 @@ class Check:
 REGISTRY: dict[str, Check] = {}
 
 
-def check(check_id: str, severity: Status, fix: str) -> Callable[[CheckFunc], CheckFunc]:
-    """Register a check function under `check_id`; `fix` is its default fix text."""
+def check(
+    check_id: str, severity: Status, fix: str, *, isolated: bool = False
+) -> Callable[[CheckFunc], CheckFunc]:
+    """Register a check function under `check_id`; `fix` is its default fix text.
+
+    `isolated=True` for a check that imports a package, loads a native library or asks the driver
+    (anything that can segfault or hang): it then runs in the worker interpreter. Checks that only
+    read files, the environment and metadata run in the doctor's own interpreter.
+    """
     if severity not in (Status.FAIL, Status.WARN):
         raise ValueError(f"severity of {check_id} must be fail or warn")
 
@@ -129,7 +147,7 @@ def check(check_id: str, severity: Status, fix: str) -> Callable[[CheckFunc], Ch
         known = REGISTRY.get(check_id)
         if known and known.func.__module__ != func.__module__:  # a reload of the same module may replace
             raise ValueError(f"check id {check_id} registered twice")
-        REGISTRY[check_id] = Check(check_id, severity, fix, func)
+        REGISTRY[check_id] = Check(check_id, severity, fix, func, isolated)
         return func
 
     return register

@@ -19,10 +19,22 @@ from types import ModuleType
 
 from mcore_images.doctor.model import Context
 
+IMPORT = "import:"
+"""Prefix of the cache key of an import: `import:torch`."""
+GPUS = "gpus"
+"""Cache key of the driver query."""
+NOT_RETRIED = "not retried by the doctor"
+"""Ends the ImportError the worker raises for an import that crashed or hung in an earlier check."""
+
 
 def imported(ctx: Context, name: str) -> ModuleType:
     """Import `name` once per run; the ImportError (or anything else it raised) is re-raised each time."""
-    return ctx.cached(f"import:{name}", lambda: importlib.import_module(name))
+    return ctx.cached(IMPORT + name, lambda: importlib.import_module(name))
+
+
+def not_retried(error: str) -> bool:
+    """True for the error of an import that an earlier check found to crash or hang: fix that one first."""
+    return NOT_RETRIED in error
 
 
 def import_error(ctx: Context, name: str) -> str | None:
@@ -69,6 +81,25 @@ def dist_version(*names: str) -> tuple[str, str] | None:
     return None
 
 
+def owned_version(where: Path, relative: str, *names: str) -> str | None:
+    """Version of the first distribution among `names` whose files hold `where` (`relative` is the
+    package's path inside the distribution); a dist-info of another copy says nothing about this one."""
+    for name in names:
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        if Path(str(dist.locate_file(relative))).resolve() == where.resolve():
+            return dist.version
+    return None
+
+
+def module_version(module: ModuleType) -> str | None:
+    """An imported module's `__version__`, None when it has none."""
+    version = getattr(module, "__version__", None)
+    return str(version) if version else None
+
+
 def dists_matching(pattern: str) -> dict[str, str]:
     """Installed distributions whose normalised name matches `pattern` → version."""
     found: dict[str, str] = {}
@@ -96,14 +127,19 @@ def read_assignments(path: Path, names: tuple[str, ...]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class TorchFacts:
-    """torch's version and CUDA version read from torch/version.py, without importing torch."""
+    """torch's version and CUDA version read from torch/version.py, without importing torch.
 
-    version: str
+    `version` None: this copy has no version.py with `__version__` and no dist-info of its own (a
+    partial or foreign copy); its CUDA is then unknown too.
+    """
+
+    version: str | None
     cuda: str | None
     path: Path
 
 
 def torch_facts() -> TorchFacts | None:
+    """None when torch is not installed."""
     where = locate("torch")
     if where is None:
         return None
@@ -112,19 +148,18 @@ def torch_facts() -> TorchFacts | None:
         cuda = getattr(getattr(module, "version", None), "cuda", None)
         return TorchFacts(str(module.__version__), cuda, where)
     values = read_assignments(where / "version.py", ("__version__", "cuda"))
-    if "__version__" not in values:
-        return None
     cuda = values.get("cuda")
-    return TorchFacts(values["__version__"], None if cuda in (None, "None") else cuda, where)
+    version = values.get("__version__") or owned_version(where, "torch", "torch")
+    return TorchFacts(version, None if cuda in (None, "None") else cuda, where)
 
 
 def mcore_version(where: Path) -> str | None:
-    """Version of the megatron/core copy at `where` (its package_info.py), else dist metadata."""
+    """Version of the megatron/core copy at `where`: its package_info.py, else the dist-info that
+    installed this copy; None when it has neither."""
     info = read_assignments(where / "package_info.py", ("MAJOR", "MINOR", "PATCH"))
     if len(info) == 3:
         return f"{info['MAJOR']}.{info['MINOR']}.{info['PATCH']}"
-    found = dist_version("megatron-core", "megatron_core")
-    return found[1] if found else None
+    return owned_version(where, "megatron/core", "megatron-core", "megatron_core")
 
 
 def loaded_libraries(ctx: Context, pattern: str) -> list[str]:
@@ -185,7 +220,7 @@ def _driver_release(ctx: Context) -> str | None:
 
 def gpu_info(ctx: Context) -> GpuInfo:
     """Ask libcuda directly (ctypes): works without torch and without creating a CUDA context."""
-    return ctx.cached("gpus", lambda: _query_libcuda(ctx))
+    return ctx.cached(GPUS, lambda: _query_libcuda(ctx))
 
 
 LIBCUDA = "libcuda.so.1"

@@ -685,3 +685,66 @@ def test_hf_config_after_a_partial_mbridge_import_reads_the_source(world: World)
     world.run("bridge.import")  # leaves mbridge.core.bridge imported with only 'early' registered
     found = world.run("bridge.hf-config")
     assert found.status == Status.OK and "decorators read" in found.details["mbridge"]["method"]
+
+
+# --- a package without a version is a finding ------------------------------------------------------
+
+
+def test_torch_without_a_version(world: World) -> None:
+    world.package("torch")  # no version.py, no __version__, no dist-info
+    found = world.run("torch.version")
+    assert found.status == Status.FAIL and "has no version" in found.finding and "reinstall torch" in found.fix
+    assert status(world, "torch.cuda") == Status.SKIP  # not "CPU-only": its CUDA is unknown too
+    sys.modules.pop("torch", None)
+    world.package("torch", {"__init__.py": "__version__ = '2.11.0'\n"})  # the imported module says
+    found = world.run("torch.version")
+    assert found.status == Status.OK and "2.11.0" in found.finding
+
+
+def test_megatron_core_without_a_version(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    other = world.tmp / "checkout"
+    other.mkdir()
+    monkeypatch.syspath_prepend(str(other))
+    world.package("megatron.core", root=other)
+    world.dist("megatron-core", "0.16.1")  # installed in site/, but the copy imported is other/'s
+    found = world.run("megatron.core")
+    assert found.status == Status.FAIL and "has no version" in found.finding
+    assert "pip install --force-reinstall 'megatron-core>=0.13.0'" in found.fix
+    for name in ("megatron.core", "megatron"):
+        sys.modules.pop(name, None)
+    world.package("megatron.core", {"__init__.py": "__version__ = '0.12.0'\n"}, root=other)
+    assert "older than 0.13.0" in world.run("megatron.core").finding
+
+
+def test_megatron_core_version_from_its_own_dist_info(world: World) -> None:
+    world.package("megatron.core")
+    world.dist("megatron-core", "0.16.1")  # the dist-info that installed this very copy
+    found = world.run("megatron.core")
+    assert found.status == Status.OK and "0.16.1" in found.finding
+
+
+def test_bridge_without_a_version(world: World) -> None:
+    world.package("mbridge")  # a copy on sys.path without dist-info or __version__
+    found = world.run("bridge.import")
+    assert found.status == Status.WARN and "has no version" in found.finding
+    assert found.fix == "reinstall it: pip install --force-reinstall mbridge"
+
+
+def test_te_without_a_version(world: World) -> None:
+    world.package("transformer_engine", {"pytorch.py": ""})
+    found = world.run("te.import")
+    assert found.status == Status.WARN and "has no version" in found.finding and "reinstall" in found.fix
+
+
+def test_cudnn_and_nccl_that_do_not_say_their_version(world: World) -> None:
+    world.package("transformer_engine", {"pytorch.py": ""})
+    world.torch(cudnn=91900, nccl=(2, 27, 7))
+    world.dist("torch", "2.11.0", requires=PIN)
+    world.dist("nvidia-nccl-cu13", "2.27.7")
+    cudnn = str(world.site / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9")
+    nccl = str(world.site / "nvidia" / "nccl" / "lib" / "libnccl.so.2")
+    world.maps(cudnn, nccl)  # mapped, but world.versions has no answer for them
+    found = world.run("te.cudnn")
+    assert found.status == Status.WARN and "cudnnGetVersion" in found.finding
+    found = world.run("nccl.version")
+    assert found.status == Status.WARN and "ncclGetVersion" in found.finding
