@@ -3,7 +3,9 @@
 The digest comes from ``docker image inspect`` (the registry digest when the image has one, else the
 local image ID, and the certificate says which) and is resolved before anything expensive runs.
 The smoke runs inside the image and writes its own certificate; this module adds the image, the
-digest and the image-test outcome to it. Never imports torch, megatron-core or the smoke package.
+digest and the image-test outcome to it. The certificate folder is written new and renamed into place
+(outputs.py), so a folder certify did not write is never touched. Never imports torch, megatron-core or
+the smoke package.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import container, images, schemas
+from mcore_images import container, images, outputs, schemas
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 
 Runner = Callable[..., subprocess.CompletedProcess]
 ROOT = Path(__file__).resolve().parents[2]
+COMMAND = "certify"
 
 
 @dataclass(frozen=True)
@@ -141,15 +144,23 @@ def _header(cert: dict[str, Any]) -> str:
     ])
 
 
+def _smoke_certificate(path: Path, smoke_rc: int) -> dict[str, Any]:
+    """The certificate the smoke wrote, or a could-not-run one saying why there is none to bind."""
+    try:
+        cert = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+        why = f"the smoke wrote no certificate (docker run exited {smoke_rc})"
+    except (OSError, ValueError) as exc:
+        cert, why = None, f"the smoke's certificate.json cannot be read ({exc}; docker run exited {smoke_rc})"
+    if cert is not None and not isinstance(cert, dict):
+        cert, why = None, f"the smoke's certificate.json is not a JSON object (docker run exited {smoke_rc})"
+    return cert if cert is not None else {"schema": schemas.CERTIFICATE, "status": "could-not-run", "exit_code": 2,
+                                          "error": why, "runs": []}
+
+
 def bind(out_dir: Path, digest: ImageDigest, tests: dict[str, Any], smoke_rc: int) -> int:
     """Add image, digest and test outcome to the smoke's certificate; returns the overall exit code."""
     path = out_dir / "certificate.json"
-    cert: dict[str, Any]
-    if path.exists():
-        cert = json.loads(path.read_text())
-    else:
-        cert = {"schema": schemas.CERTIFICATE, "status": "could-not-run", "exit_code": 2,
-                "error": f"the smoke wrote no certificate (docker run exited {smoke_rc})", "runs": []}
+    cert = _smoke_certificate(path, smoke_rc)
     smoke_code = cert.get("exit_code", 2) if cert.get("exit_code") in (0, 1, 2) else 2
     tests_failed = not tests.get("skipped") and not tests["passed"]
     # A bridge that converts wrongly fails the image; one that cannot run (no bridge in the image,
@@ -171,26 +182,26 @@ def bind(out_dir: Path, digest: ImageDigest, tests: dict[str, Any], smoke_rc: in
 def certify(ref: str, out_dir: Path, smoke_args: Sequence[str], skip_image_tests: bool = False,
             run: Runner = subprocess.run, bench: bool = True) -> int:
     """Resolve the digest, run image tests, the smoke, the bridge check and (on GPUs) the gated bench in the
-    image, and write the bound certificate."""
+    image, and write the bound certificate. ``out_dir`` is written as a new folder (outputs.py): an existing
+    one is replaced only when it is empty or an earlier certify's, whole, once everything has run."""
+    target = outputs.claim(out_dir, COMMAND)
     digest = resolve_digest(ref, run)
     print(f"[certify] {ref} → {digest.digest} ({digest.digest_source.split(':')[0]})", flush=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in (out_dir / "certificate.json", out_dir / "certificate.md"):
-        stale.unlink(missing_ok=True)
-    tests = {"skipped": True, "passed": False} if skip_image_tests else run_image_tests(ref, run)
-    memlock = container.memlock_unlimited(ref, run)
-    cmd = docker_smoke_command(ref, out_dir, smoke_args, memlock)
-    print("[certify] " + " ".join(cmd), flush=True)
-    smoke_rc = run(cmd).returncode
-    if (out_dir / "certificate.json").exists():
-        bridge = docker_bridge_command(ref, out_dir, "--cpu" in smoke_args, memlock)
-        print("[certify] " + " ".join(bridge), flush=True)
-        run(bridge)
-        if bench and "--cpu" not in smoke_args:
-            bench_cmd = docker_bench_command(ref, out_dir, memlock)
-            print("[certify] " + " ".join(bench_cmd), flush=True)
-            run(bench_cmd)
-    code = bind(out_dir, digest, tests, smoke_rc)
+    with outputs.writing(target) as work:
+        tests = {"skipped": True, "passed": False} if skip_image_tests else run_image_tests(ref, run)
+        memlock = container.memlock_unlimited(ref, run)
+        cmd = docker_smoke_command(ref, work, smoke_args, memlock)
+        print("[certify] " + " ".join(cmd), flush=True)
+        smoke_rc = run(cmd).returncode
+        if (work / "certificate.json").exists():
+            bridge = docker_bridge_command(ref, work, "--cpu" in smoke_args, memlock)
+            print("[certify] " + " ".join(bridge), flush=True)
+            run(bridge)
+            if bench and "--cpu" not in smoke_args:
+                bench_cmd = docker_bench_command(ref, work, memlock)
+                print("[certify] " + " ".join(bench_cmd), flush=True)
+                run(bench_cmd)
+        code = bind(work, digest, tests, smoke_rc)
     print(f"[certify] wrote {out_dir / 'certificate.json'} and certificate.md (exit {code})", flush=True)
     return code
 
@@ -202,7 +213,8 @@ def default_out(image: str) -> Path:
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("image", help="image reference, e.g. mcore-images:runtime-debian or REPO@sha256:…")
-    p.add_argument("--out", help="folder for certificate.json/.md (default: out/certify/<image>)")
+    p.add_argument("--out", help="folder for certificate.json/.md (default: out/certify/<image>): a new or empty "
+                   "one, or one `certify` wrote before (then replaced)")
     p.add_argument("--skip-image-tests", action="store_true",
                    help="smoke only; the certificate records that the image tests did not run")
     p.add_argument("--no-bench", dest="bench", action="store_false",
@@ -215,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
                    bench=args.bench)
 
 
-COMMANDS = (Command("certify", "run image tests, the smoke and the bridge check in an image; write a certificate "
+COMMANDS = (Command(COMMAND, "run image tests, the smoke and the bridge check in an image; write a certificate "
                     "bound to its digest", _arguments, _run,
                     description="Resolve IMAGE's digest (docker image inspect), run tests/image, the smoke suite, "
                     "the bridge check and, on GPUs, the bench with its regression gate in the image, and write "

@@ -19,7 +19,7 @@ from typing import Any
 from mcore_images import components, images, schemas
 from mcore_images.errors import InputError
 from mcore_images.images import ImageRef
-from mcore_images.jsonfiles import schema_problem
+from mcore_images.jsonfiles import CERTIFICATE_SCHEMA, problem, read_json, schema_problem
 from mcore_images.stacks import Stack, repo_root
 from mcore_images.versions import pin_satisfied
 
@@ -41,13 +41,10 @@ class Policy:
 def load_policy(name: str, root: Path | None = None) -> Policy:
     """The named policy; InputError (one line) for an unknown name or a malformed file."""
     path = (root or repo_root()) / "env" / "release-policies.json"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path} cannot be read ({exc}); restore it from git") from None
-    problem = schema_problem(data, path.with_name("release-policies.schema.json"), path)
-    if problem:
-        raise InputError(problem)
+    data = read_json(path, "release policies", "restore env/release-policies.json from git")
+    found = schema_problem(data, path.with_name("release-policies.schema.json"), path)
+    if found:
+        raise InputError(found)
     if name not in data:
         raise InputError(f"unknown policy '{name}'; choose one of {', '.join(data)} (env/release-policies.json)")
     return Policy(name, **data[name])
@@ -55,59 +52,54 @@ def load_policy(name: str, root: Path | None = None) -> Policy:
 
 def load_certificate(path: Path) -> dict[str, Any]:
     """certificate.json as `mcore-images certify` writes it; InputError naming what is malformed."""
+    unedited = "use the certificate.json that `mcore-images certify` wrote, unedited"
     try:
-        cert = json.loads(path.read_text())
+        cert = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"certificate {path} not found: download the gpu-smoke run's certificate artifact "
                          "(or run `mcore-images certify IMAGE@DIGEST`)") from None
+    except IsADirectoryError:
+        raise InputError(f"certificate {path} is a folder: name the certificate.json in it") from None
+    except OSError as exc:
+        raise InputError(f"certificate {path} cannot be read ({exc.strerror or exc}): {unedited}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"certificate {path} is malformed (not UTF-8 text: byte {exc.start}): {unedited}") from None
     except ValueError as exc:
-        raise InputError(f"certificate {path} is malformed (not JSON: {exc}): use the certificate.json "
-                         "that `mcore-images certify` wrote, unedited") from None
+        raise InputError(f"certificate {path} is malformed (not JSON: {exc}): {unedited}") from None
     problems = shape_problems(cert)
     if problems:
-        raise InputError(f"certificate {path} is malformed ({'; '.join(problems)}): use the certificate.json "
-                         "that `mcore-images certify` wrote, unedited")
+        raise InputError(f"certificate {path} is malformed ({'; '.join(problems)}): {unedited}")
     return cert
 
 
 def shape_problems(cert: Any) -> list[str]:
-    """What promotion reads from a certificate, and its types (empty when all is there)."""
+    """What the readers need of a certificate: this tool's schema identifier, the fields and types of
+    data/certificate.schema.json, and a creation time with a zone (empty when all is there)."""
     if not isinstance(cert, dict):
         return ["not a JSON object"]
     if cert.get("schema") != schemas.CERTIFICATE:
-        return [f"schema {cert.get('schema')!r} is not {schemas.CERTIFICATE!r}"]
-    wanted: list[tuple[str, Any, type | tuple[type, ...]]] = [
-        ("status", cert.get("status"), str),
-        ("exit_code", cert.get("exit_code"), int),
-        ("created", cert.get("created"), str),
-        ("runs", cert.get("runs"), list),
-        ("image", cert.get("image"), dict),
-        ("certify", cert.get("certify"), dict),
-        ("image_tests", cert.get("image_tests"), dict),
-        ("environment", cert.get("environment"), dict),
-    ]
-    problems = [f"{key} missing or not {getattr(t, '__name__', t)}" for key, value, t in wanted
-                if not isinstance(value, t)]
-    if problems:
-        return problems
-    image, env = cert["image"], cert["environment"]
-    if not isinstance(image.get("digest"), str) or not isinstance(image.get("digest_source"), str):
-        problems.append("image.digest / image.digest_source missing (certify binds them)")
-    if not isinstance(cert["certify"].get("status"), str):
-        problems.append("certify.status missing")
-    if not isinstance(env.get("packages"), dict):
-        problems.append("environment.packages missing")
+        return [f"schema {_short(cert.get('schema'))} is not {schemas.CERTIFICATE!r}"]
+    found = problem(cert, CERTIFICATE_SCHEMA)
+    if found:
+        return [found]
     if created(cert) is None:
-        problems.append(f"created {cert['created']!r} is not an ISO 8601 time with a zone")
-    return problems
+        return [f"created {_short(cert['created'])} is not an ISO 8601 time with a zone"]
+    return []
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def created(cert: Mapping[str, Any]) -> dt.datetime | None:
+    """The certificate's creation time in UTC; None when it is not an ISO 8601 time with a zone (or one that
+    falls outside the calendar in UTC)."""
     try:
         when = dt.datetime.fromisoformat(str(cert.get("created")))
-    except ValueError:
+        return when.astimezone(dt.timezone.utc) if when.tzinfo else None
+    except (ValueError, OverflowError):
         return None
-    return when if when.tzinfo else None
 
 
 def certificate_problems(cert: Mapping[str, Any], image: ImageRef, now: dt.datetime, policy: Policy) -> list[str]:

@@ -208,9 +208,14 @@ def load_stacks(path: Path | None = None) -> dict[str, Stack]:
     """All stacks by name, in file order; InputError (one line) for a file that is not well-formed."""
     path = path or stacks_file()
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{path} not found; run from the mcore-images checkout or set MCORE_IMAGES_ROOT") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8 or restore "
+                         "it from git") from None
+    except OSError as exc:
+        raise InputError(f"{path} cannot be read ({exc.strerror or exc}); restore it from git") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path} is not JSON ({exc}); fix its syntax") from None
     return parse_document(data, path)

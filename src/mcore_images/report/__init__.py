@@ -7,42 +7,48 @@ the build-efficiency chart. Plain HTML, one stylesheet and inline SVG: it opens 
 from __future__ import annotations
 
 import argparse
-import shutil
 import time
 from pathlib import Path
 
+from mcore_images import outputs
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.report import charts, inputs, pages
 from mcore_images.stacks import load_stacks
 
+COMMAND = "report"
+
 
 def generate(out: Path, sources: list[Path], timing_files: list[Path]) -> dict[str, object]:
-    """Write the site into ``out`` (replaced); returns what was written and how long it took."""
+    """Write the site into ``out``: a new folder, an empty one, or one this command wrote before, replaced
+    whole (outputs.py). A missing input, a build-timing file that is not one, or an ``out`` the command may
+    not write is an InputError before anything is written. Returns what was written and how long it took."""
     charts.require()
     t0 = time.perf_counter()
+    for path in sources:
+        if not path.exists():
+            raise InputError(f"INPUT {path}: no such file or folder; give the folders `mcore-images certify` wrote "
+                             "(each holds a certificate.json) or certificate files")
     stacks = load_stacks()
+    runs = inputs.read_timings(timing_files)
+    target = outputs.claim(out, COMMAND)
     certs = [inputs.read(path) for path in inputs.find(sources)]
     for cert in certs:
         if cert.data is not None:
             inputs.file_under(cert, stacks)
-    runs, timing_problems = inputs.read_timings(timing_files)
-    notes = [f"{path}: no such file or folder" for path in sources if not path.exists()]
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    (out / "style.css").write_text(pages.CSS + "\n")
-    (out / "index.html").write_text(pages.index(stacks, certs, notes))
-    (out / "matrix.html").write_text(pages.matrix(stacks))
-    (out / "build.html").write_text(pages.build_page(runs, timing_problems))
     written = [cert for cert in certs if cert.data is not None]
-    for cert in written:
-        (out / f"{cert.slug}.html").write_text(pages.certificate_page(cert))
+    with outputs.writing(target) as site:
+        (site / "style.css").write_text(pages.CSS + "\n")
+        (site / "index.html").write_text(pages.index(stacks, certs))
+        (site / "matrix.html").write_text(pages.matrix(stacks))
+        (site / "build.html").write_text(pages.build_page(runs))
+        for cert in written:
+            (site / f"{cert.slug}.html").write_text(pages.certificate_page(cert))
     return {
         "out": str(out),
         "certificates": len(certs),
         "pages": 3 + len(written),
-        "invalid": sum(1 for c in certs if c.data is None),
+        "invalid": len(certs) - len(written),
         "seconds": round(time.perf_counter() - t0, 3),
     }
 
@@ -55,7 +61,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         metavar="INPUT",
         help="folders holding certificate.json files (searched recursively), or certificate files",
     )
-    p.add_argument("--out", type=Path, required=True, help="the site's folder (replaced)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="the site's folder: a new or empty one, or one `report` wrote before (then replaced)")
     p.add_argument(
         "--build-timings",
         type=Path,
@@ -67,8 +74,6 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.out.exists() and not args.out.is_dir():
-        raise InputError(f"--out {args.out} is a file: give a folder for the site")
     result = generate(args.out, args.inputs, args.build_timings)
     if args.json:
         print_json(result)
@@ -82,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
 
 COMMANDS = [
     Command(
-        "report",
+        COMMAND,
         "write a static site of stacks, tags, digests and certificates",
         _arguments,
         _run,

@@ -40,6 +40,27 @@ def require() -> None:
         )
 
 
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool, not too large for a float), else None."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+DRAWABLE = 1e100
+"""The largest magnitude a chart is given: matplotlib's axis margins overflow near the float limit."""
+
+
+def drawable(value: Any) -> float | None:
+    """``value`` as a float a chart can place (finite, within ±DRAWABLE), else None: what the charts draw."""
+    number = finite(value)
+    return number if number is not None and abs(number) <= DRAWABLE else None
+
+
 def series_id(name: str) -> str:
     return "series-" + re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
@@ -65,7 +86,7 @@ def loss_curves(runs: dict[str, list[float]], title: str) -> str:
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(7.5, 3.6))
         for name, losses in runs.items():
-            points = [(i, v) for i, v in enumerate(losses) if isinstance(v, int | float) and math.isfinite(v)]
+            points = [(i, y) for i, v in enumerate(losses) if (y := drawable(v)) is not None]
             if points:
                 (line,) = ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=name)
                 line.set_gid(series_id(name))
@@ -79,22 +100,27 @@ def loss_curves(runs: dict[str, list[float]], title: str) -> str:
 def parity(rows: list[tuple[str, float, float, float, float]]) -> str:
     """Per run: the step-0 loss and grad-norm deltas against the dp-only run, with their tolerances."""
     require()
-    floor = 1e-10  # a delta of exactly 0 on a log axis
+    floor, ceiling = 1e-10, 1e10  # a delta of exactly 0, or one far off, still lands on the log axis
+
+    def drawn(value: float) -> float:
+        return min(max(value, floor), ceiling)
+
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(7.5, 0.45 * max(len(rows), 2) + 1.2))
         names = [r[0] for r in rows]
         y = range(len(rows))
-        bars = ax.barh([i - 0.2 for i in y], [max(r[1], floor) for r in rows], height=0.4, label="Δ loss")
+        bars = ax.barh([i - 0.2 for i in y], [drawn(r[1]) for r in rows], height=0.4, label="Δ loss")
         _tag_bars(bars, "loss_rel")
-        bars = ax.barh([i + 0.2 for i in y], [max(r[3], floor) for r in rows], height=0.4, label="Δ grad norm")
+        bars = ax.barh([i + 0.2 for i in y], [drawn(r[3]) for r in rows], height=0.4, label="Δ grad norm")
         _tag_bars(bars, "grad_norm_rel")
         if rows:
-            ax.axvline(rows[0][2], color="tab:blue", linestyle="--", label=f"loss tolerance {rows[0][2]:.1e}")
-            ax.axvline(rows[0][4], color="tab:orange", linestyle=":", label=f"grad-norm tolerance {rows[0][4]:.1e}")
+            ax.axvline(drawn(rows[0][2]), color="tab:blue", linestyle="--", label=f"loss tolerance {rows[0][2]:.1e}")
+            ax.axvline(drawn(rows[0][4]), color="tab:orange", linestyle=":",
+                       label=f"grad-norm tolerance {rows[0][4]:.1e}")
         ax.set_xscale("log")
         ax.set_yticks(list(y), names)
         ax.set(
-            xlabel=f"relative difference from the dp-only run (0 drawn at {floor:g})",
+            xlabel=f"relative difference from the dp-only run (drawn between {floor:g} and {ceiling:g})",
             title="Cross-layout parity at step 0",
         )
         ax.legend(fontsize=7, loc="lower right")

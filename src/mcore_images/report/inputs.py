@@ -1,6 +1,7 @@
 """What a report is made of: the stacks (env/stacks.json), the certificates it is given (found in folders
-or named as files), and build timings. A certificate that cannot be read or is not ours is kept, with the
-reason, so the index can show it as such; nothing here raises on bad input."""
+or named as files), and build timings. A certificate that cannot be read, is not ours or does not match
+data/certificate.schema.json is kept, with the reason, so the index can show it as such; a build-timing
+file that is not one is a bad input (InputError)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ import datetime as dt
 import functools
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mcore_images import components, images, policy, schemas
+from mcore_images.errors import InputError
+from mcore_images.jsonfiles import BUILD_TIMINGS_SCHEMA, problem, read_json
 from mcore_images.stacks import Stack
 from mcore_images.versions import pin_satisfied
 
@@ -43,8 +47,9 @@ class Certificate:
 
     @property
     def slug(self) -> str:
+        """The page's file name (without .html): stack, layer and digest as plain characters, never a path."""
         digest = str(((self.data or {}).get("image") or {}).get("digest") or "")
-        tail = digest.removeprefix("sha256:")[:12] or "nodigest"
+        tail = re.sub(r"[^0-9a-f]", "", digest.removeprefix("sha256:"))[:12] or "nodigest"
         where = hashlib.sha256(str(self.path).encode()).hexdigest()[:6]
         return f"cert-{self.stack or 'other'}-{self.layer or 'image'}-{tail}-{where}"
 
@@ -73,7 +78,7 @@ def find(paths: list[Path]) -> list[Path]:
 def read(path: Path) -> Certificate:
     """A certificate, or one whose ``problem`` names why it is not usable (never raises)."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return Certificate(path, problem="no such file")
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -81,7 +86,8 @@ def read(path: Path) -> Certificate:
     if not isinstance(data, dict):
         return Certificate(path, problem="not a JSON object")
     if data.get("schema") != schemas.CERTIFICATE:
-        return Certificate(path, problem=f"foreign: schema {data.get('schema')!r}, not {schemas.CERTIFICATE!r}")
+        return Certificate(path, problem=f"foreign: schema {repr(data.get('schema'))[:80]}, not "
+                                         f"{schemas.CERTIFICATE!r}")
     problems = policy.shape_problems(data)
     if problems:
         return Certificate(path, data=None, problem="malformed: " + "; ".join(problems[:3]))
@@ -93,8 +99,9 @@ def file_under(cert: Certificate, stacks: dict[str, Stack]) -> None:
     stack whose pins the measured package versions satisfy."""
     data = cert.data or {}
     labels = (data.get("image") or {}).get("labels") or {}
-    if labels.get(images.label("stack")) in stacks:
-        cert.stack, cert.layer = labels[images.label("stack")], labels.get(images.label("layer"), "runtime")
+    named = stacks.get(labels.get(images.label("stack"), ""))
+    if named and labels.get(images.label("layer"), "runtime") in named.built_layers:
+        cert.stack, cert.layer = named.name, labels.get(images.label("layer"), "runtime")
         cert.matched_by = "image labels"
     else:
         measured = (data.get("environment") or {}).get("packages") or {}
@@ -133,19 +140,15 @@ def stale_reasons(cert: Certificate, stack: Stack) -> list[str]:
     return reasons
 
 
-def read_timings(paths: list[Path]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Build-timing runs (`mcore-images build-timing --out`) and the problems of files that are not."""
+def read_timings(paths: list[Path]) -> list[dict[str, Any]]:
+    """Build-timing runs (`mcore-images build-timing --out`), each file checked against
+    data/build-timings.schema.json; InputError (one line) for a file that is not one."""
+    fix = "give a file `mcore-images build-timing --out` wrote"
     runs: list[dict[str, Any]] = []
-    problems: list[str] = []
     for path in paths:
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            problems.append(f"{path}: {str(exc).splitlines()[0][:160]}")
-            continue
-        items = data if isinstance(data, list) else [data]
-        good = [r for r in items if isinstance(r, dict) and {"scenario", "wall_s", "stages"} <= set(r)]
-        if len(good) != len(items):
-            problems.append(f"{path}: not the output of `mcore-images build-timing --out`")
-        runs += good
-    return runs, problems
+        data = read_json(path, "--build-timings", fix, finite=True)
+        found = problem(data, BUILD_TIMINGS_SCHEMA)
+        if found:
+            raise InputError(f"--build-timings {path}: {found}")
+        runs += data
+    return runs

@@ -1,10 +1,12 @@
 """The report's HTML pages: plain HTML and one stylesheet, charts inline as SVG, no script; every value
-escaped. Pages link to each other with relative paths, so the site works from a file:// URL."""
+escaped. Pages link to each other with relative paths, so the site works from a file:// URL.
+
+The certificates reach here checked against data/certificate.schema.json (types), so what is left to
+guard is values: NaN and infinities (a diverged run records them) and numbers too large for a float."""
 
 from __future__ import annotations
 
 import datetime as dt
-import math
 from html import escape
 from typing import Any
 
@@ -52,16 +54,18 @@ def table(head: list[str], rows: list[list[str]], css_id: str, row_classes: list
         "<tbody>",
     ]
     for i, row in enumerate(rows):
-        cls = f' class="{row_classes[i]}"' if row_classes else ""
+        cls = f' class="{escape(row_classes[i])}"' if row_classes else ""
         out.append(f"<tr{cls}>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
 
 
 def num(value: Any, fmt: str = ".4g") -> str:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return "–"
-    return escape(format(value, fmt)) if math.isfinite(value) else escape(str(value))
+    """A number formatted; NaN and infinities as themselves; anything else (or too large for a float) as –."""
+    number = charts.finite(value)
+    if number is not None:
+        return escape(format(number, fmt))
+    return escape(str(value)) if isinstance(value, float) else "–"
 
 
 def _short_digest(digest: object) -> str:
@@ -77,7 +81,7 @@ def _date(cert: Certificate) -> str:
     return created.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if created else "–"
 
 
-def index(stacks: dict[str, Stack], certs: list[Certificate], notes: list[str]) -> str:
+def index(stacks: dict[str, Stack], certs: list[Certificate]) -> str:
     """Stacks × layers with their tags, the newest certificate of each, and every certificate that could
     not be filed (with the reason)."""
     body: list[str] = []
@@ -88,7 +92,6 @@ def index(stacks: dict[str, Stack], certs: list[Certificate], notes: list[str]) 
             "<code>mcore-images report --out build/report build/release-local</code>; the table below "
             "lists what env/stacks.json would build.</p>"
         )
-    body += [f'<p class="note">{escape(n)}</p>' for n in notes]
     newest: dict[tuple[str, str], Certificate] = {}
     for cert in certs:
         if cert.stack and cert.layer:
@@ -251,24 +254,25 @@ def certificate_page(cert: Certificate) -> str:
         charts.loss_curves(curves, "Loss per step, every layout"),
         "</div>",
     ]
+    parity_keys = ("loss_rel", "loss_tol", "grad_norm_rel", "grad_norm_tol")
     par = [
-        (str(r["id"]), float(p["loss_rel"]), float(p["loss_tol"]), float(p["grad_norm_rel"]), float(p["grad_norm_tol"]))
+        (str(r.get("id")), *values)
         for r in runs
         if isinstance(p := r.get("parity"), dict)
-        and all(isinstance(p.get(k), int | float) for k in ("loss_rel", "loss_tol", "grad_norm_rel", "grad_norm_tol"))
+        and None not in (values := tuple(charts.drawable(p.get(k)) for k in parity_keys))
     ]
     if par:
         body += ["<h2>Cross-layout parity</h2>", '<div class="chart" id="chart-parity">', charts.parity(par), "</div>"]
     timing = data.get("timing") or {}
     parts = {
-        k.removesuffix("_s"): float(timing[k])
+        k.removesuffix("_s"): seconds
         for k in ("launch_to_rank_s", "imports_s", "init_s", "build_s", "steps_s", "teardown_s")
-        if isinstance(timing.get(k), int | float)
+        if (seconds := charts.drawable(timing.get(k))) is not None
     }
-    wall = timing.get("wall_s")
-    if parts and isinstance(wall, int | float) and wall > sum(parts.values()):
+    wall = charts.drawable(timing.get("wall_s"))
+    if parts and wall is not None and wall > sum(parts.values()):
         # the checkpoint round trips, the checks and the certificate writes between the timed parts
-        parts["other"] = float(wall) - sum(parts.values())
+        parts["other"] = wall - sum(parts.values())
     if parts:
         body += ["<h2>Wall time</h2>", '<div class="chart" id="chart-wall">', charts.wall_time(parts), "</div>"]
     body += _checkpoint(data.get("checkpoint")) + _bench(data.get("bench")) + _bridge(data.get("bridge"))
@@ -295,7 +299,7 @@ def _run_row(r: dict[str, Any]) -> list[str]:
         r.get("timing") or {},
     )
     status = str(r.get("status")) + (f": {r['reason']}" if r.get("reason") else "")
-    step = tm.get("step_median_s")
+    step = charts.finite(tm.get("step_median_s"))
     return [
         escape(str(r.get("id"))),
         escape(status),
@@ -304,7 +308,7 @@ def _run_row(r: dict[str, Any]) -> list[str]:
         num(par.get("loss_rel"), ".2e"),
         num(par.get("grad_norm_rel"), ".2e"),
         num(tm.get("build_s"), ".2f"),
-        num(step * 1000 if isinstance(step, int | float) else None, ".1f"),
+        num(None if step is None else step * 1000, ".1f"),
     ]
 
 
@@ -354,24 +358,24 @@ def _bench(section: Any) -> list[str]:
         if not isinstance(r, dict):
             continue
         gate = r.get("gate") or {}
-        base = gate.get("baseline") or {}
-        mfu = r.get("mfu")
+        mfu, change = charts.finite(r.get("mfu")), charts.finite(gate.get("change_pct"))
         rows.append(
             [
                 escape(f"{r.get('config')}/{r.get('spec')}/{r.get('variant')}/{r.get('precision')}"),
                 num(r.get("step_ms_median"), ".1f"),
-                num(base.get("step_ms_median") if isinstance(base, dict) else None, ".1f"),
                 num(r.get("tokens_per_s"), ",.0f"),
-                f"{mfu * 100:.1f} %" if isinstance(mfu, int | float) else "–",
-                escape(str(gate.get("status", "–")))
-                + (f" ({gate['change_pct']:+.1f} %)" if isinstance(gate.get("change_pct"), int | float) else ""),
+                num(r.get("tflops_per_gpu"), ".1f"),
+                num(gate.get("baseline"), ".1f"),
+                f"{mfu * 100:.1f} %" if mfu is not None else "–",
+                escape(str(gate.get("status", "–"))) + (f" ({change:+.1f} %)" if change is not None else ""),
             ]
         )
         classes.append(str(gate.get("status", "none")))
     return [
         f"<h2>Bench: {escape(str(section.get('status')))}</h2>",
         table(
-            ["config/spec/variant/precision", "step ms", "baseline step ms", "tokens/s", "MFU", "gate"],
+            ["config/spec/variant/precision", "step ms", "tokens/s", "TFLOP/s/GPU", "baseline TFLOP/s/GPU", "MFU",
+             "gate"],
             rows,
             "bench",
             classes,
@@ -416,8 +420,8 @@ def matrix(stacks: dict[str, Stack]) -> str:
     )
 
 
-def build_page(runs: list[dict[str, Any]], problems: list[str]) -> str:
-    body = [f'<p class="note">{escape(p)}</p>' for p in problems]
+def build_page(runs: list[dict[str, Any]]) -> str:
+    body: list[str] = []
     if not runs:
         body.append(
             '<p class="note" id="no-timings">No build timings were given: pass '

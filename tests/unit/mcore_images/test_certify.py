@@ -12,6 +12,7 @@ import pytest
 
 from mcore_images import certify, cli
 from mcore_images.errors import InputError
+from tests.support.sentinels import PLACES, make_root, snapshot
 
 REPO = "sha256:" + "1" * 64
 IMAGE_ID = "sha256:" + "2" * 64
@@ -162,6 +163,42 @@ def test_unknown_image_stops_before_tests_or_smoke(tmp_path: Path) -> None:
     with pytest.raises(InputError):
         certify.certify("ghost", tmp_path, [], run=fake)
     assert len(fake.calls) == 1 and not (tmp_path / "certificate.json").exists()
+
+
+@pytest.mark.parametrize("place", list(PLACES), ids=list(PLACES))
+def test_out_at_a_folder_it_did_not_write_is_refused_before_docker_and_every_sentinel_survives(
+        place: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    root = make_root(tmp_path)
+    before = snapshot(root)
+    fake = FakeDocker({"Id": IMAGE_ID}, smoke_cert=smoke_cert())
+    with pytest.raises(InputError) as refused:
+        certify.certify("mcore:rt", root / PLACES[place], [], run=fake)
+    assert "\n" not in str(refused.value) and fake.calls == []
+    assert cli.main(["certify", "mcore:rt", "--out", str(root / PLACES[place])]) == 2  # the CLI: before docker too
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out") and err.count("\n") == 1
+    assert snapshot(root) == before
+
+
+def test_certify_replaces_its_own_folder_and_nothing_else(tmp_path: Path) -> None:
+    out = tmp_path / "cert"
+    assert certify.certify("mcore:rt", out, [], run=FakeDocker({"Id": IMAGE_ID}, smoke_cert=smoke_cert())) == 0
+    assert certify.certify("mcore:rt", out, [], run=FakeDocker({"Id": IMAGE_ID}, smoke_cert=smoke_cert("failed", 1))) \
+        == 1
+    assert json.loads((out / "certificate.json").read_text())["certify"]["status"] == "failed"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cert"]  # no temporary sibling left
+    (out / "attach.txt").write_text("attached as sha256:…")  # what the release path writes next to it
+    fake = FakeDocker({"Id": IMAGE_ID}, smoke_cert=smoke_cert())
+    with pytest.raises(InputError, match=r"holds attach\.txt, which `mcore-images certify` did not write"):
+        certify.certify("mcore:rt", out, [], run=fake)
+    assert fake.calls == [] and (out / "attach.txt").is_file()
+
+
+def test_a_smoke_certificate_that_is_not_json_is_bound_as_could_not_run(tmp_path: Path) -> None:
+    (tmp_path / "certificate.json").write_text("{half")
+    code = certify.bind(tmp_path, certify.ImageDigest("i", IMAGE_ID, "image ID"), {"passed": True}, 1)
+    cert = json.loads((tmp_path / "certificate.json").read_text())
+    assert code == 2 and cert["status"] == "could-not-run" and "cannot be read" in cert["error"]
 
 
 def test_cli_wires_certify_with_the_smoke_arguments_after_the_separator(monkeypatch: pytest.MonkeyPatch) -> None:

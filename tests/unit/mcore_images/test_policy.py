@@ -120,6 +120,32 @@ def test_malformed_files_are_refused(text: str, message: str, tmp_path: Path) ->
         policy.load_certificate(path)
 
 
+def test_unreadable_certificates_are_one_line(tmp_path: Path, ngc: Stack) -> None:
+    with pytest.raises(InputError, match=r"is a folder: name the certificate\.json in it"):
+        policy.load_certificate(tmp_path)
+    path = write(tmp_path, ngc)
+    path.write_bytes(path.read_bytes().replace(b'"passed"', b'"pass\xe9d"', 1))
+    with pytest.raises(InputError, match=r"is malformed \(not UTF-8 text: byte \d+\)"):
+        policy.load_certificate(path)
+
+
+def test_a_wrong_field_type_is_malformed_not_a_crash(tmp_path: Path, ngc: Stack) -> None:
+    """Types the judgements rely on (here: the GPU record promote counts) are the schema's to check."""
+    path = write(tmp_path, ngc)
+    cert = json.loads(path.read_text())
+    cert["environment"]["gpu"] = [{"model": "H100", "count": 8}]
+    path.write_text(json.dumps(cert))
+    with pytest.raises(InputError, match=r"malformed \(field environment.gpu: \[.*\] is not of type 'object'"):
+        policy.load_certificate(path)
+
+
+def test_a_release_policies_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "release-policies.json").write_bytes(b'{"ci": "\xff"}')
+    with pytest.raises(InputError, match=r"release-policies\.json is not UTF-8 text"):
+        policy.load_policy("ci", tmp_path)
+
+
 def test_a_created_time_without_zone_is_malformed(tmp_path: Path, ngc: Stack) -> None:
     path = write(tmp_path, ngc)
     cert = json.loads(path.read_text())

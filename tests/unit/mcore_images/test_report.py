@@ -1,5 +1,6 @@
-"""`mcore-images report`: the site's tables and charts from real-writer certificates, unusable inputs shown
-with their reason, an empty input explained, byte-stable output, bad flags refused in one line."""
+"""`mcore-images report`: the site's tables and charts from real-writer certificates, unusable certificates
+shown with their reason, an empty input explained, byte-stable output; a missing input, a bad timing file or
+an --out it did not write refused in one line before anything is written."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from mcore_images import report
+from mcore_images import build_timing, cli, report
 from mcore_images.stacks import load_stacks
-from tests.support.certificates import write_certificate
+from tests.support.certificates import add_sections, write_certificate
+from tests.support.sentinels import PLACES, make_root, snapshot
 
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
 DIGEST = "sha256:" + "ab" * 32
@@ -185,9 +188,78 @@ def test_out_naming_a_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "is a file" in done.stderr
 
 
-@pytest.mark.parametrize("bad", ["[1, 2]", '{"scenario": "x"}', "nope"])
-def test_bad_build_timings_are_noted_not_fatal(tmp_path: Path, bad: str) -> None:
+def run_report(capsys: pytest.CaptureFixture, *args: object) -> tuple[int, str, str]:
+    """`mcore-images report ARGS` through the CLI's own entry, in this process: (exit code, stdout, stderr)."""
+    code = cli.main(["report", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("place", list(PLACES), ids=list(PLACES))
+def test_out_at_a_folder_it_did_not_write_is_one_line_exit_2_and_every_sentinel_survives(
+        place: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    root = make_root(tmp_path)
+    before = snapshot(root)
+    code, out, err = run_report(capsys, "--out", root / PLACES[place])
+    assert (code, out) == (2, "") and err.startswith("error: --out") and err.count("\n") == 1, err
+    assert snapshot(root) == before
+
+
+def test_out_it_wrote_before_is_replaced_whole(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    certificate(tmp_path / "in")
+    site = tmp_path / "site"
+    assert run_report(capsys, "--out", site, tmp_path / "in")[0] == 0
+    assert len(list(site.glob("cert-*.html"))) == 1
+    assert run_report(capsys, "--out", site)[0] == 0  # the certificate's page goes with the certificate
+    assert not list(site.glob("cert-*.html")) and (site / "index.html").is_file()
+    (site / "notes.txt").write_text("mine")
+    code, _, err = run_report(capsys, "--out", site)
+    assert code == 2 and "holds notes.txt" in err and (site / "notes.txt").read_text() == "mine"
+
+
+def test_a_missing_input_is_one_line_exit_2_before_anything_is_written(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    certificate(tmp_path / "in")
+    code, out, err = run_report(capsys, "--out", tmp_path / "site", tmp_path / "in", tmp_path / "no-such-folder")
+    assert (code, out) == (2, "") and err.count("\n") == 1 and "no-such-folder: no such file or folder" in err
+    assert not (tmp_path / "site").exists()
+
+
+@pytest.mark.parametrize(("bad", "message"), [
+    (b"[1, 2]", "field 0: 1 is not of type 'object'"),
+    (b'{"scenario": "x"}', "is not of type 'array'; write a list with one entry per build scenario"),
+    (b"nope", "is not JSON"),
+    (b"\xff\xfe[]", "is not UTF-8 text"),
+    (b'[{"scenario": "cold", "wall_s": NaN, "stages": {}}]', "NaN is not a number JSON allows"),
+    (b'[{"scenario": "cold", "wall_s": "52", "stages": {}}]', "field 0.wall_s: '52' is not of type 'number'"),
+    (b'[{"scenario": "cold", "wall_s": 52, "stages": {"base": 1}}]', "field 0.stages.base: 1 is not one of"),
+    (None, "not found"),
+], ids=["numbers", "an-object", "not-json", "not-utf8", "nan", "string-seconds", "stage-status", "missing"])
+def test_a_bad_build_timings_file_is_one_line_exit_2_before_anything_is_written(
+        bad: bytes | None, message: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     timings = tmp_path / "t.json"
-    timings.write_text(bad)
+    if bad is not None:
+        timings.write_bytes(bad)
+    code, out, err = run_report(capsys, "--out", tmp_path / "site", "--build-timings", timings)
+    assert (code, out) == (2, "") and err.count("\n") == 1 and err.startswith(f"error: --build-timings {timings}")
+    assert message in err, err
+    assert not (tmp_path / "site").exists()
+
+
+def test_what_build_timing_writes_is_read(tmp_path: Path) -> None:
+    log = "#7 [runtime-debian base 1/2] RUN apt-get update\n#7 CACHED\n#9 [runtime-debian runtime 1/1] RUN pip\n" \
+          "#9 DONE 41.5s\n"
+    run = build_timing.Run("mcore", ["build", "--stack", "debian"], 52.0, 0, build_timing.stage_status(log))
+    timings = tmp_path / "t.json"
+    timings.write_text(json.dumps([asdict(run)]))
     report.generate(tmp_path / "site", [], [timings])
-    assert "t.json" in (tmp_path / "site" / "build.html").read_text()
+    page = (tmp_path / "site" / "build.html").read_text()
+    assert 'id="series-wall_s-0"' in page and "<td>cached</td><td>built</td>" in page
+
+
+def test_the_bench_row_shows_the_measured_and_baseline_throughput(tmp_path: Path) -> None:
+    add_sections(certificate(tmp_path / "in"))
+    report.generate(tmp_path / "site", [tmp_path / "in"], [])
+    page = next((tmp_path / "site").glob("cert-*.html")).read_text()
+    row = re.search(r'<table id="bench">.*?</table>', page, re.S).group(0)
+    assert "<td>416.7</td><td>78,600</td><td>544.4</td><td>540.0</td><td>55.0 %</td><td>passed (+0.8 %)</td>" in row
