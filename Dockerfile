@@ -190,16 +190,27 @@ RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lo
 # ---------------------------------------------------------------------------------------------
 FROM kernels AS runtime
 ARG STACK
+ARG FLAVOR
+ARG PYTHON_VERSION
+ARG GCC_VERSION
 ARG MCORE_VERSION
+# The run-time toolchain (a C/C++ compiler, make, the Python headers): Triton compiles its launcher on the
+# first kernel launch, torch.compile (megatron-core's jit_fuser fusions) and torch.utils.cpp_extension
+# compile at run time. Before the lock, so a megatron-core bump keeps this layer cached.
+RUN --mount=type=bind,source=docker/install-toolchain.sh,target=/mnt/build/install-toolchain.sh \
+    /mnt/build/install-toolchain.sh "${FLAVOR}" "${PYTHON_VERSION}" "${GCC_VERSION}"
 RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
+    --mount=type=bind,source=docker/megatron-datasets.mk,target=/mnt/build/megatron-datasets.mk \
     --mount=type=bind,from=locks,source=${STACK}/runtime.txt,target=/mnt/lock.txt \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     /mnt/build/install-lock.sh /mnt/lock.txt \
- && /mnt/build/check-version.sh megatron-core "${MCORE_VERSION}"
+ && /mnt/build/check-version.sh megatron-core "${MCORE_VERSION}" \
+ && datasets="$(python -c 'import megatron.core.datasets as d, os; print(os.path.dirname(d.__file__))')" \
+ && { [ -f "$datasets/Makefile" ] || cp /mnt/build/megatron-datasets.mk "$datasets/Makefile"; }
 # Megatron needs one CUDA work queue for TP/CP overlap ordering on pre-Blackwell GPUs; NVLink
 # multicast stays off unless a site turns it on (it can take shared hosts' GPUs down).
 # MCORE_IMAGES_ROOT holds the data the tooling reads (the pins, the bench baselines).
@@ -224,10 +235,13 @@ WORKDIR /workspace
 
 # ---------------------------------------------------------------------------------------------
 FROM runtime AS app
-# The app lock was resolved on top of the runtime's pins; it installs without the jobs' constraints.
+# The app lock was resolved on top of the runtime's pins; it installs without the jobs' constraints, then
+# writes them again with verl and its rollout engine held too.
 ARG STACK
 ARG TORCH_VERSION
 ARG VERL_VERSION
+ARG VLLM_VERSION
+ARG SGLANG_VERSION
 RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
@@ -237,4 +251,7 @@ RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lo
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     PIP_CONSTRAINT='' /mnt/build/install-lock.sh /mnt/lock.txt \
  && /mnt/build/check-version.sh verl "${VERL_VERSION}" \
- && /mnt/build/check-version.sh torch "${TORCH_VERSION}"
+ && /mnt/build/check-version.sh vllm "${VLLM_VERSION}" \
+ && /mnt/build/check-version.sh sglang "${SGLANG_VERSION}" \
+ && /mnt/build/check-version.sh torch "${TORCH_VERSION}" \
+ && python -m mcore_images.constraints > /opt/mcore-images/constraints.txt

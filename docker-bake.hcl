@@ -121,11 +121,13 @@ variable "COMPONENTS" {
     { key = "torch", label = "torch", layer = "base", engine = false },
     { key = "te", label = "te", layer = "kernels", engine = false },
     { key = "apex", label = "apex", layer = "kernels", engine = false },
+    { key = "gcc", label = "gcc", layer = "runtime", engine = false },
     { key = "mcore", label = "mcore", layer = "runtime", engine = false },
     { key = "mbridge", label = "mbridge", layer = "runtime", engine = false },
     { key = "megatron_bridge", label = "megatron-bridge", layer = "runtime", engine = false },
     { key = "verl", label = "verl", layer = "app", engine = false },
     { key = "vllm", label = "vllm", layer = "app", engine = true },
+    { key = "sglang", label = "sglang", layer = "app", engine = true },
   ]
 }
 # components:end
@@ -185,8 +187,11 @@ function "stack_args" {
     TE_SOURCE      = s.te_source
     APEX_COMMIT    = s.apex
     CUDA_ARCHS     = s.cuda_archs
+    GCC_VERSION    = s.gcc
     MCORE_VERSION  = s.mcore
     VERL_VERSION   = s.verl
+    VLLM_VERSION   = s.vllm
+    SGLANG_VERSION = s.sglang
   }
 }
 

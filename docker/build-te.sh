@@ -12,7 +12,10 @@ export MAX_JOBS NVCC_THREADS NVTE_BUILD_THREADS_PER_JOB
 echo "build-te: $(echo "$plan" | grep '^#' | cut -c3-)"
 site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 # CUDA headers and libraries from torch's pip packages and the nvcc/cccl packages of the builder.
+# CUDA 13's wheels share nvidia/cu13; CUDA 12's nvcc wheel has its own folder (nvidia/cuda_nvcc).
 cuda_home="$site/nvidia/cu${CUDA_MAJOR}"
+[ -x "$cuda_home/bin/nvcc" ] || cuda_home="$(dirname "$(dirname "$(find "$site/nvidia" -mindepth 3 -maxdepth 3 \
+  -path '*/bin/nvcc' | sort | head -n 1)")")"
 [ -x "$cuda_home/bin/nvcc" ] || cuda_home="$(dirname "$(dirname "$(command -v nvcc)")")"
 # Sorted: ccache hashes CPLUS_INCLUDE_PATH, and find's order may change when the builder is rebuilt.
 includes="$(find "$site/nvidia" -mindepth 2 -maxdepth 3 -type d -name include | sort | tr '\n' ':')"
@@ -20,6 +23,17 @@ libs="$(find "$site/nvidia" -mindepth 2 -maxdepth 3 -type d -name lib | sort | t
 export CUDA_HOME="$cuda_home" CUDA_PATH="$cuda_home"
 export CPLUS_INCLUDE_PATH="${includes}${CPLUS_INCLUDE_PATH:-}" LIBRARY_PATH="${libs}${LIBRARY_PATH:-}"
 export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:-}"
+# The link step asks for -lcudart and friends; CUDA 12's wheels ship only versioned names (libcudart.so.12).
+# Unversioned links to them, in a scratch folder of this build step, let the linker find them.
+links="$(mktemp -d)"
+for lib in $(echo "$libs" | tr ':' ' '); do
+  for versioned in "$lib"/lib*.so.[0-9]*; do
+    [ -e "$versioned" ] || continue
+    plain="$links/$(basename "$versioned" | sed 's/\.so\..*/.so/')"
+    [ -e "$lib/$(basename "$plain")" ] || [ -e "$plain" ] || ln -s "$versioned" "$plain"
+  done
+done
+export LIBRARY_PATH="${links}:${LIBRARY_PATH}"
 # The extension's C++ is what takes the time: compile it through ccache. torch's ninja build calls $CXX
 # (default `c++`, which Debian's ccache does not link), so name g++, whose ccache link is first on
 # PATH. CCACHE_BASEDIR (the Dockerfile's ENV) makes pip's random build folder under /tmp relative.

@@ -2,7 +2,8 @@
 
 Which packages are recorded comes from the component catalogue (mcore_images.components, standard
 library only). Versions come from installed distributions (importlib.metadata), so reading them imports nothing;
-CUDA, NCCL, cuDNN and GPU facts come from torch, the driver version from nvidia-smi.
+CUDA, NCCL, cuDNN and GPU facts come from torch, the driver version from nvidia-smi, the C compiler's from
+gcc itself.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def package_version(key: str) -> str | None:
     comp = components.by_certificate(key)
     if key == "python":
         return platform.python_version()
+    if key == "gcc":
+        return compiler_version()
     for dist in comp.distributions:
         try:
             return md.version(dist)
@@ -33,6 +36,18 @@ def package_version(key: str) -> str | None:
     except ModuleNotFoundError:  # a parent package of the module is missing
         found = False
     return "present (no distribution metadata)" if found else None
+
+
+def compiler_version() -> str | None:
+    """The run-time C compiler's full version (`gcc -dumpfullversion`), None where there is none."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        return None
+    try:
+        out = subprocess.run([gcc, "-dumpfullversion"], capture_output=True, text=True, timeout=20, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
 
 
 def packages() -> dict[str, str | None]:

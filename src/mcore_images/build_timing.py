@@ -130,6 +130,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--te", help="TE version for the 'te' scenario")
     p.add_argument("--check-reuse", choices=("mcore",), help="fail unless base and kernels stay cached")
     p.add_argument("--out", help="write the runs as JSON to this file")
+    p.add_argument("--prune-build-cache", action="store_true",
+                   help="allow the 'cold' scenario to empty this Docker Engine's whole BuildKit cache "
+                   "(`docker builder prune -af`: other projects' cache too)")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -142,6 +145,9 @@ def _run(args: argparse.Namespace) -> int:
             raise InputError(f"scenario '{scenario}' needs --{scenario} VERSION (the pin to switch to)")
     if args.check_reuse and args.check_reuse not in scenarios:
         raise InputError(f"--check-reuse {args.check_reuse} needs the '{args.check_reuse}' scenario in --scenarios")
+    if "cold" in scenarios and not args.prune_build_cache:
+        raise InputError("the 'cold' scenario empties this Docker Engine's whole build cache, other projects' too: "
+                         "pass --prune-build-cache to allow it, or leave 'cold' out of --scenarios")
     runs: list[Run] = []
     for scenario in scenarios:
         if scenario == "cold":

@@ -106,10 +106,16 @@ CATALOGUE: tuple[Component, ...] = (
     Component("apex", "apex", "apex", "kernels", "builder", pin="commit", distributions=("apex",),
               modules=("apex", "fused_layer_norm_cuda", "amp_C", "fused_weight_gradient_mlp_cuda"),
               certificate="apex"),
+    # The run-time C/C++ compiler (gcc from the OS): Triton builds its kernel launcher with it on the first
+    # launch, torch.compile's inductor and torch.utils.cpp_extension compile with it. Pinned as gcc's
+    # major.minor, which the OS release fixes; no lock holds it (it is not a PyPI package).
+    Component("gcc", "gcc", "gcc", "runtime", None, pin="major_minor", certificate="gcc"),
     Component("mcore", "mcore", "megatron-core", "runtime", "runtime",
               distributions=("megatron-core", "megatron_core"),
               modules=("megatron.core", "megatron.core.parallel_state", "megatron.core.models.gpt"),
-              requirements=("megatron-core=={version}",), certificate="megatron-core"),
+              # [mlm]: what Megatron-LM's training scripts import (transformers, sentencepiece, tiktoken, wandb,
+              # flask-restful; accelerate and omegaconf from 0.19), so they run on the image.
+              requirements=("megatron-core[mlm]=={version}",), certificate="megatron-core"),
     Component("mbridge", "mbridge", "mbridge", "runtime", "runtime", distributions=("mbridge",),
               modules=("mbridge",), requirements=("mbridge[megatron]=={version}",), certificate="mbridge"),
     Component("megatron_bridge", "megatron-bridge", "Megatron-Bridge", "runtime", "runtime",
@@ -120,6 +126,8 @@ CATALOGUE: tuple[Component, ...] = (
     # verl's rollout engine next to the Megatron backend; it pins torch exactly (rule engine-torch).
     Component("vllm", "vllm", "vLLM", "app", "app", distributions=("vllm",), modules=("vllm",),
               requirements=("vllm=={version}",), certificate="vllm", rollout_engine=True),
+    Component("sglang", "sglang", "SGLang", "app", "app", distributions=("sglang",), modules=("sglang",),
+              requirements=("sglang=={version}",), certificate="sglang", rollout_engine=True),
 )
 
 BY_KEY: dict[str, Component] = {c.key: c for c in CATALOGUE}

@@ -1,8 +1,9 @@
 """The pip constraints a runtime image ships (``PIP_CONSTRAINT``): a job's ``pip install`` on the image may
 add packages but cannot move what was certified together.
 
-Kept: every installed distribution of the catalogue's components below the app layer (torch, Transformer
-Engine, apex, megatron-core, mbridge, Megatron-Bridge), and the libraries torch and TE are built against
+Kept: every installed distribution of the catalogue's components (torch, Transformer Engine, apex,
+megatron-core, mbridge, Megatron-Bridge; in an app image verl and its rollout engine, which is built against
+torch too: the app layer writes the file again), and the libraries torch and TE are built against
 (the ``nvidia-*`` CUDA wheels and triton): a different cuDNN or NCCL under the same torch is the ABI break
 this project exists to prevent. Everything else stays free for the job to choose.
 """
@@ -21,9 +22,8 @@ BOUND_TO_TORCH = ("triton", "pytorch-triton")
 
 
 def held_names() -> set[str]:
-    """Canonical names of the catalogue's distributions installed below the app layer."""
-    return {canonicalize_name(name) for comp in components.CATALOGUE if comp.layer != "app"
-            for name in comp.distributions}
+    """Canonical names of the catalogue's distributions."""
+    return {canonicalize_name(name) for comp in components.CATALOGUE for name in comp.distributions}
 
 
 def constraints(installed: dict[str, str]) -> list[str]:

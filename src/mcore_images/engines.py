@@ -22,9 +22,10 @@ ENGINES: tuple[components.Component, ...] = tuple(c for c in components.CATALOGU
 """The catalogue's rollout engines."""
 
 
-PLATFORMS = ("--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
-             "--platform", "manylinux1_x86_64")
-"""The wheel tags an engine release may be published under (pip matches only the tags it is given)."""
+PLATFORMS = tuple(arg for tag in (*(f"manylinux_2_{minor}_x86_64" for minor in range(39, 16, -1)),
+                                   "manylinux2014_x86_64", "manylinux1_x86_64") for arg in ("--platform", tag))
+"""The wheel tags an engine release may be published under (pip matches only the tags it is given): every
+manylinux glibc tag up to the locks' own (x86_64-manylinux_2_39)."""
 
 
 def engines_file(root: Path | None = None) -> Path:

@@ -74,8 +74,20 @@ def sdist_requirements(name: str, version: str) -> list[str]:
     return Parser().parsestr(pkg_info).get_all("Requires-Dist") or []
 
 
-UNDECLARED_RUNTIME = ("psutil",)
-"""What megatron-core needs at run time but does not declare."""
+UNDECLARED_RUNTIME: dict[str, str] = {
+    "psutil": "megatron-core's checkpoint writer processes import it; without it they die at start and every "
+              "save waits for them forever",
+    "ninja": "torch.utils.cpp_extension builds with it (load_inline: megatron-core's NCCL allocator and "
+             "unified-memory paths)",
+    "pybind11": "megatron.core.datasets.utils.compile_helpers() builds the dataset helpers against its headers",
+    "nvtx": "megatron-core's NVTX ranges (its dev extra names it; the ranges fail with NameError without it)",
+    "six": "megatron.training imports it",
+    "tensorboard": "megatron.training's and megatron.rl's summary writer",
+    "msgpack": "megatron-core 0.19's inference coordinator",
+}
+"""What megatron-core and Megatron-LM's training scripts need at run time beyond megatron-core's own
+requirements and its [mlm] extra (transformers and its tokenizers, sentencepiece, tiktoken, wandb),
+and why; each runtime lock holds them."""
 
 
 def layer_inputs(stack: Stack, te_torch_requires: list[str] | None = None) -> dict[str, list[str]]:
@@ -88,20 +100,23 @@ def layer_inputs(stack: Stack, te_torch_requires: list[str] | None = None) -> di
     compiles = stack.te_source == "build" or stack.apex not in ("none", "base")
     # setuptools and wheel build the tooling's own wheel (every stack); the rest compiles extensions.
     inputs["builder"] += ["setuptools", "wheel", *(("pybind11", "ninja", "packaging") if compiles else ())]
-    # megatron-core's checkpoint writer processes import psutil without declaring it: without it they die
-    # at start and every save waits for them forever.
     inputs["runtime"] += [r for r in UNDECLARED_RUNTIME if stack.mcore != components.NONE]
     if compiles and stack.flavor == "debian":
-        # No CUDA toolkit in a plain Debian base: nvcc comes from PyPI, as separate wheels that must all
-        # match torch's CUDA minor. The other flavors' bases carry nvcc.
-        parts = ("cuda-nvcc", "cuda-cccl", "cuda-crt", "nvvm")
-        inputs["builder"] += [f"nvidia-{part}=={stack.cuda}.*" for part in parts]
+        # No CUDA toolkit in a plain Debian base: nvcc comes from PyPI, as wheels that must all match torch's
+        # CUDA minor. CUDA 13 splits it into four wheels; CUDA 12's nvcc wheel carries crt and nvvm itself,
+        # and its wheels are named -cu12. The other flavors' bases carry nvcc.
+        if cuda_major(stack) == "12":
+            inputs["builder"] += [f"nvidia-{part}-cu12=={stack.cuda}.*" for part in ("cuda-nvcc", "cuda-cccl")]
+        else:
+            parts = ("cuda-nvcc", "cuda-cccl", "cuda-crt", "nvvm")
+            inputs["builder"] += [f"nvidia-{part}=={stack.cuda}.*" for part in parts]
     if stack.te_source == "build":
-        core = f"transformer-engine-cu{cuda_major(stack)}"
         # The extension is compiled here and installed without deps: lock what it requires.
         for requirement in te_torch_requires or []:
             name = Requirement(requirement).name.lower().replace("_", "-")
-            if name not in ("torch", core):
+            # The core wheel is the catalogue's (its cuXX from the stack): the sdist's metadata names the one
+            # of the CUDA it was prepared on, which need not be the stack's.
+            if name != "torch" and not name.startswith("transformer-engine-cu"):
                 inputs["kernels"].append(requirement)
     return inputs
 
@@ -318,8 +333,9 @@ def check_locks(stack: Stack, root: Path | None = None) -> list[str]:
     if stack.mcore != components.NONE and not problems:
         absent = [name for name in UNDECLARED_RUNTIME if name not in seen]
         if absent:
-            problems.append(f"env/locks/{stack.name}: {', '.join(absent)} missing from the locks (megatron-core "
-                            f"needs it undeclared); run `mcore-images lock --stack {stack.name} --from-layer runtime`")
+            problems.append(f"env/locks/{stack.name}: {', '.join(absent)} missing from the locks ("
+                            f"{UNDECLARED_RUNTIME[absent[0]]}); run `mcore-images lock --stack {stack.name} "
+                            "--from-layer runtime`")
     return problems
 
 

@@ -13,7 +13,7 @@ from mcore_images.stacks import NONE, Stack
 from mcore_images.versions import Requirement, SpecifierSet, at_least, bounded_below, major_minor
 
 # torch on PyPI is built for one CUDA release per torch minor (the nvidia-* wheels it pins).
-TORCH_PYPI_CUDA = {"2.8": "12.8", "2.11": "13.0"}
+TORCH_PYPI_CUDA = {"2.8": "12.8", "2.9": "12.8", "2.11": "13.0"}
 # Transformer Engine publishes transformer-engine-cu13 wheels from 2.9.0 on (PyPI).
 TE_FIRST_CU13 = "2.9.0"
 

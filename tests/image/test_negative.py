@@ -97,8 +97,9 @@ def test_negative_label_disagrees(image: docker.ImageInfo, facts: dict[str, Any]
 def test_negative_package_missing_and_dirty(
     image: docker.ImageInfo, facts: dict[str, Any], wrong_images: list[str]
 ) -> None:
-    """`pip uninstall -y mbridge` (or the top labelled package), plus a pip cache file, a .git folder, a
-    copied compiler and a wrong CUDA_DEVICE_MAX_CONNECTIONS: the version, import, hygiene and env checks fail."""
+    """`pip uninstall -y mbridge` (or the top labelled package), plus a pip cache file, a .git folder,
+    credentials (a netrc token and an ssh key) and a wrong CUDA_DEVICE_MAX_CONNECTIONS: the version, import,
+    hygiene, credential and env checks fail."""
     key = layers.first_labelled(image, ("mbridge", "megatron-bridge", "mcore", "te", "torch"))
     assert key, "the image labels no removable package"
     comp = components.BY_LABEL[key]
@@ -109,7 +110,8 @@ def test_negative_package_missing_and_dirty(
         f"FROM {image.ref}\n"
         f"RUN python -m pip uninstall -y {' '.join(dists)} "
         "&& mkdir -p /root/.cache/pip/http /opt/src/thing/.git && echo cached > /root/.cache/pip/http/blob "
-        "&& printf '#!/bin/sh\\n' > /usr/local/bin/ninja && chmod +x /usr/local/bin/ninja\n"
+        "&& printf 'machine pypi.example login ci password tok\\n' > /root/.netrc "
+        "&& mkdir -p /root/.ssh && printf -- '-----BEGIN OPENSSH PRIVATE KEY-----\\nAAAA\\n' > /root/.ssh/id_ed25519\n"
         "ENV CUDA_DEVICE_MAX_CONNECTIONS=8\n"
     )
     ref = docker.build_image(dockerfile, _tag("missing"))
@@ -125,16 +127,16 @@ def test_negative_package_missing_and_dirty(
         assert environment.env_problems(wrong.env, wrong.stack_name, "config"), "env check passed with 8 connections"
 
     with probing.container_host(ref) as host:
-        assert hygiene.compiler_problems(host.run), "compiler check passed with a copied ninja"
-    select = "version_label_matches_installed or test_imports or leftovers or git or compiler"
+        found = hygiene.credential_problems(host.run)
+    assert any("/root/.netrc" in p for p in found) and any("id_ed25519" in p for p in found), found
+    select = "version_label_matches_installed or test_imports or leftovers or git or credentials"
     expected = {
         f"test_version_label_matches_installed[{key}]",
         f"test_imports[{key}]",
         "test_no_build_leftovers",
         "test_no_build_trees_or_git",
+        "test_no_credentials",
     }
-    if wrong.label("flavor") == "debian":
-        expected.add("test_no_compiler_on_the_debian_flavor")
     if runtime:
         select += " or required_env"
         expected |= {"test_required_env_in_image_config", "test_required_env_inside_container"}
@@ -172,3 +174,33 @@ def test_negative_secret_in_deleted_layer(
     assert "/root/leaked.pem" in paths, f"the deleted copy was not found: {problems}"
     assert "/opt/joined.txt" in paths, f"the reshaped content was not found: {problems}"
     assert problems
+
+
+TOOLCHAIN_REMOVED = (
+    "RUN rm -f /usr/bin/gcc* /usr/bin/g++* /usr/bin/cc /usr/bin/c++ /usr/bin/*-linux-gnu-gcc* "
+    "/usr/bin/*-linux-gnu-g++* /usr/bin/make "
+    "&& rm -rf /usr/include/python3* "
+    "&& python -m pip uninstall -y ninja transformers "
+    "&& rm -f \"$(python -c 'import megatron.core.datasets as d, os; print(os.path.dirname(d.__file__))')/Makefile\"\n"
+)
+"""What the runtime layer adds for run-time compiles, taken away again: the compilers, make, the Python
+headers, ninja, transformers and the datasets Makefile."""
+
+
+def test_negative_no_runtime_toolchain(image: docker.ImageInfo, wrong_images: list[str]) -> None:
+    """An image without the run-time toolchain (as every runtime image was before it had one): each of the
+    run-time paths fails, directly and through the test file, and each passes on the image itself."""
+    if not layers.layer_applies("runtime", image.layer or "base"):
+        pytest.skip(f"a {image.layer} image carries no runtime layer")
+    from tests.image.runtime.test_toolchain import run_paths
+    from tests.image.utils import runtime_paths
+
+    ref = docker.build_image(f"FROM {image.ref}\n{TOOLCHAIN_REMOVED}", _tag("toolchain"))
+    wrong_images.append(ref)
+    with probing.container_host(ref) as host:
+        results = run_paths(host.run, list(runtime_paths.PATHS))
+    passed = sorted(name for name, got in results.items() if got["ok"])
+    assert not passed, f"these run-time paths still work without the toolchain: {passed}"
+    rc, failed, output = _failed_tests(ref, "runtime_toolchain")
+    expected = {f"test_runtime_toolchain[{name}]" for name in runtime_paths.PATHS}
+    assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"

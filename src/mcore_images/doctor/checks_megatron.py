@@ -90,17 +90,58 @@ def megatron_copies(paths: list[str]) -> list[Path]:
     return copies
 
 
+CHECKOUT_VAR = "MEGATRON_LM_CHECKOUT"
+"""Names a Megatron-LM checkout that is meant to shadow the image's megatron-core (docs/megatron-lm.md)."""
+
+
+def declared_checkout(ctx: Context, copies: list[Path], versions: dict[str, str]) -> Outcome | None:
+    """The verdict when $MEGATRON_LM_CHECKOUT declares the checkout in front; None when nothing is declared."""
+    declared = ctx.environ.get(CHECKOUT_VAR, "")
+    if not declared:
+        return None
+    root = Path(declared)
+    ours = [c for c in copies if c.resolve().is_relative_to(root.resolve())]
+    if not ours:
+        return trip(
+            f"${CHECKOUT_VAR}={declared} but no megatron/core on sys.path is inside it",
+            f"put the checkout on PYTHONPATH (PYTHONPATH={declared}), or unset {CHECKOUT_VAR}",
+            copies=versions,
+        )
+    if ours[0] != copies[0]:
+        return trip(
+            f"${CHECKOUT_VAR}={declared} is on sys.path behind {copies[0]}, which is what imports",
+            f"put {declared} first on PYTHONPATH",
+            copies=versions,
+        )
+    mine, others = versions[str(copies[0])], [versions[str(c)] for c in copies[1:]]
+    differ = [v for v in others if v != mine]
+    if differ:
+        return trip(
+            f"the declared Megatron-LM checkout {declared} is megatron-core {mine}, the image's is {differ[0]}: "
+            "its training scripts then run against a megatron-core the image was not certified with",
+            f"check out the Megatron-LM release of megatron-core {differ[0]} (git checkout core_v{differ[0]}), "
+            "or use an image of your checkout's version",
+            copies=versions,
+        )
+    return ok(f"megatron/core from the declared Megatron-LM checkout {declared} ({mine}) is in front, as "
+              f"${CHECKOUT_VAR} says, over the image's same release", copies=versions)
+
+
 @check(
     "megatron.shadow",
     Status.FAIL,
-    "keep one copy: remove the Megatron-LM checkout from PYTHONPATH, or pip uninstall megatron-core",
+    "keep one copy: remove the Megatron-LM checkout from PYTHONPATH, or pip uninstall megatron-core; a "
+    f"checkout meant to be in front is declared with {CHECKOUT_VAR}",
 )
 def megatron_shadow(ctx: Context) -> Outcome:
-    """Only one megatron/core on sys.path: a PYTHONPATH checkout silently shadows the pip copy (verl #82)."""
+    """Only one megatron/core on sys.path: a PYTHONPATH checkout silently shadows the pip copy (verl #82),
+    unless $MEGATRON_LM_CHECKOUT declares it (then it must be in front and of the same release)."""
     copies = megatron_copies(list(sys.path))
     if not copies:
         return skip("no megatron/core directory on sys.path")
     versions = {str(c): probes.mcore_version(c) or "?" for c in copies}
+    if (declared := declared_checkout(ctx, copies, versions)) is not None:
+        return declared
     if len(copies) > 1:
         pythonpath = ctx.environ.get("PYTHONPATH", "")
         shadows = ", ".join(f"{c} ({versions[str(c)]})" for c in copies[1:])

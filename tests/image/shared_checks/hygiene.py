@@ -1,4 +1,6 @@
-"""What a published image must not keep: build caches, build trees, the builder's toolchain, its size budget."""
+"""What a published image must not keep: build caches, source and build trees, secrets and credentials, the
+builder-only packages; and its size budget. The run-time toolchain (a compiler, make, the Python headers,
+ninja) is not on the list: Triton, torch.compile and torch.utils.cpp_extension compile at run time."""
 
 from __future__ import annotations
 
@@ -103,14 +105,25 @@ def size_problems(image: ImageInfo) -> list[str]:
     return []
 
 
-COMPILERS = ("nvcc", "gcc", "g++", "cc", "c++", "ninja", "cc1plus")
-"""What compiles code: none of it belongs in a published layer built on the debian flavor (the builder
-stage compiles; its toolchain reaches no image)."""
+CREDENTIAL_FILES = (
+    ".netrc", ".git-credentials", ".pypirc", ".npmrc", ".docker/config.json", ".aws/credentials",
+    ".config/gcloud/credentials.db", ".config/gcloud/application_default_credentials.json", ".kube/config",
+    ".huggingface/token", ".cache/huggingface/token", ".ssh/id_rsa", ".ssh/id_ecdsa", ".ssh/id_ed25519",
+    ".config/pip/pip.conf",
+)
+"""Where tools keep credentials, below a home folder: none may ship (a build's token or key copied in)."""
+HOMES = "/root /home/* /workspace /opt/mcore-images"
+PRIVATE_KEY = "PRIVATE KEY-----"
+"""The line every PEM private key has (RSA, EC, OpenSSH, PKCS#8, encrypted)."""
 
 
-def compiler_problems(run: Any) -> list[str]:
-    """Compilers on PATH, and gcc's cc1plus anywhere, however they arrived (pip, apt, a copied file)."""
-    names = " ".join(COMPILERS)
-    out = run(f"for c in {names}; do command -v \"$c\"; done; "
-              "find / -xdev -name cc1plus -type f 2>/dev/null | head -n 5; true").stdout
-    return [f"compiler in the image: {line}" for line in iter_lines(out)]
+def credential_problems(run: Any) -> list[str]:
+    """Credentials a published image must not carry: tools' credential files under the home folders, and
+    any file there or in /etc holding a PEM private key. (Compilers are run-time tools of this stack:
+    Triton and torch.compile build code at run time, so they are not on this list.)"""
+    names = " -o ".join(f"-path '*/{name}'" for name in CREDENTIAL_FILES)
+    out = run(
+        f"for h in {HOMES}; do [ -d \"$h\" ] && find \"$h\" -xdev \\( {names} \\) -type f -print; done 2>/dev/null; "
+        f"grep -rIl --exclude-dir=proc -e '{PRIVATE_KEY}' {HOMES} /etc 2>/dev/null | head -n 20; true"
+    ).stdout
+    return [f"credential in the image: {line}" for line in dict.fromkeys(iter_lines(out))]

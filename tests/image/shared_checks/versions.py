@@ -29,6 +29,10 @@ def version_problems(comp: Component, labels: Mapping[str, str], facts: Mapping[
     if comp.key == "python":
         have = facts["python"]["major_minor"]
         return [] if have == pinned else [f"{comp.oci_label}={pinned} but the interpreter is Python {have}"]
+    if comp.key == "gcc":
+        have = (facts.get("gcc") or {}).get("version")
+        ok = versions.pin_satisfied(comp.pin, pinned, have)
+        return [] if ok else [f"{comp.oci_label}={pinned} but gcc on PATH is {have or 'missing'}"]
     if comp.key == "cuda":
         torch = facts.get("torch")
         if not torch:

@@ -65,6 +65,21 @@ def try_import(module: str) -> dict:
     return {"ok": True, "seconds": round(time.monotonic() - start, 2)}
 
 
+def compiler() -> dict:
+    """The run-time C compiler on PATH and its full version (what Triton and inductor will call)."""
+    import shutil
+    import subprocess
+
+    path = shutil.which("gcc")
+    version = None
+    if path:
+        try:
+            version = subprocess.run([path, "-dumpfullversion"], capture_output=True, text=True, timeout=20).stdout
+        except OSError:
+            version = None
+    return {"path": path, "version": (version or "").strip() or None}
+
+
 def main(modules: list) -> dict:
     facts: dict = {
         "python": {
@@ -75,6 +90,7 @@ def main(modules: list) -> dict:
         },
         "env": dict(os.environ),
         "imports": {},
+        "gcc": compiler(),
     }
     facts["dists"], facts["duplicates"] = distributions()
     # Imports print banners and warnings: keep stdout for the JSON alone.

@@ -24,8 +24,11 @@ from tests.unit.conftest import ROOT, variant, write_stacks
 
 # What the layers under `app` own: an app lock pinning any of these could replace it (a torch swap).
 LOWER_OWNED = re.compile(
-    r"^(torch|triton|nvidia-.*|cuda-.*|transformer-engine.*|apex|flash-attn.*|megatron-core|megatron-bridge|mbridge)$"
+    r"^(torch|triton|nvidia-(?!ml-py$).*|cuda-.*|transformer-engine.*|apex|flash-attn.*|megatron-core|megatron-bridge"
+    r"|mbridge)$"
 )
+"""What base, kernels and runtime own: torch, its CUDA libraries (nvidia-ml-py, NVML's Python binding that vLLM
+adds, is no CUDA library), TE, apex and megatron."""
 # The chain the app image sits on. The builder stage is a side branch (its toolchain never reaches
 # the runtime image), so its pins constrain nothing here.
 CHAIN = ("base", "kernels", "runtime")
@@ -65,8 +68,12 @@ def test_every_verl_stack_has_a_hashed_app_lock_with_verl_at_the_pin(root: Path,
 
 
 def test_app_lock_cannot_swap_torch_kernels_or_megatron(root: Path, stacks: dict[str, Stack]) -> None:
+    """No app lock pins what the layers below installed, or torch, TE, apex or megatron at all (an engine's
+    own new CUDA Python bindings, cuda-python for SGLang's kernels, replace nothing)."""
     for stack in verl_stacks(stacks):
-        owned = sorted(f"{n}=={v}" for n, v in app_pins(stack, root).items() if LOWER_OWNED.match(n))
+        below = chain_pins(stack, root)
+        owned = sorted(f"{n}=={v}" for n, v in app_pins(stack, root).items()
+                       if n in below or (LOWER_OWNED.match(n) and not n.startswith(("cuda-", "nvidia-"))))
         assert not owned, (f"env/locks/{stack.name}/app.txt pins {owned}: the app layer would replace what base, "
                            "kernels or runtime installed; re-resolve it against them (`mcore-images lock`)")
 

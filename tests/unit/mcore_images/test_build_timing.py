@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mcore_images import build_timing
 
 LOG = """\
@@ -44,3 +46,15 @@ def test_markdown_ratio() -> None:
             build_timing.Run("mcore", [], 40.0, 0, {"base": "cached", "runtime": "built"})]
     table = build_timing.markdown(runs, {"runtime": 9.1})
     assert "| mcore | 40.0 | 4.0 % |" in table and "| runtime | 9.1 |" in table
+
+
+def test_the_cold_scenario_asks_before_emptying_the_build_cache(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    """Before: `build-timing --scenarios cold` ran `docker builder prune -af` unasked (every project's cache)."""
+    from mcore_images import cli
+
+    pruned: list[bool] = []
+    monkeypatch.setattr(build_timing, "prune", lambda: pruned.append(True))
+    assert cli.main(["build-timing", "--scenarios", "cold"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--prune-build-cache" in err[0] and not pruned

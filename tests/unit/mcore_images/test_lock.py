@@ -48,7 +48,8 @@ def test_a_runtime_lock_without_psutil_is_caught(tmp_path: Path, root: Path, deb
 def test_layer_inputs_follow_the_pins(debian: Stack) -> None:
     inputs = lock.layer_inputs(debian, ["torch>=2.1", "einops", "transformer_engine_cu13==2.20.2"])
     assert inputs["base"] == [f"torch=={debian.torch}"]
-    assert f"megatron-core=={debian.mcore}" in inputs["runtime"]
+    assert f"megatron-core[mlm]=={debian.mcore}" in inputs["runtime"]
+    assert set(lock.UNDECLARED_RUNTIME) <= set(inputs["runtime"])
     assert "einops" in inputs["kernels"]
     assert not any(r.startswith("torch") for r in inputs["kernels"])
     assert all(r.endswith(f"=={debian.cuda}.*") for r in inputs["builder"] if r.startswith("nvidia-"))

@@ -281,6 +281,33 @@ def test_megatron_shadow(world: World, tmp_path: Path, monkeypatch: pytest.Monke
     assert found.status == Status.FAIL and "0.20.0" in found.finding and "hides" in found.finding
 
 
+def test_a_declared_megatron_lm_checkout_may_shadow_the_same_release(world: World, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a Megatron-LM checkout on PYTHONPATH always failed megatron.shadow, even when the user meant it
+    (Megatron-LM's training scripts run from their checkout); now $MEGATRON_LM_CHECKOUT declares it."""
+    world.megatron("0.19.2")
+    checkout = tmp_path / "Megatron-LM"
+    world.megatron("0.19.2", root=checkout)
+    monkeypatch.syspath_prepend(str(checkout))
+    assert world.run("megatron.shadow").status == Status.FAIL
+    world.environ["MEGATRON_LM_CHECKOUT"] = str(checkout)
+    found = world.run("megatron.shadow")
+    assert found.status == Status.OK and "declared Megatron-LM checkout" in found.finding
+
+
+def test_a_declared_checkout_of_another_release_or_not_in_front_fails(world: World, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    world.megatron("0.19.2")
+    checkout = tmp_path / "Megatron-LM"
+    world.megatron("0.20.0", root=checkout)
+    world.environ["MEGATRON_LM_CHECKOUT"] = str(checkout)
+    absent = world.run("megatron.shadow")
+    assert absent.status == Status.FAIL and "no megatron/core on sys.path is inside it" in absent.finding
+    monkeypatch.syspath_prepend(str(checkout))
+    other = world.run("megatron.shadow")
+    assert other.status == Status.FAIL and "0.20.0" in other.finding and "core_v0.19.2" in other.fix
+
+
 # --- mbridge / Megatron-Bridge -----------------------------------------------------------------------
 
 MBRIDGE_UTIL = """
