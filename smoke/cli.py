@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from smoke import faults, layouts, projection
-from smoke.kit import errors
+from smoke.kit import errors, folders
+
+SEEDS = 2**32
+"""Seeds are 0 … SEEDS - 1, well inside the 64 bits torch takes once megatron-core adds its per-rank offsets
+(a seed beyond them failed in every rank, with a traceback)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--spec", choices=("auto", "local", "te"), default="auto",
                         help="layer spec: auto = local always, plus Transformer Engine when it imports")
     parser.add_argument("--steps", type=int, default=10, help="training steps per run (>= 2)")
-    parser.add_argument("--nproc", type=int, default=0,
+    parser.add_argument("--nproc", type=int,
                         help="ranks available on this node (default: every visible GPU; 2 with --cpu)")
     parser.add_argument("--cpu", action="store_true", help="run on CPU with gloo (CI); fp32 unless --dtype")
     parser.add_argument("--dtype", choices=("bf16", "fp32"), help="compute dtype (default: bf16 on GPU, fp32 on CPU)")
@@ -42,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", action=argparse.BooleanOptionalAction, default=True,
                         help="run the checkpoint round trips: save in one layout, resume in another (default: on)")
     parser.add_argument("--checkpoint-dir", metavar="DIR",
-                        help="where the round trips save; every rank must see it (default: OUT/checkpoint, "
-                        "else a temporary folder)")
+                        help="the folder the round trips save in: each makes a new folder inside it and removes "
+                        "only that; every rank must see it (default: OUT/checkpoint, else the temporary folder)")
     parser.add_argument("--seed", type=int, default=1234, help="base seed of the name-seeded global model")
     parser.add_argument("--lr", type=float, default=3e-3, help=argparse.SUPPRESS)
     parser.add_argument("--dry-run", action="store_true",
@@ -66,10 +72,18 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
     args.models = models
     if args.steps < 2:
         raise errors.CouldNotRun(f"--steps {args.steps} is too few: use >= 2 so the loss can fall")
-    if args.timeout <= 0 or args.watchdog <= 0:
-        raise errors.CouldNotRun("--timeout and --watchdog must be positive seconds")
-    if args.nproc < 0:
-        raise errors.CouldNotRun(f"--nproc {args.nproc} is negative: give a count of ranks")
+    for flag, value in (("--timeout", args.timeout), ("--watchdog", args.watchdog)):
+        if not (math.isfinite(value) and value > 0):
+            raise errors.CouldNotRun(f"{flag} {value} is not a positive number of seconds: give one, e.g. {flag} 60")
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        raise errors.CouldNotRun(f"--lr {args.lr} is not a positive learning rate: give one, e.g. --lr 3e-3")
+    if not 0 <= args.seed < SEEDS:
+        raise errors.CouldNotRun(f"--seed {args.seed} is out of range: give 0 … {SEEDS - 1}")
+    if args.nproc is not None and args.nproc < 1:
+        raise errors.CouldNotRun(f"--nproc {args.nproc} is not a count of ranks: give 1 or more, or leave it out "
+                                 "for every visible GPU (2 with --cpu)")
+    if args.fault_rank < -1 or (args.fault_rank != -1 and not args.inject_fault):
+        raise errors.CouldNotRun(f"--fault-rank {args.fault_rank}: give a rank (0 or more) with --inject-fault")
     if args.nproc and args.layouts is None and args.nproc not in layouts.CATALOGUE:
         sizes = ", ".join(map(str, sorted(layouts.CATALOGUE)))
         raise errors.CouldNotRun(f"--nproc {args.nproc}: the smoke's layouts run on {sizes} ranks; pass one of "
@@ -85,6 +99,24 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
         args.fault_rank = int(os.environ.get("WORLD_SIZE", "1")) - 1
     layouts.parse_layouts(args.layouts)  # one-line error now, not in every rank
     return args
+
+
+def checkpoint_dir(args: argparse.Namespace, out: Path | None) -> Path:
+    """The folder the round trips save in: ``--checkpoint-dir``, else next to the certificate, else the
+    temporary folder (every rank must see it: on several nodes, pass one on a shared file system)."""
+    if args.checkpoint_dir:
+        return Path(args.checkpoint_dir)
+    return out / "checkpoint" if out else Path(tempfile.gettempdir())
+
+
+def prepare_checkpoint_dir(args: argparse.Namespace, folder: Path) -> bool:
+    """Check the round trips' folder before anything runs (there or creatable, writable); whether this
+    made it (then, and only then, the run removes it again once it is empty)."""
+    try:
+        return folders.prepare(folder)
+    except folders.FolderError as exc:
+        named = f"--checkpoint-dir {folder}" if args.checkpoint_dir else f"the round trips' folder {folder} (--out)"
+        raise errors.CouldNotRun(f"{named}: {exc}: pass a folder this user can write") from exc
 
 
 def _timings(args: argparse.Namespace) -> dict | None:

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from smoke import certificate, layouts
-from smoke.kit import errors
+from smoke import certificate, cli, layouts
+from smoke.kit import errors, folders
 
 GRACE_S = 30.0
 """The launcher's watchdog waits this long past the ranks' own, so theirs reports first."""
@@ -153,12 +153,21 @@ def worker_argv(argv: list[str], out: Path) -> list[str]:
 def launch(args: argparse.Namespace, argv: list[str]) -> int:
     """Plan, run under torchrun, then write the final certificate; returns the exit code."""
     launched = time.time()
-    available = args.nproc if args.nproc else (2 if args.cpu else count_gpus())
+    available = args.nproc if args.nproc is not None else (2 if args.cpu else count_gpus())
     the_plan = plan_from_args(args, available)
-    print(layouts.render_plan(the_plan), flush=True)
+    if args.inject_fault and args.fault_rank >= the_plan.world:
+        raise errors.CouldNotRun(f"--fault-rank {args.fault_rank}: the run has ranks 0 … {the_plan.world - 1}")
+    # A folder the user named is checked before anything starts; the default one, inside a new temporary
+    # --out, is made by rank 0.
+    checkpoints = cli.checkpoint_dir(args, Path(args.out) if args.out else None)
+    named = bool(the_plan.round_trips and (args.checkpoint_dir or args.out))
+    made = named and cli.prepare_checkpoint_dir(args, checkpoints)
     if importlib.util.find_spec("torch") is None:
+        if made:
+            folders.remove_if_empty(checkpoints)
         raise errors.CouldNotRun("torch is not installed: run the smoke inside an image with torch")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="smoke-out-"))
+    print(layouts.render_plan(the_plan), flush=True)
     state = Path(tempfile.mkdtemp(prefix="smoke-state-"))
     env = dict(os.environ)
     env.update(
@@ -191,6 +200,8 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     states = _rank_states(state)
     code, error = classify(rc, cert, states, fired)
     shutil.rmtree(state, ignore_errors=True)
+    if made:
+        folders.remove_if_empty(checkpoints)
     if cert is None:
         from smoke.kit import envinfo  # stdlib-only part: package versions
 

@@ -13,15 +13,14 @@ import argparse
 import datetime as dt
 import json
 import os
-import tempfile
 import threading
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from smoke import certificate, judge, layouts
-from smoke.kit import collectives, determinism, errors, numerics
+from smoke import certificate, cli, judge, layouts
+from smoke.kit import collectives, determinism, errors, folders, numerics
 from smoke.kit import transformer_engine as te
 
 
@@ -77,22 +76,13 @@ def settings_for(args: argparse.Namespace, world: int) -> Any:
     )
 
 
-def checkpoint_dir(args: argparse.Namespace, out: Path | None) -> Path:
-    """Where the round trips save: ``--checkpoint-dir``, else next to the certificate, else a temporary
-    folder (every rank must see the same folder: on several nodes, pass one on a shared file system)."""
-    if args.checkpoint_dir:
-        return Path(args.checkpoint_dir)
-    if out:
-        return out / "checkpoint"
-    return Path(tempfile.gettempdir()) / f"smoke-checkpoint-{os.environ.get('MASTER_PORT', os.getpid())}"
-
-
 def _round_trips(the_plan: Any, st: Any, tol: Any, folder: Path, rank: int, world: int,
                  status: Status) -> dict[str, Any] | None:
     """Every planned checkpoint round trip; the certificate's ``checkpoint`` section (on rank 0)."""
     import torch
 
     from smoke import checkpoint
+    from smoke.kit import checkpointing
 
     pairs = []
     for index, pair in enumerate(the_plan.round_trips, 1):
@@ -100,7 +90,12 @@ def _round_trips(the_plan: Any, st: Any, tol: Any, folder: Path, rank: int, worl
             res = judge.round_trip_skipped(pair)
         else:
             status.update(phase=f"checkpoint {pair.id}")
-            record = checkpoint.round_trip(pair, st, folder)
+            try:
+                record = checkpoint.round_trip(pair, st, folder)
+            except checkpointing.CheckpointError as exc:  # one line that names the cause: no traceback
+                print(f"[smoke] rank {rank}: checkpoint {pair.id}: {exc}", flush=True)
+                status.failed(str(exc), errors.FAILED)
+                os._exit(errors.FAILED)
             records: list[Any] = [None] * world
             torch.distributed.all_gather_object(records, record)
             res = judge.round_trip(pair, records, tol, deterministic=st.cpu or st.deterministic)
@@ -180,6 +175,10 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
                             specs=specs, shape=st.shape, repeat=args.deterministic, checkpoint=args.checkpoint)
     tol = numerics.parity(maths)
     out = Path(args.out) if args.out else None
+    # Under the launcher the checkpoint folder is checked and made already; under a user's torchrun, here
+    # (rank 0 only: it creates each pair's folder), before any run.
+    ck_folder = cli.checkpoint_dir(args, out)
+    ck_created = rank == 0 and bool(the_plan.round_trips) and cli.prepare_checkpoint_dir(args, ck_folder)
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     cert = certificate.new(["python", "-m", "smoke", *argv], created)
     if rank == 0:
@@ -222,7 +221,9 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
                 certificate.write(cert, out)
 
     if the_plan.round_trips:
-        cert["checkpoint"] = _round_trips(the_plan, st, tol, checkpoint_dir(args, out), rank, world, status)
+        cert["checkpoint"] = _round_trips(the_plan, st, tol, ck_folder, rank, world, status)
+        if ck_created:
+            folders.remove_if_empty(ck_folder)
         if rank == 0 and out:
             certificate.write(cert, out)
 

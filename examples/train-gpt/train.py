@@ -9,19 +9,44 @@ the loss falls): sample ``i`` is a function of the seed and ``i`` alone, so a re
 samples the interrupted one would have. Checkpoints are megatron-core's ``torch_dist`` format (the image's
 ``smoke.kit.checkpointing``: model and optimizer, checked before anything is loaded); ``DIR/latest`` names
 the newest complete one and is written only once its files are.
+
+The --save folder is checked writable at start and held by this job alone (``smoke.kit.folders``: a
+second job that would write there stops before it writes). A save that fails, on a full disk too, ends
+the job with one line naming the step lost and the step ``latest`` still names. SIGTERM (which Slurm
+sends before it kills) lets a background save in flight finish, for up to TERM_GRACE_S, names it in
+``latest`` and ends the job.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import tomllib
+
+TERM_GRACE_S = 20.0
+"""How long SIGTERM waits for a background save in flight. Slurm sends SIGKILL KillWait (30 s by default)
+after SIGTERM, and torchrun its own SIGKILL 30 s after it passes SIGTERM on to the ranks: 20 s leaves 10
+for the last collectives, ``latest`` and the exit."""
+STOPPED = 128 + signal.SIGTERM
+"""The exit code after SIGTERM, the one a shell reports for a process that SIGTERM ended."""
+PEER_WAIT_S = 5.0
+"""How long a rank other than 0 whose save failed on it alone waits before it speaks: when rank 0 failed
+too, it has said so, and torchrun's SIGTERM (sent once a rank exits) tells this one to stay quiet."""
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
+"""How gloo reports a collective whose peer rank has exited: that rank has said why (or torchrun will)."""
+TERM = threading.Event()
+"""Set by SIGTERM; the training loop stops at the next step every rank agrees on."""
+AT_EXIT: list[Any] = []
+"""What ``fail`` stops before it ends the process (os._exit runs no finalizers)."""
 
 DEFAULTS: dict[str, Any] = {
     "tp": 1, "pp": 1, "ep": 1, "layers": 4, "hidden": 64, "heads": 4, "ffn": 128, "vocab": 128, "seq": 64,
@@ -57,10 +82,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return argparse.Namespace(**values)
 
 
-def fail(message: str) -> None:
-    """One line naming the problem, exit 2: nothing was trained or loaded."""
-    print(f"train-gpt: {message}", file=sys.stderr, flush=True)
-    os._exit(2)
+def fail(message: str, code: int = 2, *, say: bool = True) -> None:
+    """One line naming the problem, then exit: 2 (the default) when nothing was trained or loaded. ``say``
+    is False on the ranks whose rank 0 reports the same problem, so that it is said once."""
+    if say:
+        print(f"train-gpt: {message}", file=sys.stderr, flush=True)
+    for end in AT_EXIT:
+        end()
+    os._exit(code)
 
 
 def batch(args: argparse.Namespace, step: int, dp_rank: int, dp_size: int, device: Any) -> dict[str, Any]:
@@ -126,7 +155,15 @@ def build(args: argparse.Namespace) -> list[Any]:
 
 
 def main(argv: list[str]) -> int:
-    args = parse(argv)
+    try:
+        return train(parse(argv))
+    except Exception as exc:
+        if any(sign in str(exc) for sign in PEER_GONE):  # a peer ended first, and has said why
+            os._exit(1)
+        raise
+
+
+def train(args: argparse.Namespace) -> int:
     if args.cpu:  # gloo and CPU tensors: megatron-core assumes CUDA in a few places the image's shim covers
         from smoke.kit import cpu_shim
 
@@ -141,9 +178,13 @@ def main(argv: list[str]) -> int:
     from smoke.kit import bootstrap, checkpointing
 
     rank, world = bootstrap.init_process_group(args.cpu, 120)
+    device = torch.device("cpu") if args.cpu else torch.device("cuda", torch.cuda.current_device())
     problem = layout_problem(args, world)
     if problem:
-        fail(problem)
+        fail(problem, say=rank == 0)
+    held = claim_outputs(args, rank, world)  # the --save folder stays this job's while `held` lives
+    if args.save and args.async_save:
+        AT_EXIT.append(checkpointing.writer_outlives_sigterm())
     bootstrap.init_parallel(tp=args.tp, pp=args.pp, ep=args.ep, cpu=args.cpu, timeout_s=120, seed=args.seed)
     models, config = build(args)
     chunks, opt = bootstrap.wrap(models, config, dist_opt=not args.cpu, cpu=args.cpu, lr=args.lr)
@@ -153,20 +194,20 @@ def main(argv: list[str]) -> int:
         latest = folder / "latest"
         if latest.is_file():
             folder = folder / latest.read_text().strip()
+        if not (folder / "train_state.json").is_file():  # the same on every rank
+            fail(f"{folder} has no train_state.json: not a checkpoint this script saved (pass the --save folder "
+                 "of an earlier run)", say=rank == 0)
         try:
-            if not (folder / "train_state.json").is_file():
-                raise checkpointing.CheckpointError(f"{folder} has no train_state.json: not a checkpoint this "
-                                                    "script saved (pass the --save folder of an earlier run)")
-            checkpointing.load(models, opt, folder)
+            checkpointing.load(models, opt, folder, agree=lambda problem: agreed(problem, rank, world))
         except checkpointing.CheckpointError as exc:
             fail(str(exc))
         step = json.loads((folder / "train_state.json").read_text())["step"]
         if rank == 0:
             print(f"resumed from {folder} at step {step}", flush=True)
     dp_rank, dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
-    device = torch.device("cpu") if args.cpu else torch.device("cuda", torch.cuda.current_device())
-    log = open(args.log_file, "a") if args.log_file and rank == 0 else None  # noqa: SIM115
-    pending = None
+    log = held.get("log")
+    saves = Checkpoints(Path(args.save), args, rank, device, models, opt) if args.save else None
+    signal.signal(signal.SIGTERM, lambda *_: TERM.set())
     last = ps.is_pipeline_last_stage()
     while step < args.steps:
         t0 = time.perf_counter()
@@ -186,46 +227,183 @@ def main(argv: list[str]) -> int:
             if log:
                 log.write(json.dumps(entry) + "\n")
                 log.flush()
-        if pending and pending(blocking=False):  # a background save completed: name it in `latest`
-            pending = None
-        if args.save and args.save_interval and (step % args.save_interval == 0 or step == args.steps):
-            if pending:
-                pending(blocking=True)
-            pending = save(args, step, models, opt, checkpointing, rank)
-            if not args.async_save:
-                pending = pending(blocking=True) and None
-    if pending:
-        pending(blocking=True)
+        if saves:
+            saves.poll()
+            if args.save_interval and (step % args.save_interval == 0 or step == args.steps):
+                saves.start(step)
+        if anyone(TERM.is_set(), device):  # every rank stops after the same step
+            stop(saves, step, rank)
+    if saves:
+        saves.wait()
     torch.distributed.barrier()
     bootstrap.teardown()
     return 0
 
 
-def save(args: argparse.Namespace, step: int, models: list[Any], opt: Any, checkpointing: Any, rank: int) -> Any:
-    """Start the save of ``step``; returns what finishes it (waits for a background save, then names it
-    in ``latest``: a run killed before that resumes from the previous checkpoint)."""
+def anyone(flag: bool, device: Any) -> bool:
+    """Whether ``flag`` is set on any rank (a collective: every rank asks at the same points)."""
     import torch
 
-    root = Path(args.save)
-    name = f"iter_{step:07d}"
-    if rank == 0:
-        (root / name).mkdir(parents=True, exist_ok=True)
-    torch.distributed.barrier()
-    saving = checkpointing.Save(models, opt, root / name, background=args.async_save)
+    seen = torch.tensor([int(flag)], device=device)
+    torch.distributed.all_reduce(seen, op=torch.distributed.ReduceOp.MAX)
+    return bool(seen.item())
 
-    def finish(blocking: bool) -> bool:
-        if not saving.finish(blocking):
-            return False
+
+def stop(saves: Checkpoints | None, step: int, rank: int) -> None:
+    """After SIGTERM: give a background save in flight TERM_GRACE_S to finish, say what ``latest`` names,
+    and exit."""
+    if saves is None:
+        fail(f"SIGTERM after step {step}: stopped; nothing is saved without --save", STOPPED, say=rank == 0)
+    step_saving = saves.in_flight
+    if step_saving is None:
+        said = f"no save in flight, {saves.latest_said()}"
+    elif saves.wait(within=TERM_GRACE_S):
+        said = f"finished the save of step {step_saving}, {saves.latest_said()}"
+    else:
+        said = (f"the save of step {step_saving} did not finish within {TERM_GRACE_S:.0f} s and is abandoned, "
+                f"{saves.latest_said(still=True)}")
+    fail(f"SIGTERM after step {step}: {said}; stopped (resume with --load {saves.root})", STOPPED, say=rank == 0)
+
+
+def agreed(problem: str | None, rank: int, world: int) -> None:
+    """Every rank's verdict (a collective): when any rank has a problem, every rank exits 2 and rank 0 says
+    the first, once."""
+    import torch
+
+    problems: list[Any] = [None] * world
+    torch.distributed.all_gather_object(problems, problem)
+    failed = [(r, p) for r, p in enumerate(problems) if p]
+    if failed:
+        r, first = failed[0]
+        fail(first if r == 0 else f"rank {r}: {first}", say=rank == 0)
+
+
+def claim_outputs(args: argparse.Namespace, rank: int, world: int) -> dict[str, Any]:
+    """Before anything is built: every rank can write the --save folder, no other job writes into it (rank 0
+    holds its lock until the job ends), rank 0 can write --log-file. Returns what it holds (``owner``,
+    ``log``); one line and exit 2 otherwise, on every rank."""
+    from smoke.kit import folders
+
+    held: dict[str, Any] = {}
+    problem = None
+    try:
+        if args.save:
+            folders.prepare(Path(args.save))
+            if rank == 0:
+                held["owner"] = folders.Owner(Path(args.save), "train-gpt")
+        if args.log_file and rank == 0:
+            held["log"] = open(args.log_file, "a")  # noqa: SIM115  (written until the job ends)
+    except folders.FolderBusy as exc:
+        problem = f"--save {args.save}: {exc}"
+    except folders.FolderError as exc:
+        problem = f"--save {args.save}: {exc}: pass a folder this job can write"
+    except OSError as exc:
+        problem = f"--log-file {args.log_file}: cannot write it ({exc.strerror}): pass a writable path"
+    agreed(problem, rank, world)
+    if "owner" in held and held["owner"].warning:
+        print(f"train-gpt: warning: {held['owner'].warning}", file=sys.stderr, flush=True)
+    return held
+
+
+class Checkpoints:
+    """The --save folder: one save in flight at most; ``DIR/latest`` names the newest complete checkpoint
+    and is replaced only once every rank's files of a newer one are written. A save that fails ends the
+    job with one line (exit 1): the step it lost, and the step ``latest`` still names."""
+
+    def __init__(self, root: Path, args: argparse.Namespace, rank: int, device: Any, models: list[Any],
+                 opt: Any) -> None:
+        self.root, self.args, self.rank, self.device, self.models, self.opt = root, args, rank, device, models, opt
+        self.saving: Any = None
+        self.in_flight: int | None = None
+
+    def start(self, step: int) -> None:
+        """Save ``step`` (in the background with --async-save), once the save before it is complete."""
+        import torch
+        from smoke.kit import checkpointing
+
+        self.wait()
+        name = f"iter_{step:07d}"
+        self.in_flight = step
+        if self.rank == 0:
+            try:
+                (self.root / name).mkdir(exist_ok=True)
+            except OSError as exc:
+                self.failed(exc, everywhere=False)
         torch.distributed.barrier()
-        if rank == 0:
-            (root / name / "train_state.json").write_text(json.dumps({"step": step, "seed": args.seed}))
-            tmp = root / "latest.tmp"
-            tmp.write_text(name)
-            tmp.replace(root / "latest")
-            print(f"checkpoint {root / name} saved at step {step}", flush=True)
+        try:
+            self.saving = checkpointing.Save(self.models, self.opt, self.root / name, background=self.args.async_save)
+        except checkpointing.SaveFailed as exc:
+            self.failed(exc, everywhere=exc.everywhere)
+        if not self.args.async_save:
+            self.wait()
+
+    def poll(self) -> None:
+        """Complete a background save whose files are written, without waiting (every rank, every step)."""
+        self._finish(blocking=False)
+
+    def wait(self, within: float | None = None) -> bool:
+        """Complete the save in flight, waiting for its files (at most ``within`` seconds, the ranks agreeing
+        when to give up); whether it is complete."""
+        if within is None:
+            return self._finish(blocking=True)
+        deadline = time.monotonic() + within
+        while not self._finish(blocking=False):
+            if anyone(time.monotonic() > deadline, self.device):
+                return False
+            time.sleep(0.1)
         return True
 
-    return finish
+    def _finish(self, blocking: bool) -> bool:
+        import torch
+        from smoke.kit import checkpointing
+
+        if self.saving is None:
+            return True
+        try:
+            if not self.saving.finish(blocking):
+                return False
+        except checkpointing.SaveFailed as exc:
+            self.failed(exc, everywhere=exc.everywhere)
+        torch.distributed.barrier()
+        if self.rank == 0:
+            name = f"iter_{self.in_flight:07d}"
+            tmp = self.root / "latest.tmp"
+            try:
+                (self.root / name / "train_state.json").write_text(
+                    json.dumps({"step": self.in_flight, "seed": self.args.seed}))
+                tmp.write_text(name)
+                tmp.replace(self.root / "latest")
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                self.failed(exc, everywhere=False)
+            print(f"checkpoint {self.root / name} saved at step {self.in_flight}", flush=True)
+        self.saving = self.in_flight = None
+        return True
+
+    def latest_said(self, still: bool = False) -> str:
+        """The step ``latest`` names, in words."""
+        latest = self.root / "latest"
+        if not latest.is_file():
+            return f"no checkpoint in {self.root} is complete yet"
+        step = int(latest.read_text().strip().removeprefix("iter_"))
+        return f"latest {'still ' if still else ''}points to step {step}"
+
+    def failed(self, exc: BaseException, everywhere: bool) -> None:
+        """End the job over the save in flight: one line, exit 1. When every rank knows, rank 0 says it;
+        when this rank alone knows and it is not rank 0, it waits PEER_WAIT_S for rank 0 to say it first."""
+        from smoke.kit import checkpointing
+
+        if self.rank != 0 and not everywhere and TERM.wait(PEER_WAIT_S):
+            fail("", 1, say=False)
+
+        if isinstance(exc, checkpointing.SaveFailed):
+            no_space, detail = exc.no_space, exc.detail
+        else:
+            no_space, detail = getattr(exc, "errno", None) == errno.ENOSPC, f"{type(exc).__name__}: {exc}"
+        cause = f"no space left on {self.root}" if no_space else f"the save failed ({detail})"
+        fail(f"{cause}: the checkpoint at step {self.in_flight} is incomplete; {self.latest_said(still=True)}"
+             + (" (free space there, then resume with --load)" if no_space else ""), 1,
+             say=self.rank == 0 or not everywhere)
 
 
 if __name__ == "__main__":

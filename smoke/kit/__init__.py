@@ -6,7 +6,9 @@
 - ``envinfo``: the software and hardware a run used (packages from the component catalogue);
 - ``transformer_engine``: whether TE is usable here, and what it chose;
 - ``bootstrap``: the one Megatron bootstrap (process group, parallel state, model, DDP + optimizer, a step);
-- ``cpu_shim``: megatron-core's CUDA device picks redirected to the CPU, for CI's gloo runs.
+- ``cpu_shim``: megatron-core's CUDA device picks redirected to the CPU, for CI's gloo runs;
+- ``checkpointing``: megatron-core's distributed checkpoints (save, verify, load);
+- ``folders``: the folders checkpoints go to: checked writable at start, held by one job at a time.
 
-``errors``, ``numerics`` and ``seeds`` import without torch (host tests and dry runs use them).
+``errors``, ``numerics``, ``seeds`` and ``folders`` import without torch (host tests and dry runs use them).
 """

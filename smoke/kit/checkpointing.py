@@ -5,13 +5,20 @@ check of a checkpoint folder before anything is loaded, and the load.
 Every rank saves its shards of the model and of the optimizer state keyed by global names, so a
 checkpoint loads into another parallel layout. A checkpoint that cannot be loaded (a missing or truncated
 shard, one saved from a model of another shape) is refused by ``verify`` with one line naming the cause,
-before any parameter is touched: nothing is ever half-loaded.
+before any parameter is touched: nothing is ever half-loaded. A save that fails is raised as
+``SaveFailed``, one line that names a full file system as such (megatron-core's own errors for it read
+"unexpected pos …" or "cannot pickle code objects"). ``writer_outlives_sigterm`` lets a background save
+finish after SIGTERM.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib.util
+import multiprocessing
+import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +26,7 @@ import torch
 from megatron.core import dist_checkpointing
 from megatron.core import parallel_state as ps
 
+from smoke.kit import folders
 from smoke.kit.bootstrap import supported
 
 COMMON_FILES = ("metadata.json", ".metadata")
@@ -26,8 +34,51 @@ COMMON_FILES = ("metadata.json", ".metadata")
 is common.pt up to megatron-core 0.18, a sharded object in the shards from 0.19)."""
 
 
+NEARLY_FULL = 64 * 2**20
+"""Free bytes below which a failed save is put down to a full file system. megatron-core loses a writer's
+OSError on its way to rank 0 (gathering it fails with "cannot pickle code objects"), so what is left on
+the disk decides."""
+
+
 class CheckpointError(Exception):
     """A checkpoint that cannot be saved or loaded; str() is one line naming the cause."""
+
+
+class SaveFailed(CheckpointError):
+    """A save that did not complete. ``no_space``: the file system ran out of room. ``everywhere``: every
+    rank raised it (megatron-core gathers its writers' failures and raises them on all ranks), so rank 0
+    may speak for all; otherwise only the rank that raised it knows."""
+
+    def __init__(self, folder: Path, exc: BaseException) -> None:
+        from torch.distributed.checkpoint import CheckpointException
+
+        causes = _causes(exc)
+        self.folder = folder
+        self.everywhere = any(isinstance(e, CheckpointException) for e in causes)
+        self.free = folders.free_bytes(folder)
+        self.no_space = self.free < NEARLY_FULL or any(_is_enospc(e) for e in causes)
+        self.detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        super().__init__(f"no space left on {folder}" if self.no_space else
+                         f"the save into {folder} failed ({self.detail}; {self.free / 2**20:.0f} MiB free)")
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc``, what it was raised from, and the per-rank failures a CheckpointException carries."""
+    found: list[BaseException] = []
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if any(e is f for f in found):
+            continue
+        found.append(e)
+        todo += [c for c in (e.__cause__, e.__context__) if c is not None]
+        for failure in (getattr(e, "failures", None) or {}).values():
+            todo += [f for f in (failure if isinstance(failure, tuple) else (failure,)) if isinstance(f, BaseException)]
+    return found
+
+
+def _is_enospc(exc: BaseException) -> bool:
+    return (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or "No space left on device" in str(exc)
 
 
 def metadata() -> dict[str, Any]:
@@ -60,26 +111,51 @@ def _writer_ready() -> None:
                               "(install psutil in the image)")
 
 
+def writer_outlives_sigterm() -> Callable[[], None]:
+    """Start the queue megatron-core's background writer sends its results back through now, with SIGTERM
+    ignored, and return what stops it. megatron-core makes that queue on first use in a spawned Manager
+    process, which SIGTERM ends: torchrun passes SIGTERM on to a rank's whole process group (killpg) and
+    Slurm to every process of the job step, so a background save in flight always failed ("EOFError") and
+    never finished after SIGTERM. An ignored signal stays ignored in a spawned process. Call it on the main
+    thread, before the first background save."""
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    # the module global every megatron-core release from 0.13 to 0.19 keeps the queue in
+    if not hasattr(filesystem_async, "_results_queue") or filesystem_async._results_queue is not None:
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        manager = multiprocessing.get_context("spawn").Manager()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    filesystem_async._results_queue = manager.Queue()
+    return manager.shutdown
+
+
 class Save:
     """One save in progress: ``seconds`` is the time spent on the training path, ``waited`` the time spent
-    in ``finish`` for a background save's files. Every rank calls ``finish`` at the same points."""
+    in ``finish`` for a background save's files. Every rank calls ``finish`` at the same points. Both raise
+    SaveFailed."""
 
     def __init__(self, models: list[torch.nn.Module], optimizer: Any, folder: Path, background: bool) -> None:
         _writer_ready()
         self.folder, self.queue, self.waited = folder, None, 0.0
         t0 = time.perf_counter()
-        state = sharded_state(models, optimizer, loading=False)
-        if background:
-            from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
+        try:
+            state = sharded_state(models, optimizer, loading=False)
+            if background:
+                from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
 
-            self.queue = AsyncCallsQueue()
-            # megatron-core 0.19 defaults to nvidia-resiliency-ext's writer, which no stack carries; its own
-            # writer (the only one before 0.19) is asked for by name where the option exists.
-            strategy = supported(dist_checkpointing.save, async_strategy="mcore")
-            self.queue.schedule_async_request(
-                dist_checkpointing.save(state, str(folder), async_sharded_save=True, **strategy))
-        else:
-            dist_checkpointing.save(state, str(folder))
+                self.queue = AsyncCallsQueue()
+                # megatron-core 0.19 defaults to nvidia-resiliency-ext's writer, which no stack carries; its
+                # own writer (the only one before 0.19) is asked for by name where the option exists.
+                strategy = supported(dist_checkpointing.save, async_strategy="mcore")
+                self.queue.schedule_async_request(
+                    dist_checkpointing.save(state, str(folder), async_sharded_save=True, **strategy))
+            else:
+                dist_checkpointing.save(state, str(folder))
+        except Exception as exc:
+            raise SaveFailed(folder, exc) from exc
         self.seconds = time.perf_counter() - t0
 
     def finish(self, blocking: bool = True) -> bool:
@@ -87,8 +163,12 @@ class Save:
         if self.queue is None:
             return True
         t0 = time.perf_counter()
-        self.queue.maybe_finalize_async_calls(blocking=blocking)
-        self.waited += time.perf_counter() - t0
+        try:
+            self.queue.maybe_finalize_async_calls(blocking=blocking)
+        except Exception as exc:
+            raise SaveFailed(self.folder, exc) from exc
+        finally:
+            self.waited += time.perf_counter() - t0
         if self.queue.get_num_unfinalized_calls():
             return False
         self.queue.close()
@@ -135,10 +215,21 @@ def verify(folder: Path, state: dict[str, Any]) -> None:
                                   "another shape")
 
 
-def load(models: list[torch.nn.Module], optimizer: Any, folder: Path) -> None:
-    """Verify, then load the model and optimizer state saved (in any layout) in ``folder``."""
+def load(models: list[torch.nn.Module], optimizer: Any, folder: Path,
+         agree: Callable[[str | None], None] | None = None) -> None:
+    """Verify, then load the model and optimizer state saved (in any layout) in ``folder``. ``agree``: called
+    on every rank with this rank's verdict (None, or the line ``verify`` raised) before any collective, so
+    that the ranks can settle on one report; without it, a verdict is raised here."""
     state = sharded_state(models, optimizer, loading=True)
-    verify(folder, state)
+    try:
+        verify(folder, state)
+    except CheckpointError as exc:
+        if agree is None:
+            raise
+        agree(str(exc))
+        raise
+    if agree is not None:
+        agree(None)
     loaded = dist_checkpointing.load(state, str(folder))
     if len(models) == 1:
         models[0].load_state_dict(loaded["model"])

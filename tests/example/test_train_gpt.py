@@ -1,10 +1,14 @@
 """The example job trains, checkpoints, is killed, resumes in another layout, and its loss curve goes on
-where an uninterrupted run's does; bad checkpoints and layouts are refused in one line; the job's pip
-install cannot move torch."""
+where an uninterrupted run's does; bad checkpoints and layouts are refused in one line; faults of the
+checkpoint folder (full, read-only, written by a second job) and SIGTERM lose nothing and say why in one
+line; the job's pip install cannot move torch."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -18,14 +22,52 @@ from tests.example.conftest import build_job
 ARGS = ["--config", "config.toml", "--cpu", "--steps", "12"]
 
 
-def torchrun(job: str, out: Path, *args: str, detach: bool = False) -> subprocess.CompletedProcess[str]:
-    """The job on 2 CPU ranks with ``out`` mounted at /out."""
+def torchrun(job: str, out: Path, *args: str, detach: bool = False, docker: tuple[str, ...] = (),
+             then: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The job on 2 CPU ranks with ``out`` mounted at /out (and ``docker``'s run flags); ``then``: a shell
+    command run in the container after the job (the job's exit code stays the container's)."""
     name = f"train-gpt-{uuid.uuid4().hex[:8]}"
-    cmd = ["docker", "run", "--name", name, "--ipc=host", "-v", f"{out}:/out", *(["-d"] if detach else ["--rm"]),
-           job, "torchrun", "--standalone", "--nproc-per-node", "2", "train.py", *ARGS, *args]
+    job_cmd = ["torchrun", "--standalone", "--nproc-per-node", "2", "train.py", *ARGS, *args]
+    if then:
+        job_cmd = ["sh", "-c", f"{shlex.join(job_cmd)}; rc=$?; {then}; exit $rc"]
+    cmd = ["docker", "run", "--name", name, "--ipc=host", "-v", f"{out}:/out", *docker,
+           *(["-d"] if detach else ["--rm"]), job, *job_cmd]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
     done.name = name  # type: ignore[attr-defined]
     return done
+
+
+def running(name: str) -> bool:
+    return subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", name], capture_output=True, text=True,
+                          check=False).stdout.strip() == "true"
+
+
+def ended(name: str) -> subprocess.CompletedProcess[str]:
+    """Wait for a detached job, then its logs (stdout, stderr) and exit code; the container is removed."""
+    code = subprocess.run(["docker", "wait", name], capture_output=True, text=True, check=False, timeout=600)
+    logs = subprocess.run(["docker", "logs", name], capture_output=True, text=True, check=False)
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+    return subprocess.CompletedProcess(name, int(code.stdout.strip() or -1), logs.stdout, logs.stderr)
+
+
+def said(done: subprocess.CompletedProcess[str]) -> list[str]:
+    """The job's own one-line reports (every other line on stderr is torchrun's or megatron-core's)."""
+    return [line for line in done.stderr.splitlines() if line.startswith("train-gpt: ")]
+
+
+def wait_for(path: Path, name: str, seconds: float = 300) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"no {path} within {seconds:.0f} s"
+        if not running(name) and not path.exists():
+            logs = subprocess.run(["docker", "logs", name], capture_output=True, text=True, check=False)
+            pytest.fail(f"the job ended before {path} appeared:\n{logs.stderr[-3000:]}")
+        time.sleep(0.05)
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def curve(path: Path) -> dict[int, float]:
@@ -84,8 +126,9 @@ def test_the_resumed_run_continues_the_uninterrupted_curve_in_another_layout(
 
 
 def refused(done: subprocess.CompletedProcess[str]) -> str:
-    errors = [line for line in done.stderr.splitlines() if line.startswith("train-gpt: ")]
+    errors = said(done)
     assert done.returncode != 0 and errors, done.stderr[-3000:]
+    assert len(errors) == 1, errors
     return errors[0]
 
 
@@ -114,6 +157,92 @@ def test_a_checkpoint_of_another_model_shape_is_refused(job: str, killed: Path) 
 def test_a_layout_that_cannot_hold_the_model_is_refused(job: str, killed: Path) -> None:
     line = refused(torchrun(job, killed, "--pp", "3", "--load", "/out/ckpt"))
     assert "must divide the 2 rank(s)" in line
+
+
+def tmpfs_bytes(folder: Path) -> int:
+    """What ``folder``'s files take on a tmpfs: whole 4 KiB pages."""
+    return sum(-(-p.stat().st_size // 4096) * 4096 for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_full_disk_is_named_in_one_line_and_latest_stays_right(job: str, killed: Path, tmp_path: Path,
+                                                                 mode: str) -> None:
+    """A tmpfs with room for one checkpoint and a half: step 4's fits, step 8's does not."""
+    one = tmpfs_bytes(killed / "ckpt" / "iter_0000004")
+    size_k = one * 3 // 2 // 1024
+    done = torchrun(job, tmp_path, "--tp", "2", "--save", "/ck", "--save-interval", "4",
+                    *(["--async-save"] if mode == "async" else []),
+                    docker=("--tmpfs", f"/ck:size={size_k}k"), then="cat /ck/latest > /out/latest")
+    print(f"{mode}: exit {done.returncode}, {len(done.stderr.splitlines())} lines on stderr; said: {said(done)}")
+    assert refused(done) == ("train-gpt: no space left on /ck: the checkpoint at step 8 is incomplete; latest still "
+                             "points to step 4 (free space there, then resume with --load)")
+    assert done.returncode == 1
+    assert (tmp_path / "latest").read_text() == "iter_0000004"
+    assert "checkpoint /ck/iter_0000004 saved at step 4" in done.stdout
+
+
+def test_a_read_only_save_folder_is_refused_before_a_step(job: str, tmp_path: Path) -> None:
+    (tmp_path / "ro" / "ckpt").mkdir(parents=True)
+    (tmp_path / "ro" / "ckpt" / "sentinel").write_text("keep")
+    done = torchrun(job, tmp_path, "--tp", "2", "--save", "/ro/ckpt", "--save-interval", "4",
+                    docker=("-v", f"{tmp_path / 'ro'}:/ro:ro"))
+    assert refused(done) == ("train-gpt: --save /ro/ckpt: cannot write in /ro/ckpt (Read-only file system): pass a "
+                             "folder this job can write")
+    assert "step " not in done.stdout, done.stdout[-2000:]  # not one step trained
+    assert [p.name for p in (tmp_path / "ro" / "ckpt").iterdir()] == ["sentinel"]
+
+
+def test_a_second_job_on_the_same_folder_is_refused_before_it_writes(job: str, tmp_path: Path) -> None:
+    """Job A saves every 20 steps; job B, pointed at A's folder, stops before it writes, naming A. Once A is
+    killed (SIGKILL: no chance to clean up), a resumed job on the same folder runs: the lock died with A."""
+    first = torchrun(job, tmp_path, "--tp", "2", "--steps", "100000", "--save", "/out/ckpt", "--save-interval", "20",
+                     detach=True)
+    assert first.returncode == 0, first.stderr
+    a = first.name  # type: ignore[attr-defined]
+    try:
+        wait_for(tmp_path / "ckpt" / "iter_0000040", a)  # step 20's save is complete: A saves in line
+        before = digest(tmp_path / "ckpt" / "iter_0000020")
+        second = torchrun(job, tmp_path, "--tp", "2", "--save", "/out/ckpt", "--save-interval", "4")
+        line = refused(second)
+        print(f"second job: exit {second.returncode}: {line}")
+        assert re.fullmatch(r"train-gpt: --save /out/ckpt: /out/ckpt is being written by another job \(train-gpt, "
+                            r"pid \d+ on host \w+, started \S+\): let it finish or stop it, or pass another folder",
+                            line), line
+        assert running(a)
+        assert digest(tmp_path / "ckpt" / "iter_0000020") == before
+    finally:
+        subprocess.run(["docker", "kill", "--signal", "KILL", a], capture_output=True, check=False)
+        ended(a)
+    saved = int((tmp_path / "ckpt" / "latest").read_text().strip().removeprefix("iter_"))
+    resumed = torchrun(job, tmp_path, "--pp", "2", "--load", "/out/ckpt", "--save", "/out/ckpt", "--save-interval",
+                       "4", "--steps", str(saved + 4))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed from /out/ckpt/iter_{saved:07d} at step {saved}" in resumed.stdout
+    assert (tmp_path / "ckpt" / "latest").read_text() == f"iter_{saved + 4:07d}"
+
+
+SLOW = ("--hidden", "256", "--ffn", "1024", "--global-batch", "32")
+"""Sizes that make a step take about a second on two CPU ranks, so that SIGTERM lands while the background
+save of step 4 is in flight (it is named in `latest` only at a later step)."""
+
+
+def test_sigterm_lets_the_background_save_finish_and_names_it_in_latest(job: str, tmp_path: Path) -> None:
+    started = torchrun(job, tmp_path, "--tp", "2", *SLOW, "--save", "/out/ckpt", "--save-interval", "4",
+                       "--async-save", detach=True)
+    assert started.returncode == 0, started.stderr
+    name = started.name  # type: ignore[attr-defined]
+    try:
+        wait_for(tmp_path / "ckpt" / "iter_0000004", name)  # the save of step 4 has begun
+        subprocess.run(["docker", "kill", "--signal", "TERM", name], capture_output=True, check=True)
+        done = ended(name)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)
+    print(f"exit {done.returncode}; said: {said(done)}")
+    line = refused(done)
+    assert re.fullmatch(r"train-gpt: SIGTERM after step \d+: (finished the save of step 4|no save in flight), "
+                        r"latest points to step 4; stopped \(resume with --load /out/ckpt\)", line), line
+    assert (tmp_path / "ckpt" / "latest").read_text() == "iter_0000004"
+    assert (tmp_path / "ckpt" / "iter_0000004" / "train_state.json").is_file()
 
 
 def test_the_jobs_requirements_cannot_change_torch(base: str) -> None:

@@ -53,11 +53,61 @@ def test_the_deterministic_repeat_is_planned_on_gpus_only_by_default() -> None:
     (["--steps", "1"], "too few"),
     (["--cpu", "--spec", "te"], "--spec te needs GPUs"),
     (["--timeout", "0"], "positive"),
+    (["--nproc", "0"], "--nproc 0 is not a count of ranks: give 1 or more"),
+    (["--nproc", "-2"], "--nproc -2 is not a count of ranks"),
+    (["--timeout", "nan"], "--timeout nan is not a positive number of seconds"),
+    (["--watchdog", "inf"], "--watchdog inf is not a positive number of seconds"),
+    (["--watchdog", "-5"], "--watchdog -5.0 is not a positive number of seconds"),
+    (["--lr", "0"], "--lr 0.0 is not a positive learning rate"),
+    (["--seed", "-1"], "--seed -1 is out of range"),
+    (["--seed", str(2**64)], "is out of range: give 0 … 4294967295"),
+    (["--fault-rank", "1"], "--fault-rank 1: give a rank (0 or more) with --inject-fault"),
+    (["--inject-fault", "raise", "--fault-rank", "-3"], "--fault-rank -3: give a rank"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
     out = smoke(*args, "--dry-run")
     assert out.returncode == errors.COULD_NOT_RUN
     assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_fault_rank_beyond_the_run_is_refused() -> None:
+    out = smoke("--cpu", "--nproc", "2", "--layouts", "tp2", "--inject-fault", "raise", "--fault-rank", "2")
+    assert out.returncode == errors.COULD_NOT_RUN
+    assert out.stderr.strip() == "smoke: could not run: --fault-rank 2: the run has ranks 0 … 1"
+
+
+def sentinels(root: Path) -> dict[str, str]:
+    """A folder tree of someone else's files."""
+    files = {"ckpt/iter_0000100/shard.distcp": "weights", "ckpt/latest": "iter_0000100", "notes.txt": "keep me"}
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return files
+
+
+@pytest.mark.parametrize("where", ["notes.txt", "notes.txt/sub"])
+def test_a_checkpoint_dir_that_cannot_be_a_folder_is_refused_before_anything_runs(tmp_path: Path,
+                                                                                   where: str) -> None:
+    files = sentinels(tmp_path)
+    out = smoke("--cpu", "--nproc", "1", "--checkpoint-dir", str(tmp_path / where))
+    assert out.returncode == errors.COULD_NOT_RUN, out.stderr
+    line = out.stderr.strip()
+    assert line.startswith(f"smoke: could not run: --checkpoint-dir {tmp_path / where}: ") and "\n" not in line
+    assert line.endswith(": pass a folder this user can write")
+    assert out.stdout == ""  # not even the plan: nothing started
+    assert {name: (tmp_path / name).read_text() for name in files} == files
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="this host has torch")
+def test_a_missing_checkpoint_dir_is_made_and_an_existing_one_kept(tmp_path: Path) -> None:
+    files = sentinels(tmp_path)
+    made = tmp_path / "new" / "ckpt"
+    out = smoke("--cpu", "--nproc", "1", "--checkpoint-dir", str(made))
+    # this host has no torch: the folder was made and checked, then removed again as nothing ran
+    assert out.returncode == errors.COULD_NOT_RUN and "torch is not installed" in out.stderr
+    assert not made.exists() and (tmp_path / "new").is_dir()
+    out = smoke("--cpu", "--nproc", "1", "--checkpoint-dir", str(tmp_path / "ckpt"))
+    assert {name: (tmp_path / name).read_text() for name in files} == files
 
 
 def test_too_many_gpus_without_dry_run_is_exit_2() -> None:
