@@ -12,11 +12,12 @@ export MAX_JOBS NVCC_THREADS NVTE_BUILD_THREADS_PER_JOB
 echo "build-te: $(echo "$plan" | grep '^#' | cut -c3-)"
 site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 # CUDA headers and libraries from torch's pip packages and the nvcc/cccl packages of the builder.
-# CUDA 13's wheels share nvidia/cu13; CUDA 12's nvcc wheel has its own folder (nvidia/cuda_nvcc).
+# CUDA 13's wheels share nvidia/cu13, nvcc included. CUDA 12's nvcc wheel (nvidia/cuda_nvcc) holds the
+# compiler's headers (crt/) and ptxas but no nvcc driver; TE's extension is C++ only (no .cu sources), so
+# that folder serves as CUDA_HOME there. Else an nvcc on PATH (the cuda flavor's toolkit).
 cuda_home="$site/nvidia/cu${CUDA_MAJOR}"
-[ -x "$cuda_home/bin/nvcc" ] || cuda_home="$(dirname "$(dirname "$(find "$site/nvidia" -mindepth 3 -maxdepth 3 \
-  -path '*/bin/nvcc' | sort | head -n 1)")")"
-[ -x "$cuda_home/bin/nvcc" ] || cuda_home="$(dirname "$(dirname "$(command -v nvcc)")")"
+[ -x "$cuda_home/bin/nvcc" ] || [ ! -d "$site/nvidia/cuda_nvcc/include/crt" ] || cuda_home="$site/nvidia/cuda_nvcc"
+[ -d "$cuda_home" ] || cuda_home="$(dirname "$(dirname "$(command -v nvcc)")")"
 # Sorted: ccache hashes CPLUS_INCLUDE_PATH, and find's order may change when the builder is rebuilt.
 includes="$(find "$site/nvidia" -mindepth 2 -maxdepth 3 -type d -name include | sort | tr '\n' ':')"
 libs="$(find "$site/nvidia" -mindepth 2 -maxdepth 3 -type d -name lib | sort | tr '\n' ':')"

@@ -75,8 +75,8 @@ def select_bridges(wanted: str, found: list[str], why: dict[str, str]) -> tuple[
 
 def _run(args: argparse.Namespace, report: dict[str, Any], tol: numerics.Tolerance) -> None:
     if args.cpu:
-        # megatron-core's fused bias/activation/dropout functions go through torch.compile, whose CPU
-        # backend needs a C++ compiler that runtime images do not ship: run them eagerly (same math).
+        # megatron-core's fused bias/activation/dropout functions go through torch.compile; on CPU its
+        # first compile alone takes minutes on a small machine: run them eagerly (same math).
         os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
         report["cpu_settings"] = {"TORCH_COMPILE_DISABLE": os.environ["TORCH_COMPILE_DISABLE"]}
         try:

@@ -53,7 +53,7 @@ def version(dist: str) -> str | None:
 
 
 def packages() -> dict[str, str | None]:
-    names = ("torch", "megatron-core", "transformer-engine", "mbridge", "megatron-bridge", "transformers",
+    names = ("torch", "megatron-core", "transformer-engine", "mbridge", "megatron-bridge", "verl", "transformers",
              "safetensors")
     return {name: version(name) for name in names}
 
@@ -233,6 +233,36 @@ class MBridgeRun(BridgeRun):
         yield from self.bridge.export_weights(models)
 
 
+class VerlMBridgeRun(MBridgeRun):
+    """mbridge through verl: the AutoBridge verl's Megatron engine imports (verl.models.mcore.mbridge, which
+    applies verl's patches to mbridge first), converting and building exactly as verl does."""
+
+    name = "verl-mbridge"
+
+    @property
+    def version(self) -> str | None:
+        return f"verl {version('verl')}, mbridge {version('mbridge')}"
+
+    def check_supported(self, folder: Path) -> None:
+        from verl.models.mcore.mbridge import AutoBridge
+
+        cfg = _hf_config(folder)
+        supported = AutoBridge.list_supported_models()
+        if cfg.model_type not in supported:
+            hf_class = (getattr(cfg, "architectures", None) or [cfg.model_type])[0]
+            raise Unsupported(unsupported_message(cfg.model_type, hf_class, self.name, self.version, supported))
+
+    def convert_config(self, folder: Path) -> None:
+        from verl.models.mcore.mbridge import AutoBridge
+
+        cfg = _hf_config(folder)
+        try:
+            bridge = AutoBridge.from_config(cfg, dtype=DTYPES[self.dtype])
+        except Exception as exc:
+            raise RuntimeError(f"config conversion failed: {type(exc).__name__}: {exc}") from exc
+        self.bridge = self._cpu_bridge(type(bridge), cfg) if self.cpu else bridge
+
+
 class MegatronBridgeRun(BridgeRun):
     name = "megatron-bridge"
 
@@ -300,7 +330,8 @@ class MegatronBridgeRun(BridgeRun):
             yield item[0], item[1]
 
 
-RUNNERS: dict[str, type[BridgeRun]] = {"mbridge": MBridgeRun, "megatron-bridge": MegatronBridgeRun}
+RUNNERS: dict[str, type[BridgeRun]] = {"mbridge": MBridgeRun, "megatron-bridge": MegatronBridgeRun,
+                                       "verl-mbridge": VerlMBridgeRun}
 
 
 def _transformers_major() -> int:
@@ -310,7 +341,8 @@ def _transformers_major() -> int:
 def available_bridges() -> tuple[list[str], dict[str, str]]:
     """Bridges that import here, and why each other one does not."""
     found, why = [], {}
-    for name, module in (("mbridge", "mbridge"), ("megatron-bridge", "megatron.bridge")):
+    for name, module in (("mbridge", "mbridge"), ("megatron-bridge", "megatron.bridge"),
+                         ("verl-mbridge", "verl.models.mcore.mbridge")):
         try:
             __import__(module)
             found.append(name)

@@ -16,7 +16,10 @@ from smoke.kit.numerics import Tolerance, guarded_ratio
 
 SCHEMA = schemas.BRIDGE
 STATUSES = ("passed", "failed", "could-not-run")
-BRIDGES = ("mbridge", "megatron-bridge")
+BRIDGES = ("mbridge", "megatron-bridge", "verl-mbridge")
+"""verl-mbridge is mbridge as verl's Megatron engine takes it (`verl.models.mcore.mbridge`, verl's patches
+applied): the path of `actor_rollout_ref.actor.megatron.vanilla_mbridge=True`, where verl converts the HF
+config and builds its models."""
 
 # ---------------------------------------------------------------------------------------------
 # Tiny models. Small enough for CPU in seconds, large enough that every mapping is exercised:

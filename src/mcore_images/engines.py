@@ -1,7 +1,9 @@
 """verl's rollout engines pin torch exactly (every vLLM release requires one ``torch==X.Y.Z``), so an engine can only
-join a stack whose torch it pins. What each engine release requires of torch is read from its published
-metadata when a stack carrying it is locked (``mcore-images lock``), and kept in env/engines.json, where
-the rule ``engine-torch`` reads it offline before any build."""
+join a stack whose torch it pins; verl itself declares what it runs with (Requires-Python, and its ``mcore``,
+``vllm`` and ``sglang`` extras). What each engine release requires of torch, and what each verl release
+requires, is read from its published metadata when a stack carrying it is locked (``mcore-images lock``) and
+kept in env/engines.json, where the rules ``engine-torch`` and ``verl-requirements`` read it offline before
+any build."""
 
 from __future__ import annotations
 
@@ -32,10 +34,19 @@ def engines_file(root: Path | None = None) -> Path:
     return (root or repo_root()) / "env" / "engines.json"
 
 
+def _document(root: Path | None = None) -> dict[str, Any]:
+    path = engines_file(root)
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def load(root: Path | None = None) -> dict[str, dict[str, str]]:
     """engine key -> {version: torch specifier}; empty when the file does not exist yet."""
-    path = engines_file(root)
-    return json.loads(path.read_text())["torch"] if path.is_file() else {}
+    return _document(root).get("torch", {})
+
+
+def verl_requirements(stack: Stack, root: Path | None = None) -> dict[str, Any] | None:
+    """What the stack's verl release declares ({"requires_python", "requires_dist"}), None when not recorded."""
+    return _document(root).get("verl", {}).get(stack.verl)
 
 
 def torch_requirement(stack: Stack, engine: components.Component, root: Path | None = None) -> str | None:
@@ -44,13 +55,25 @@ def torch_requirement(stack: Stack, engine: components.Component, root: Path | N
 
 
 def unrecorded(stack: Stack, root: Path | None = None) -> list[components.Component]:
-    """The stack's engines whose torch requirement env/engines.json lacks."""
-    return [e for e in ENGINES if stack.has(e.key) and torch_requirement(stack, e, root) is None]
+    """The stack's engines whose torch requirement env/engines.json lacks (and verl, when its requirements are)."""
+    missing = [e for e in ENGINES if stack.has(e.key) and torch_requirement(stack, e, root) is None]
+    if stack.has("verl") and verl_requirements(stack, root) is None:
+        missing.append(components.BY_KEY["verl"])
+    return missing
 
 
 def read_requirement(engine: components.Component, version: str, python: str) -> str:
     """The torch specifier in the engine release's Requires-Dist, from PyPI (pip reads only the metadata)."""
-    distribution = engine.distributions[0]
+    metadata = read_metadata(engine.distributions[0], version, python)
+    for text in metadata.get("requires_dist") or []:
+        requirement = Requirement(text)
+        if requirement.name == "torch" and not requirement.marker:
+            return str(requirement.specifier)
+    return ""
+
+
+def read_metadata(distribution: str, version: str, python: str) -> dict[str, Any]:
+    """A release's core metadata from the index (pip resolves and downloads nothing but the metadata)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         done = subprocess.run(
@@ -62,25 +85,30 @@ def read_requirement(engine: components.Component, version: str, python: str) ->
             why = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
             raise InputError(f"cannot read {distribution} {version}'s requirements from the index: {why}")
         metadata: dict[str, Any] = json.loads(report.read_text())["install"][0]["metadata"]
-    for text in metadata.get("requires_dist") or []:
-        requirement = Requirement(text)
-        if requirement.name == "torch" and not requirement.marker:
-            return str(requirement.specifier)
-    return ""
+    return metadata
 
 
 def record(stack: Stack, root: Path | None = None) -> Path | None:
-    """Read and keep the torch requirement of every engine the stack carries (what `lock` calls)."""
+    """Read and keep the torch requirement of every engine the stack carries, and what its verl release
+    requires (what `lock` calls)."""
     carried = [e for e in ENGINES if stack.has(e.key)]
-    if not carried:
+    if not carried and not stack.has("verl"):
         return None
-    table = load(root)
+    document = _document(root)
+    table = document.get("torch", {})
     for engine in carried:
         version = stack.pins[engine.key]
         table.setdefault(engine.key, {})[version] = read_requirement(engine, version, stack.python)
+    verl = document.get("verl", {})
+    if stack.has("verl"):
+        metadata = read_metadata("verl", stack.verl, stack.python)
+        verl[stack.verl] = {"requires_python": metadata.get("requires_python") or "",
+                            "requires_dist": list(metadata.get("requires_dist") or [])}
     path = engines_file(root)
-    body = {"about": "torch requirement of each rollout-engine release, from its Requires-Dist on PyPI; "
-                     "written by `mcore-images lock`, read by the rule engine-torch",
-            "torch": {k: dict(sorted(v.items())) for k, v in sorted(table.items())}}
+    body = {"about": "torch requirement of each rollout-engine release, and the requirements of each verl release, "
+                     "from their metadata on PyPI; written by `mcore-images lock`, read by the rules engine-torch "
+                     "and verl-requirements",
+            "torch": {k: dict(sorted(v.items())) for k, v in sorted(table.items())},
+            "verl": dict(sorted(verl.items()))}
     path.write_text(json.dumps(body, indent=2) + "\n")
     return path

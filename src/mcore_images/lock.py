@@ -33,7 +33,9 @@ from mcore_images.versions import Requirement
 # Layers that branch off the chain: built FROM base, but nothing above them inherits their packages.
 SIDE_LAYERS = ("builder",)
 # glibc of each base (manylinux tag uv resolves wheels for): wheels newer than the base cannot load.
-GLIBC = {"ubuntu24.04": "2_39", "ubuntu22.04": "2_35", "ngc": "2_39", "debian": "2_28"}
+GLIBC = {"ubuntu24.04": "2_39", "ubuntu22.04": "2_35", "ngc": "2_39", "debian": "2_28", "debian-bookworm": "2_36"}
+"""The glibc a base offers, as a manylinux tag. "debian" is the floor the trixie stacks are locked for; bookworm's
+own 2.36 is named (vLLM 0.12's wheels are manylinux_2_31)."""
 PYPI_SIMPLE = "https://pypi.org/simple"
 # Packages a base image provides when the stack takes torch from it (NGC): never emitted.
 BASE_PROVIDED = re.compile(
@@ -45,6 +47,8 @@ _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
 
 def platform(stack: Stack) -> str:
     """uv's --python-platform for the stack's base image."""
+    if stack.flavor == "debian" and f"debian-{stack.debian_suite}" in GLIBC:
+        return f"x86_64-manylinux_{GLIBC[f'debian-{stack.debian_suite}']}"
     if stack.flavor in ("ngc", "debian"):
         return f"x86_64-manylinux_{GLIBC[stack.flavor]}"
     release = re.search(r"ubuntu[0-9.]+", stack.base_image)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from mcore_images.stacks import NONE, Stack
-from mcore_images.versions import Requirement, SpecifierSet, at_least, bounded_below, major_minor
+from mcore_images.versions import Requirement, SpecifierSet, at_least, bounded_below, can_meet, major_minor
 
 # torch on PyPI is built for one CUDA release per torch minor (the nvidia-* wheels it pins).
 TORCH_PYPI_CUDA = {"2.8": "12.8", "2.9": "12.8", "2.11": "13.0"}
@@ -179,6 +179,55 @@ def _engine_torch(s: Stack) -> Iterator[tuple[str, str]]:
         elif wanted and not SpecifierSet(wanted).contains(s.torch, prereleases=True):
             yield (f"{engine.title} {s.pins[engine.key]} requires torch{wanted}, the stack pins torch {s.torch}",
                    f"pin the {engine.title} release whose torch requirement holds {s.torch}, or that torch")
+
+
+MARKER_ENV = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
+              "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+"""The marker environment of every image (Linux, x86_64, CPython); Python comes from the stack."""
+
+
+def _applies(requirement: Requirement, python: str, extras: set[str]) -> bool:
+    """Whether a requirement of verl's applies to a stack: its marker under the stack's Python, for verl itself
+    or one of the extras the stack carries."""
+    if requirement.marker is None:
+        return True
+    env = {**MARKER_ENV, "python_version": python, "python_full_version": f"{python}.0"}
+    return any(requirement.marker.evaluate({**env, "extra": extra}) for extra in ("", *extras))
+
+
+@rule("verl-requirements")
+def _verl_requirements(s: Stack) -> Iterator[tuple[str, str]]:
+    # What the stack's verl release declares (env/engines.json, read from its metadata by `lock`): its Python,
+    # its own requirements and those of the extras the stack carries (mcore; the rollout engine's).
+    from mcore_images import components, engines
+
+    if not s.has("verl"):
+        return
+    declared = engines.verl_requirements(s)
+    if declared is None:
+        yield (f"what verl {s.verl} requires is not recorded in env/engines.json",
+               f"run `mcore-images lock --stack {s.name}`, which reads it from the index")
+        return
+    if declared["requires_python"] and not SpecifierSet(declared["requires_python"]).contains(f"{s.python}.0"):
+        yield (f"verl {s.verl} requires Python {declared['requires_python']}, the stack has {s.python}",
+               "pick a verl release for this Python, or a stack of another Python")
+    extras = {"mcore"} | {e.key for e in engines.ENGINES if s.has(e.key)}
+    by_dist = {d: c for c in components.CATALOGUE for d in c.distributions}
+    constraints = {Requirement(c).name.lower(): Requirement(c).specifier for c in s.constraints}
+    for text in declared["requires_dist"]:
+        requirement = Requirement(text)
+        if not _applies(requirement, s.python, extras):
+            continue
+        name = requirement.name.lower().replace("_", "-")
+        comp = by_dist.get(name)
+        if comp is not None and s.has(comp.key) and requirement.specifier and not requirement.specifier.contains(
+                s.pins[comp.key], prereleases=True):
+            yield (f"verl {s.verl} requires {requirement.name}{requirement.specifier}, the stack pins "
+                   f"{comp.title} {s.pins[comp.key]}",
+                   f"pin a {comp.title} release verl {s.verl} admits, or a verl release that admits {s.pins[comp.key]}")
+        elif name in constraints and requirement.specifier and not can_meet(requirement.specifier, constraints[name]):
+            yield (f"verl {s.verl} requires {requirement.name}{requirement.specifier}, the stack's constraints say "
+                   f"{name}{constraints[name]}", "change the constraint, or pick a verl release that fits it")
 
 
 OCI_TAG_MAX = 128

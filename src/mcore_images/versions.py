@@ -98,3 +98,19 @@ def pin_satisfied(kind: str, pinned: str, installed: str | None) -> bool:
         except ValueError:
             return False
     return same(pinned, installed)
+
+
+def can_meet(first: SpecifierSet, second: SpecifierSet) -> bool:
+    """Whether some version satisfies both specifier sets: each bound either names is tried, and the next
+    release after it (enough for the ranges requirements write; no index is asked)."""
+    candidates: set[str] = {"0", "99999"}
+    for spec in (*first, *second):
+        base = spec.version.rstrip(".*")
+        try:
+            release = list(Version(base).release)
+        except InvalidVersion:
+            continue
+        candidates.add(base)
+        candidates.add(".".join(map(str, [*release[:-1], release[-1] + 1])))
+        candidates.add(".".join(map(str, [*release, 1])))
+    return any(first.contains(v, prereleases=True) and second.contains(v, prereleases=True) for v in candidates)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mcore_images import engines, rules, tags
 from mcore_images.stacks import Stack, load_stacks
 from tests.unit.conftest import variant
@@ -26,9 +28,10 @@ def test_every_pinned_engine_has_its_torch_requirement_recorded_and_holds() -> N
 
 def test_a_torch_the_engine_does_not_pin_is_refused_in_one_line() -> None:
     stack = next(s for s in load_stacks().values() if s.has("vllm"))
-    found = _engine_violations(variant(stack, torch="2.9.0"))
+    other = "2.8.1" if stack.torch != "2.8.1" else "2.9.1"
+    found = _engine_violations(variant(stack, torch=other))
     assert len(found) == 1 and "\n" not in found[0]
-    assert f"vLLM {stack.vllm} requires torch==" in found[0] and "the stack pins torch 2.9.0" in found[0]
+    assert f"vLLM {stack.vllm} requires torch==" in found[0] and f"the stack pins torch {other}" in found[0]
 
 
 def test_an_unrecorded_engine_release_names_the_fix() -> None:
@@ -48,3 +51,42 @@ def test_build_refuses_an_engine_release_it_cannot_judge_before_anything_runs(tm
                            "vllm=0.9.9", "--dry-run"], capture_output=True, text=True, check=False)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "[engine-torch]" in done.stderr and "vLLM 0.9.9" in done.stderr, done.stderr
+
+
+def verl_findings(stack: Stack) -> list[str]:
+    return [str(v) for v in rules.check(stack) if v.rule == "verl-requirements"]
+
+
+def test_every_verl_stack_honours_what_its_verl_declares() -> None:
+    carried = [s for s in load_stacks().values() if s.has("verl")]
+    assert carried, "no stack carries verl"
+    for stack in carried:
+        assert verl_findings(stack) == [], stack.name
+
+
+@pytest.mark.parametrize(("changes", "needle"), [
+    ({"vllm": "0.14.0", "torch": "2.9.1"}, "verl 0.8.0 requires vllm<=0.12.0,>=0.8.5, the stack pins vLLM 0.14.0"),
+    ({"constraints": ("transformers>=5",), "verl": "0.9.9"}, "is not recorded in env/engines.json"),
+])
+def test_a_stack_that_contradicts_verl_is_refused(changes: dict, needle: str) -> None:
+    """Before: debian-verl with vLLM 0.14.0 passed every rule although verl 0.8.0's vllm extra stops at 0.12.0."""
+    stack = load_stacks()["debian-verl"].replace(**changes)
+    found = verl_findings(stack)
+    assert found and needle in found[0], found
+
+
+def test_verls_transformers_range_is_judged_against_the_constraints() -> None:
+    """verl 0.9.1 needs transformers >= 5.5.3; a stack constrained to transformers < 5 cannot carry it (what
+    `outdated` called "rules ok" for verl-mcore013's 0.6.1 → 0.9.1)."""
+    stack = load_stacks()["verl-mcore013"].replace(verl="0.9.1")
+    found = verl_findings(stack)
+    assert any("transformers" in f and "transformers<5" in f for f in found), found
+
+
+@pytest.mark.parametrize(("first", "second", "meet"), [
+    (">=5.5.3,<5.11", "<5", False), (">=4.40", "<5", True), ("==4.57.1", "<5", True), ("<=0.12.0", ">0.12", False),
+    ("~=0.2", ">=0.2.17", True), ("!=0.9.0,<=0.10.0,>=0.8.0", "<0.9", True)])
+def test_can_meet(first: str, second: str, meet: bool) -> None:
+    from mcore_images.versions import SpecifierSet, can_meet
+
+    assert can_meet(SpecifierSet(first), SpecifierSet(second)) is meet

@@ -49,6 +49,7 @@ def workflows_digest() -> str:
 def test_the_release_matrix_is_derived_from_env_not_yaml(tmp_path: Path) -> None:
     entries = json.loads((ROOT / "env" / "stacks.json").read_text())["variable"]["STACKS"]["default"]
     (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "engines.json").write_bytes((ROOT / "env" / "engines.json").read_bytes())
     before_yaml = workflows_digest()
     write_stacks(tmp_path / "env" / "stacks.json", entries)
     first = matrix_cli(tmp_path, "--group", "release")
@@ -71,6 +72,7 @@ def test_the_release_matrix_is_derived_from_env_not_yaml(tmp_path: Path) -> None
 def test_the_build_matrix_checks_rules_first(tmp_path: Path) -> None:
     entries = json.loads((ROOT / "env" / "stacks.json").read_text())["variable"]["STACKS"]["default"]
     (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "engines.json").write_bytes((ROOT / "env" / "engines.json").read_bytes())
     unpinned = [dict(e, groups=["release"]) if e["name"] == "verl-mcore013" else e for e in entries]
     write_stacks(tmp_path / "env" / "stacks.json", unpinned)
     result = matrix_cli(tmp_path, "--group", "release")
