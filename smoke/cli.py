@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nproc", type=int,
                         help="ranks available on this node (default: every visible GPU; 2 with --cpu)")
     parser.add_argument("--cpu", action="store_true", help="run on CPU with gloo (CI); fp32 unless --dtype")
+    parser.add_argument("--ray", action="store_true",
+                        help="run the ranks as Ray actors, the way verl runs its Megatron workers (a local Ray head, "
+                        "or the cluster RAY_ADDRESS names); needs ray")
     parser.add_argument("--dtype", choices=("bf16", "fp32"), help="compute dtype (default: bf16 on GPU, fp32 on CPU)")
     parser.add_argument("--allow-tf32", action="store_true",
                         help="with --dtype fp32 on GPUs: let GEMMs run as TF32 and judge with TF32's tolerance "

@@ -151,7 +151,8 @@ def worker_argv(argv: list[str], out: Path) -> list[str]:
 
 
 def launch(args: argparse.Namespace, argv: list[str]) -> int:
-    """Plan, run under torchrun, then write the final certificate; returns the exit code."""
+    """Plan, run the ranks (under torchrun, or as Ray actors with --ray), then write the final certificate;
+    returns the exit code."""
     launched = time.time()
     available = args.nproc if args.nproc is not None else (2 if args.cpu else count_gpus())
     the_plan = plan_from_args(args, available)
@@ -166,6 +167,11 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
         if made:
             folders.remove_if_empty(checkpoints)
         raise errors.CouldNotRun("torch is not installed: run the smoke inside an image with torch")
+    if args.ray and importlib.util.find_spec("ray") is None:
+        if made:
+            folders.remove_if_empty(checkpoints)
+        raise errors.CouldNotRun("--ray needs ray, which is not installed here: run it in an app image (verl's "
+                                 "images carry ray), or drop --ray")
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="smoke-out-"))
     print(layouts.render_plan(the_plan), flush=True)
     state = Path(tempfile.mkdtemp(prefix="smoke-state-"))
@@ -176,6 +182,9 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     )
     for stale in (out / "certificate.json", out / "certificate.md"):
         stale.unlink(missing_ok=True)
+    if args.ray:
+        return _finish(args, argv, out, state, launched, checkpoints, made,
+                       *_run_under_ray(args, the_plan.world, worker_argv(argv, out), env))
     cmd = [
         # One node: rendezvous on loopback, so a container without a network (or whose hostname does
         # not resolve) starts as fast as any other.
@@ -194,6 +203,22 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     except KeyboardInterrupt:
         _stop(proc)
         raise
+    return _finish(args, argv, out, state, launched, checkpoints, made, rc, fired, None)
+
+
+def _run_under_ray(args: argparse.Namespace, world: int, ranks_argv: list[str], env: dict[str, str]) -> tuple[
+        int | None, bool, dict[str, Any]]:
+    """The ranks as Ray actors (smoke.on_ray); what torchrun's wait gives, and what the certificate records."""
+    from smoke import on_ray
+
+    shared = {k: env[k] for k in ("SMOKE_STATE_DIR", "SMOKE_LAUNCH_T", "PYTHONUNBUFFERED", "PYTHONPATH") if k in env}
+    os.environ["PYTHONPATH"] = env["PYTHONPATH"]  # the actors' processes start from this one's environment
+    return on_ray.run_ranks(world, ranks_argv, {**shared, "SMOKE_LAUNCHER": "ray"}, args.watchdog + GRACE_S, args.cpu)
+
+
+def _finish(args: argparse.Namespace, argv: list[str], out: Path, state: Path, launched: float, checkpoints: Path,
+            made: bool, rc: int | None, fired: bool, ray_record: dict[str, Any] | None) -> int:
+    """Classify the run from the ranks' results, complete rank 0's certificate and write it."""
     exited = time.time()
     cert_path = out / "certificate.json"
     cert = json.loads(cert_path.read_text()) if cert_path.exists() else None
@@ -220,6 +245,8 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     if done:  # of that, torchrun's own exit once every rank had torn down
         timing["torchrun_exit_s"] = exited - max(done)
     timing["wall_s"] = time.time() - launched
+    if ray_record is not None:
+        cert.setdefault("settings", {})["ray"] = ray_record
     certificate.write(cert, out)
     print(certificate.render_markdown(cert), flush=True)
     print(f"[smoke] certificate: {cert_path} ({cert['status']}, exit {code})", flush=True)

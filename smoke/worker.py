@@ -187,6 +187,7 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
         cert["environment"]["megatron_core_import"] = megatron.core.__version__
         cert["settings"] = {
             "world_size": world, "nodes": nodes, "backend": "gloo" if args.cpu else "nccl",
+            "launcher": os.environ.get("SMOKE_LAUNCHER", "torchrun"),
             "dtype": args.dtype, "steps": args.steps, "global_batch": st.global_batch,
             "micro_batching": "each rank's share of the global batch in one micro-batch per pipeline stage",
             "seq": st.shape.seq, "model_shape": st.shape.__dict__, "specs_run": list(specs),

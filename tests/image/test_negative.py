@@ -201,6 +201,6 @@ def test_negative_no_runtime_toolchain(image: docker.ImageInfo, wrong_images: li
         results = run_paths(host.run, list(runtime_paths.PATHS))
     passed = sorted(name for name, got in results.items() if got["ok"])
     assert not passed, f"these run-time paths still work without the toolchain: {passed}"
-    rc, failed, output = _failed_tests(ref, "runtime_toolchain")
+    rc, failed, output = _failed_tests(ref, "test_runtime_toolchain and not negative")
     expected = {f"test_runtime_toolchain[{name}]" for name in runtime_paths.PATHS}
     assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One GRPO job with verl's Megatron backend and vLLM rollout, on the app image (mcore-images:app-debian-verl).
+# Run it on the Ray head (ray-node.sh head); the actors spread over every node that joined.
+#   MODEL=/models/Qwen2.5-0.5B-Instruct DATA=/data/gsm8k NNODES=2 GPUS_PER_NODE=8 bash grpo-megatron.sh
+#   bash grpo-megatron.sh --cfg job       # print the composed config only (CPU, nothing started)
+# Extra Hydra overrides after the script's own are passed on as they are.
+set -euo pipefail
+MODEL="${MODEL:-/models/Qwen2.5-0.5B-Instruct}"
+DATA="${DATA:-/data/gsm8k}"
+NNODES="${NNODES:-1}"
+GPUS_PER_NODE="${GPUS_PER_NODE:-8}"
+TP="${TP:-2}"
+PP="${PP:-1}"
+EP="${EP:-1}"
+ROLLOUT_TP="${ROLLOUT_TP:-2}"
+
+overrides=(
+  algorithm.adv_estimator=grpo
+  "data.train_files=$DATA/train.parquet" "data.val_files=$DATA/test.parquet"
+  data.train_batch_size=256 data.max_prompt_length=512 data.max_response_length=1024
+  "actor_rollout_ref.model.path=$MODEL"
+  actor_rollout_ref.actor.strategy=megatron critic.strategy=megatron
+  # verl's own mbridge path (verl.models.mcore.mbridge): what the image's bridge check certifies.
+  actor_rollout_ref.actor.megatron.vanilla_mbridge=True
+  "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=$TP"
+  "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=$PP"
+  "actor_rollout_ref.actor.megatron.expert_model_parallel_size=$EP"
+  actor_rollout_ref.actor.ppo_mini_batch_size=64 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4
+  actor_rollout_ref.actor.use_kl_loss=True actor_rollout_ref.actor.kl_loss_coef=0.001
+  actor_rollout_ref.rollout.name=vllm "actor_rollout_ref.rollout.tensor_model_parallel_size=$ROLLOUT_TP"
+  actor_rollout_ref.rollout.gpu_memory_utilization=0.6 actor_rollout_ref.rollout.n=4
+  actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4
+  actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4
+  "trainer.nnodes=$NNODES" "trainer.n_gpus_per_node=$GPUS_PER_NODE"
+  trainer.logger=console trainer.total_epochs=1 trainer.project_name=mcore-images trainer.experiment_name=grpo
+  # Join the cluster ray-node.sh started instead of starting a one-node Ray of its own.
+  +ray_kwargs.ray_init.address=auto
+)
+exec python3 -m verl.trainer.main_ppo --config-name ppo_megatron_trainer "$@" "${overrides[@]}"
