@@ -16,6 +16,9 @@ from mcore_images.versions import Requirement, SpecifierSet, at_least, bounded_b
 TORCH_PYPI_CUDA = {"2.8": "12.8", "2.9": "12.8", "2.11": "13.0"}
 # Transformer Engine publishes transformer-engine-cu13 wheels from 2.9.0 on (PyPI).
 TE_FIRST_CU13 = "2.9.0"
+# TE's extension refuses to compile against older cuDNN headers (a static assertion in its
+# common/cudnn_min_version.h, first in 2.20.0): the TE release → the oldest cuDNN it builds with.
+TE_MIN_CUDNN = {"2.20": "9.12"}
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,23 @@ def _te_cuda(s: Stack) -> Iterator[tuple[str, str]]:
         yield f"no transformer-engine-cu{major} wheel exists", "use CUDA 12.x or 13.x"
     elif major == "13" and not at_least(s.te, TE_FIRST_CU13):
         yield f"TE {s.te} has no transformer-engine-cu13 wheel", f"use TE >= {TE_FIRST_CU13} or CUDA 12"
+
+
+@rule("te-cudnn")
+def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
+    # The cuDNN torch brings (its nvidia-cudnn-cuXX pin in the stack's base lock) is what TE compiles against.
+    from mcore_images import lock
+
+    if s.te_source != "build":
+        return
+    floor = next((cudnn for te, cudnn in sorted(TE_MIN_CUDNN.items(), reverse=True) if at_least(s.te, te)), None)
+    path = lock.lock_path(s, "base")
+    if floor is None or not path.is_file():
+        return
+    have = next((v for name, v in lock.pins(path.read_text()).items() if name.startswith("nvidia-cudnn-cu")), None)
+    if have is not None and not at_least(have, floor):
+        yield (f"TE {s.te}'s extension compiles only against cuDNN >= {floor} headers, and torch {s.torch} brings "
+               f"cuDNN {have}", f"pin a TE release before {min(TE_MIN_CUDNN)} for this torch, or a torch with newer cuDNN")
 
 
 @rule("torch-cuda")

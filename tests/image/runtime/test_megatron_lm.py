@@ -6,11 +6,12 @@ datasets Makefile a checkout carries is stood in for by the one the runtime laye
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import subprocess
-import sys
 import tarfile
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from tests.image.utils import docker
 from mcore_images import images
 
 CHECKOUT = "/tmp/Megatron-LM"
+PYPI_SIMPLE = "https://pypi.org/simple"
 RUN = f"cd /tmp && MEGATRON_LM_CHECKOUT={CHECKOUT} PYTHONPATH={CHECKOUT} timeout 600 "
 
 PIPELINE = r'''
@@ -43,8 +45,8 @@ prefix = os.path.join(folder, "corpus")
 builder = IndexedDatasetBuilder(prefix + ".bin", dtype=numpy.int32)
 rng = numpy.random.default_rng(0)
 for _ in range(64):
-    builder.add_document(torch.from_numpy(rng.integers(2, 128, size=int(rng.integers(20, 80)), dtype=numpy.int32)),
-                         [0])
+    tokens = torch.from_numpy(rng.integers(2, 128, size=int(rng.integers(20, 80)), dtype=numpy.int32))
+    builder.add_document(tokens, [tokens.numel()])
 builder.finalize(prefix + ".idx")
 config = GPTDatasetConfig(random_seed=1234, sequence_length=32, blend=([prefix], None), split="90,5,5",
                           tokenizer=Tok(), reset_position_ids=False, reset_attention_mask=False,
@@ -57,13 +59,22 @@ print(json.dumps({"core": megatron.core.__file__, "helpers": helpers_cpp.__file_
 
 
 def sdist(version: str, into: Path) -> Path:
-    """megatron-core's sdist of `version` from PyPI (the host downloads it; the container has no network)."""
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                           "--no-build-isolation", f"megatron-core=={version}", "-d", str(into)],
-                          capture_output=True, text=True, check=False, timeout=600)
-    found = sorted(into.glob("megatron_core-*.tar.gz"))
-    assert proc.returncode == 0 and found, f"pip download megatron-core=={version} failed: {proc.stderr[-800:]}"
-    return found[0]
+    """megatron-core's sdist of `version`, fetched from PyPI's simple index (JSON) and checked against the
+    index's sha256: the host downloads it (the container has no network) and builds nothing (pip download
+    would run the sdist's setup, which needs pybind11 here)."""
+    wanted = f"megatron_core-{version}.tar.gz"
+    request = urllib.request.Request(f"{PYPI_SIMPLE}/megatron-core/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=120) as reply:
+        files = json.load(reply)["files"]
+    entry = next((f for f in files if f["filename"] == wanted), None)
+    assert entry is not None, f"PyPI lists no {wanted}"
+    path = into / wanted
+    with urllib.request.urlopen(entry["url"], timeout=600) as reply:
+        path.write_bytes(reply.read())
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest == entry["hashes"]["sha256"], f"{wanted}: sha256 {digest} is not the index's"
+    return path
 
 
 def checkout_tar(archive: Path, makefile: Path) -> bytes:
