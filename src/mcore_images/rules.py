@@ -19,6 +19,9 @@ TE_FIRST_CU13 = "2.9.0"
 # TE's extension refuses to compile against older cuDNN headers (a static assertion in its
 # common/cudnn_min_version.h, first in 2.20.0): the TE release → the oldest cuDNN it builds with.
 TE_MIN_CUDNN = {"2.20": "9.12"}
+# TE's extension includes torch's c10d/symm_mem/nccl_dev_cap.hpp from 2.17.0 on; torch 2.9.0's headers lack
+# it (the compile fails), torch 2.11.0's have it (2.10 not measured): the TE release → the oldest torch.
+TE_MIN_TORCH = {"2.17": "2.11"}
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,17 @@ def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
     if have is not None and not at_least(have, floor):
         yield (f"TE {s.te}'s extension compiles only against cuDNN >= {floor} headers, and torch {s.torch} brings "
                f"cuDNN {have}", f"pin a TE release before {min(TE_MIN_CUDNN)} for this torch, or a torch with newer cuDNN")
+
+
+@rule("te-torch")
+def _te_torch(s: Stack) -> Iterator[tuple[str, str]]:
+    if s.te_source != "build":
+        return
+    floor = next((torch for te, torch in sorted(TE_MIN_TORCH.items(), reverse=True) if at_least(s.te, te)), None)
+    if floor is not None and not at_least(s.torch, floor):
+        yield (f"TE {s.te}'s extension compiles only against torch >= {floor} (it includes "
+               f"c10d/symm_mem/nccl_dev_cap.hpp), the stack pins torch {s.torch}",
+               f"pin a TE release before {min(TE_MIN_TORCH)} for this torch, or torch >= {floor}")
 
 
 @rule("torch-cuda")

@@ -34,6 +34,10 @@ BAD = [
     ("sources", "debian", {"te_source": "none"}),
     ("mbridge-transformers", "debian", {"constraints": ()}),
     ("size-budget", "debian", {"size_budget_gb": {"base": 1.0}}),
+    ("te-torch", "debian-verl", {"te": "2.19.0"}),
+    ("te-cudnn", "debian-verl", {"te": "2.20.2"}),
+    ("verl-requirements", "debian-verl", {"vllm": "0.14.0", "torch": "2.9.1"}),
+    ("tag-length", "debian", {"name": "d" * 100}),
 ]
 
 
