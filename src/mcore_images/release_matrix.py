@@ -59,8 +59,10 @@ def targets_by_name(stacks: dict[str, Stack]) -> dict[str, tuple[Stack, str]]:
     return {tags.target(layer, s): (s, layer) for s in stacks.values() for layer in s.built_layers}
 
 
-def certify_matrix(candidates: Path, stacks: dict[str, Stack] | None = None) -> dict[str, Any]:
-    """One entry per certifiable candidate found in the bake metadata files under ``candidates``.
+def certify_matrix(candidates: Path, stacks: dict[str, Stack] | None = None, top_only: bool = False) -> dict[str, Any]:
+    """One entry per certifiable candidate found in the bake metadata files under ``candidates`` (``top_only``:
+    one per stack, its highest layer: an app image holds its runtime layer, and its image tests run the
+    runtime tests too, so a CPU-bound CI certifies that one alone).
 
     Each file is what docker/bake-action printed as its ``metadata`` output: target name →
     ``containerimage.digest`` and ``image.name`` (the candidate tag). Entries name the image by digest.
@@ -93,6 +95,11 @@ def certify_matrix(candidates: Path, stacks: dict[str, Stack] | None = None) -> 
             found[target] = {"stack": stack.name, "layer": layer, "target": target,
                              "image": f"{images.repository(names[0])}@{digest}"}
     order = list(known)
+    if top_only:
+        top: dict[str, dict[str, str]] = {}
+        for entry in sorted(found.values(), key=lambda e: order.index(e["target"])):
+            top[entry["stack"]] = entry  # later layers of a stack come later in `order`
+        found = {e["target"]: e for e in top.values()}
     return {"include": sorted(found.values(), key=lambda e: order.index(e["target"]))}
 
 
@@ -103,6 +110,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sha", default="", help="the git commit being built")
     p.add_argument("--candidates", default=None, metavar="DIR",
                    help="folder of bake metadata JSON: print one entry per certifiable candidate instead")
+    p.add_argument("--top-only", action="store_true",
+                   help="with --candidates: one entry per stack, its highest certifiable layer (the app when built)")
     p.add_argument("--pretty", action="store_true", help="indent (default: one line, for $GITHUB_OUTPUT)")
 
 
@@ -110,7 +119,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.candidates:
         if args.group or args.registry or args.sha:
             raise InputError("--candidates reads the build's metadata; drop --group/--registry/--sha")
-        matrix = certify_matrix(Path(args.candidates))
+        matrix = certify_matrix(Path(args.candidates), top_only=args.top_only)
+    elif args.top_only:
+        raise InputError("--top-only picks among built candidates: give --candidates DIR too")
     else:
         matrix = build_matrix(args.group or "release", args.registry, args.repo, args.sha)
     print(json.dumps(matrix, indent=2 if args.pretty else None, separators=None if args.pretty else (",", ":")))

@@ -117,3 +117,15 @@ def test_certify_matrix_reads_bake_metadata(tmp_path: Path, stacks: dict[str, St
     (tmp_path / "bake-metadata-x.json").write_text(json.dumps({"runtime-gone": {"containerimage.digest": DIGEST}}))
     with pytest.raises(InputError, match=re.escape("target 'runtime-gone' is not in env/stacks.json")):
         release_matrix.certify_matrix(tmp_path, stacks)
+
+
+def test_top_only_certifies_each_stacks_highest_layer(tmp_path: Path, stacks: dict[str, Stack]) -> None:
+    name = f"{REPOSITORY}:candidate-{'c' * 40}"
+    (tmp_path / "bake-metadata.json").write_text(json.dumps({
+        "runtime-cuda": {"containerimage.digest": OTHER, "image.name": f"{name}-runtime-cuda"},
+        "app-cuda": {"containerimage.digest": DIGEST, "image.name": f"{name}-app-cuda"},
+        "runtime-debian": {"containerimage.digest": OTHER, "image.name": f"{name}-runtime-debian"},
+    }))
+    got = release_matrix.certify_matrix(tmp_path, stacks, top_only=True)
+    assert [e["target"] for e in got["include"]] == ["app-cuda", "runtime-debian"]
+    assert cli.main(["matrix", "--top-only"]) == 2
