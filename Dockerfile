@@ -209,7 +209,7 @@ RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lo
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     /mnt/build/install-lock.sh /mnt/lock.txt \
  && /mnt/build/check-version.sh megatron-core "${MCORE_VERSION}" \
- && datasets="$(python -c 'import megatron.core.datasets as d, os; print(os.path.dirname(d.__file__))')" \
+ && datasets="$(python -c 'import importlib.util as u, os; print(os.path.join(os.path.dirname(u.find_spec("megatron.core").origin), "datasets"))')" \
  && { [ -f "$datasets/Makefile" ] || cp /mnt/build/megatron-datasets.mk "$datasets/Makefile"; }
 # Megatron needs one CUDA work queue for TP/CP overlap ordering on pre-Blackwell GPUs; NVLink
 # multicast stays off unless a site turns it on (it can take shared hosts' GPUs down).
