@@ -147,7 +147,8 @@ def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
     have = next((v for name, v in lock.pins(path.read_text()).items() if name.startswith("nvidia-cudnn-cu")), None)
     if have is not None and not at_least(have, floor):
         yield (f"TE {s.te}'s extension compiles only against cuDNN >= {floor} headers, and torch {s.torch} brings "
-               f"cuDNN {have}", f"pin a TE release before {min(TE_MIN_CUDNN)} for this torch, or a torch with newer cuDNN")
+               f"cuDNN {have}",
+               f"pin a TE release before {min(TE_MIN_CUDNN)} for this torch, or a torch with newer cuDNN")
 
 
 @rule("te-torch")
