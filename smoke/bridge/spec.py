@@ -67,7 +67,8 @@ ARCHITECTURES: dict[str, Arch] = {
              extra={"intermediate_size": 256, "rope_theta": 1000000.0, "head_dim": 32, "attention_bias": False,
                     "use_sliding_window": False}),
         Arch("mixtral", "MixtralForCausalLM", moe=True,
-             extra={"intermediate_size": 96, "rope_theta": 1000000.0, "num_local_experts": 4,
+             # head_dim given: Hub Mixtral configs omit it, and the pinned mbridge cannot load them (docs/bridge.md)
+             extra={"intermediate_size": 96, "rope_theta": 1000000.0, "num_local_experts": 4, "head_dim": 32,
                     "num_experts_per_tok": 2, "router_aux_loss_coef": 0.0, "output_router_logits": False,
                     "sliding_window": None, "router_jitter_noise": 0.0}),
         Arch("qwen2_moe", "Qwen2MoeForCausalLM", moe=True,

@@ -44,6 +44,14 @@ class CheckpointError(Exception):
     """A checkpoint that cannot be saved or loaded; str() is one line naming the cause."""
 
 
+def _save_errors() -> tuple[type[BaseException], ...]:
+    """What a failed save raises: torch's CheckpointException derives from BaseException, not Exception (it
+    is how megatron-core reports a writer's failure, a full disk included)."""
+    from torch.distributed.checkpoint import CheckpointException
+
+    return Exception, CheckpointException
+
+
 class SaveFailed(CheckpointError):
     """A save that did not complete. ``no_space``: the file system ran out of room. ``everywhere``: every
     rank raised it (megatron-core gathers its writers' failures and raises them on all ranks), so rank 0
@@ -154,7 +162,7 @@ class Save:
                     dist_checkpointing.save(state, str(folder), async_sharded_save=True, **strategy))
             else:
                 dist_checkpointing.save(state, str(folder))
-        except Exception as exc:
+        except _save_errors() as exc:
             raise SaveFailed(folder, exc) from exc
         self.seconds = time.perf_counter() - t0
 
@@ -165,7 +173,7 @@ class Save:
         t0 = time.perf_counter()
         try:
             self.queue.maybe_finalize_async_calls(blocking=blocking)
-        except Exception as exc:
+        except _save_errors() as exc:
             raise SaveFailed(self.folder, exc) from exc
         finally:
             self.waited += time.perf_counter() - t0

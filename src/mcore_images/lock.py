@@ -28,7 +28,7 @@ from mcore_images.command import Command
 from mcore_images.components import LOCK_LAYERS
 from mcore_images.errors import InputError
 from mcore_images.stacks import Stack, get_stack, load_stacks, repo_root
-from mcore_images.versions import Requirement
+from mcore_images.versions import Requirement, at_least
 
 # Layers that branch off the chain: built FROM base, but nothing above them inherits their packages.
 SIDE_LAYERS = ("builder",)
@@ -94,6 +94,16 @@ requirements and its [mlm] extra (transformers and its tokenizers, sentencepiece
 and why; each runtime lock holds them."""
 
 
+NUMPY1_VERL_BELOW = "0.9"
+"""verl releases before this one require numpy < 2."""
+UNDECLARED_APP_NUMPY1: dict[str, str] = {
+    "pyarrow<26": "pyarrow >= 26 refuses to import with numpy 1.x, and its metadata does not say so; Ray "
+                  "imports it in every actor (its serializer) and verl's datasets read parquet through it",
+}
+"""What the app layer of a numpy-1 verl (before NUMPY1_VERL_BELOW) needs beyond its packages' metadata, and
+why."""
+
+
 def layer_inputs(stack: Stack, te_torch_requires: list[str] | None = None) -> dict[str, list[str]]:
     """Top-level requirements each layer adds: each component's (from the catalogue) in the lock of the
     layer that installs it, the builder's toolchain when something compiles, and what TE's compiled
@@ -105,6 +115,8 @@ def layer_inputs(stack: Stack, te_torch_requires: list[str] | None = None) -> di
     # setuptools and wheel build the tooling's own wheel (every stack); the rest compiles extensions.
     inputs["builder"] += ["setuptools", "wheel", *(("pybind11", "ninja", "packaging") if compiles else ())]
     inputs["runtime"] += [r for r in UNDECLARED_RUNTIME if stack.mcore != components.NONE]
+    if stack.verl != components.NONE and not at_least(stack.verl, NUMPY1_VERL_BELOW):
+        inputs["app"] += list(UNDECLARED_APP_NUMPY1)
     if compiles and stack.flavor == "debian":
         # No CUDA toolkit in a plain Debian base: nvcc comes from PyPI, as wheels that must all match torch's
         # CUDA minor. CUDA 13 splits it into four wheels; CUDA 12's nvcc wheel carries crt and nvvm itself,

@@ -16,6 +16,13 @@ from mcore_images.images import label
 
 ENGINE_ARGS = r'''
 import json, sys
+import torch
+import vllm.platforms
+if not torch.cuda.is_available():
+    # vLLM infers the device of its defaults from the platform it detects, and finds none without a GPU:
+    # its CPU platform stands in, so the parser and the engine's config classes still run.
+    from vllm.platforms.cpu import CpuPlatform
+    vllm.platforms._current_platform = CpuPlatform()
 from vllm.engine.arg_utils import EngineArgs
 try:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -124,7 +131,7 @@ def test_verl_converts_hf_configs_and_builds_models_through_mbridge(host: Any, l
     result = host.run(f"cd /tmp && timeout 900 python -m smoke.bridge --cpu --bridges verl-mbridge "
                       f"--archs qwen2,qwen3_moe,mixtral --out {out}")
     report = json.loads(host.file(f"{out}/bridge.json").content_string)
-    by_arch = {r["arch"]: r for r in report["results"]}
+    by_arch = {r["arch"]: r for r in report["architectures"]}
     assert set(by_arch) == {"qwen2", "qwen3_moe", "mixtral"}, (result.stdout + result.stderr)[-3000:]
     for arch, got in by_arch.items():
         assert got["stage"] == "done" and got["roundtrip_exact"], f"{arch}: {got.get('stage')}: {got.get('reason')}"

@@ -66,3 +66,11 @@ def test_ngc_lock_drops_what_the_base_provides() -> None:
                                            ("mbridge[megatron]==0.15.1 \\", ("mbridge", "0.15.1"))])
 def test_pins_parser(line: str, expected: tuple[str, str]) -> None:
     assert lock.pins(line) == {expected[0]: expected[1]}
+
+
+def test_a_numpy1_verl_app_caps_pyarrow() -> None:
+    """verl < 0.9 pins numpy < 2; pyarrow >= 26 does not import with it (Ray's actors import pyarrow)."""
+    from mcore_images.stacks import get_stack
+    numpy1 = lock.layer_inputs(get_stack("debian-verl"))["app"]
+    assert set(lock.UNDECLARED_APP_NUMPY1) <= set(numpy1)
+    assert not set(lock.UNDECLARED_APP_NUMPY1) & set(lock.layer_inputs(get_stack("ngc"))["app"])  # verl 0.9.1
