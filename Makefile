@@ -64,7 +64,7 @@ bake-print: ## print the resolved bake definition of a group (default: all)
 
 lint: ## ruff, shellcheck, hadolint
 	$(PYTHON) -m ruff check src smoke tests
-	$(call tool,shellcheck) .ci/run .ci/*.sh docker/*.sh examples/verl-grpo/*.sh examples/verl-grpo/grpo.sbatch
+	$(call tool,shellcheck) .ci/run .ci/run-verl .ci/*.sh docker/*.sh examples/verl-grpo/*.sh examples/verl-grpo/grpo.sbatch
 	$(call tool,hadolint) Dockerfile examples/train-gpt/Dockerfile tests/report/browser/Dockerfile
 	$(PYTHON) -m ruff check examples
 
@@ -87,6 +87,10 @@ ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release
 	bash .ci/phase.sh layer-reuse $(MAKE) --no-print-directory layer-reuse
 	bash .ci/phase.sh slurm $(MAKE) --no-print-directory test-slurm
 	bash .ci/phase.sh example-job $(MAKE) --no-print-directory test-example
+	bash .ci/phase.sh report $(MAKE) --no-print-directory test-report
+
+ci-verl: ## what the ci-verl workflow runs (after setup + docker-engine): the release path on the ci-verl group (verl's app images), the report
+	GROUP=ci-verl bash .ci/phase.sh release-local $(MAKE) --no-print-directory release-local
 	bash .ci/phase.sh report $(MAKE) --no-print-directory test-report
 
 test-slurm: ## the CPU smoke as 2-node Slurm jobs on a one-host cluster (.ci/slurm.sh): COMPLETED, and FAILED with a faulty rank

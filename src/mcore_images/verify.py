@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mcore_images import images, policy, registry
+from mcore_images import images, policy, registry, tags
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.images import ImageRef
@@ -56,6 +57,30 @@ class Verdict:
         out += [f"  - {p}" for p in self.problems]
         out += [f"  ignored: {p}" for p in self.ignored]
         return out
+
+
+def tag_problem(tag: str, digest: str, labels: dict[str, str]) -> str | None:
+    """Whether ``tag`` is one mcore-images writes for the image it names (its labels are part of the digest's
+    content): the alias ``<layer>-<stack>``, the content tag, the immutable tag of this digest, or a candidate
+    tag. A certificate binds a digest; the tag says which stack and layer a user asked for, and pointing it
+    at another certified digest (another stack, another layer) must not pass."""
+    from mcore_images.stacks import load_stacks
+
+    stack_name, layer = labels.get(images.label("stack"), ""), labels.get(images.label("layer"), "")
+    alias = f"{layer}-{stack_name}"
+    if tag == alias or re.fullmatch(rf"candidate-[0-9a-f]{{7,40}}-{re.escape(alias)}", tag):
+        return None
+    stack = load_stacks().get(stack_name)
+    if stack is None or layer not in stack.built_layers:
+        return (f"tag {tag} cannot be bound to this image: it is stack '{stack_name}', layer '{layer}', which "
+                f"env/stacks.json here does not define; verify it by digest or as {alias}")
+    content = tags.layer_tag(layer, stack)
+    if tag == content or re.fullmatch(rf"{re.escape(content)}-[0-9]{{8}}-{digest.removeprefix('sha256:')[:12]}",
+                                      tag):
+        return None
+    return (f"tag {tag} is not a tag of what it points to: {digest} is stack '{stack_name}', layer '{layer}', "
+            f"whose tags are {alias}, {content} and {content}-<date>-{digest.removeprefix('sha256:')[:12]}; the tag "
+            "was moved to another image")
 
 
 def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = None,
@@ -110,6 +135,8 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
     verdict.gpus = (cert["environment"].get("gpu") or {}).get("count") or 0
     verdict.stack = labels.get(images.label("stack"))
     verdict.layer = labels.get(images.label("layer"))
+    if parsed.tag and (moved := tag_problem(parsed.tag, image.digest or "", labels)):
+        verdict.problems.append(moved)
     verdict.problems += policy.certificate_problems(cert, image, now, chosen)
     verdict.problems += policy.measured_problems(labels, cert)
     verdict.status = "refused" if verdict.problems else "passed"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import cli, registry
+from mcore_images import cli, registry, tags, verify
 from tests.registry.conftest import Pushed
 
 
@@ -165,3 +165,30 @@ def test_verify_exit_codes(push: Callable[..., Pushed], keys: dict[str, Path], t
     missing = f"{pushed.repository}:no-such-tag"
     assert cli.main(["verify", missing, "--key", str(keys["ours.pub"]), "--json"]) == 2
     assert json.loads(capsys.readouterr().out)["status"] == "could-not-check"
+
+
+def test_a_tag_moved_to_another_stacks_certified_digest_is_refused(
+        push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Push rights without the key: `oras tag` points runtime-debian at a digest certified (and promoted) as
+    debian-mcore019. Its certificate is real and signed, so only the tag gives the swap away."""
+    pushed = push(stack="debian-mcore019")
+    attach_and_sign(pushed, pushed.certificate(tmp_path).parent, keys["ours.key"])
+    assert promote(pushed, keys["ours.pub"]) == 0
+    capsys.readouterr()
+    own = f"{pushed.repository}:runtime-debian-mcore019"
+    assert cli.main(["verify", own, "--key", str(keys["ours.pub"]), "--policy", "release"]) == 0
+    capsys.readouterr()
+    subprocess.run(["oras", "tag", "--plain-http", pushed.ref, "runtime-debian"], check=True, capture_output=True)
+    assert registry.resolve(pushed.image.with_tag("runtime-debian")).digest == pushed.digest
+    assert cli.main(["verify", f"{pushed.repository}:runtime-debian", "--key", str(keys["ours.pub"]),
+                     "--policy", "release", "--json"]) == 1
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["status"] == "refused", verdict
+    content, short = tags.layer_tag("runtime", pushed.stack), pushed.digest.removeprefix("sha256:")[:12]
+    assert verdict["problems"] == [
+        f"tag runtime-debian is not a tag of what it points to: {pushed.digest} is stack 'debian-mcore019', layer "
+        f"'runtime', whose tags are runtime-debian-mcore019, {content} and {content}-<date>-{short}; the tag was "
+        "moved to another image"], verdict["problems"]
+    for tag in (content, f"{content}-20261201-{short}"):  # the content tag and an immutable one of this digest
+        assert verify.tag_problem(tag, pushed.digest, pushed.labels) is None, tag
+    assert verify.tag_problem(f"{content}-20261201-{'0' * 12}", pushed.digest, pushed.labels)
