@@ -157,11 +157,22 @@ def _smoke_certificate(path: Path, smoke_rc: int) -> dict[str, Any]:
                                           "error": why, "runs": []}
 
 
+DOCKER_OWN_ERRORS = (125, 126, 127)
+"""`docker run`'s own exit codes (the daemon, or the command could not start): the smoke could not run."""
+
+
 def bind(out_dir: Path, digest: ImageDigest, tests: dict[str, Any], smoke_rc: int) -> int:
-    """Add image, digest and test outcome to the smoke's certificate; returns the overall exit code."""
+    """Add image, digest and test outcome to the smoke's certificate; returns the overall exit code.
+
+    The container writes its own certificate, so its ``exit_code`` is the smoke's word only: the worse of it
+    and docker's exit code counts (a certificate saying passed from a run that exited 137 is a failure)."""
     path = out_dir / "certificate.json"
     cert = _smoke_certificate(path, smoke_rc)
     smoke_code = cert.get("exit_code", 2) if cert.get("exit_code") in (0, 1, 2) else 2
+    if smoke_code == 0 and smoke_rc != 0:
+        smoke_code = 2 if smoke_rc in DOCKER_OWN_ERRORS else 1
+        cert["error"] = (f"docker run exited {smoke_rc} although the smoke's certificate.json says it passed: the "
+                         "run did not end as its certificate claims")
     tests_failed = not tests.get("skipped") and not tests["passed"]
     # A bridge that converts wrongly fails the image; one that cannot run (no bridge in the image,
     # or a bridge that cannot build models on this megatron-core) is recorded in its section.

@@ -222,3 +222,14 @@ def test_an_unknown_option_before_the_separator_is_one_line(capsys: pytest.Captu
     assert cli.main(["certify", "x", "--bogus", "--", "--cpu"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--bogus" in err and "--help" in err
+
+
+@pytest.mark.parametrize(("docker_rc", "code"), [(0, 0), (137, 1), (1, 1), (125, 2)])
+def test_the_worse_of_dockers_exit_code_and_the_certificates_counts(tmp_path: Path, docker_rc: int,
+                                                                     code: int) -> None:
+    """The container writes its own certificate: one that says passed from a run docker saw fail is not."""
+    (tmp_path / "certificate.json").write_text(json.dumps(smoke_cert()))
+    got = certify.bind(tmp_path, certify.ImageDigest("i", IMAGE_ID, "image ID"), {"passed": True}, docker_rc)
+    cert = json.loads((tmp_path / "certificate.json").read_text())
+    assert got == code and cert["certify"]["exit_code"] == code
+    assert (cert.get("error") is None) == (docker_rc == 0), cert.get("error")
