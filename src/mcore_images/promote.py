@@ -52,7 +52,8 @@ def by_digest(ref: str, option: str = "IMAGE") -> ImageRef:
 
 
 def attach(image_ref: str, folder: Path, key: str, run: Runner | None = None) -> tuple[registry.Referrer, str]:
-    """Attach and sign; returns (the certificate artifact, how the registry keeps referrers)."""
+    """Attach and sign; returns (the certificate artifact, how the registry keeps referrers). A passing
+    certificate also gets the image digest itself signed, naming it (stock `cosign verify REPO@DIGEST`)."""
     kwargs = {"run": run} if run else {}
     image = by_digest(image_ref)
     if problem := registry.key_problem(key):
@@ -64,6 +65,8 @@ def attach(image_ref: str, folder: Path, key: str, run: Runner | None = None) ->
                          "it names, or certify this one")
     referrer = registry.attach(image, path, **kwargs)
     registry.sign(image, referrer, key, **kwargs)
+    if (cert.get("certify") or {}).get("status") == "passed":
+        registry.sign_image(image, referrer, key, **kwargs)
     return referrer, registry.referrers_mode(image, **kwargs)
 
 
@@ -81,6 +84,10 @@ def _attach(args: argparse.Namespace) -> int:
               f"sha256-{by_digest(args.image).digest.removeprefix('sha256:')})")
     print(f"attached {args.certificate}/certificate.json to {args.image} as {referrer.digest}, through {schema}")
     print(f"signed {referrer.digest} with {args.key} (the signature names {by_digest(args.image).digest})")
+    if (policy.load_certificate(Path(args.certificate) / "certificate.json").get("certify") or {}).get(
+            "status") == "passed":
+        print(f"signed {by_digest(args.image).digest} itself, naming {referrer.digest}: `cosign verify --key <public "
+              f"key> --insecure-ignore-tlog {args.image}` checks it")
     return 0
 
 

@@ -27,6 +27,8 @@ Runner = Callable[..., subprocess.CompletedProcess]
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
 IMAGE_DIGEST_ANNOTATION = "io.mcore-images.image-digest"
 """Signed into every certificate signature: the signature names the image the certificate is for."""
+CERTIFICATE_ANNOTATION = "io.mcore-images.certificate"
+"""Signed into the image's own signature: the digest of the passing certificate artifact it rests on."""
 _DIGEST_LINE = re.compile(r"^Digest: (sha256:[0-9a-f]{64})$", re.M)
 
 
@@ -223,6 +225,16 @@ def sign(image: ImageRef, referrer: Referrer, key: str, run: Runner = subprocess
     _run(["cosign", "sign", "--key", key, "--tlog-upload=false", "--yes",
           "-a", f"{IMAGE_DIGEST_ANNOTATION}={image.digest}", f"{image.repository}@{referrer.digest}"],
          f"signing certificate {referrer.digest}", run, env={"COSIGN_PASSWORD": os.environ.get("COSIGN_PASSWORD", "")})
+
+
+def sign_image(image: ImageRef, referrer: Referrer, key: str, run: Runner = subprocess.run) -> None:
+    """Sign the image's digest itself, naming the passing certificate it rests on: what stock
+    `cosign verify --key cosign.pub REPO@DIGEST` checks. `mcore-images verify` judges more (every signed
+    certificate on the digest, its age, the labels)."""
+    _run(["cosign", "sign", "--key", key, "--tlog-upload=false", "--yes",
+          "-a", f"{CERTIFICATE_ANNOTATION}={referrer.digest}", "-a", "io.mcore-images.certificate.status=passed",
+          image.ref], f"signing image {image.digest}", run,
+         env={"COSIGN_PASSWORD": os.environ.get("COSIGN_PASSWORD", "")})
 
 
 def retag(image: ImageRef, new_tags: Sequence[str], run: Runner = subprocess.run) -> None:

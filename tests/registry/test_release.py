@@ -192,3 +192,31 @@ def test_a_tag_moved_to_another_stacks_certified_digest_is_refused(
     for tag in (content, f"{content}-20261201-{short}"):  # the content tag and an immutable one of this digest
         assert verify.tag_problem(tag, pushed.digest, pushed.labels) is None, tag
     assert verify.tag_problem(f"{content}-20261201-{'0' * 12}", pushed.digest, pushed.labels)
+
+
+def test_stock_cosign_verifies_the_image_digest_of_a_passing_certificate(
+        push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """docs/release.md's commands with stock cosign: the image digest is signed when its certificate passed,
+    naming the certificate artifact; a failed certificate leaves the image unsigned."""
+    passed, failed = push(), push()
+    assert cli.main(["attach", passed.ref, "--certificate", str(passed.certificate(tmp_path / "p").parent),
+                     "--key", str(keys["ours.key"])]) == 0
+    referrer = registry.certificates(passed.image)[0].digest
+    assert f"signed {passed.digest} itself, naming {referrer}" in capsys.readouterr().out
+    stock = ["cosign", "verify", "--key", str(keys["ours.pub"]), "--insecure-ignore-tlog", "--output", "json"]
+    done = subprocess.run([*stock, "-a", f"io.mcore-images.certificate={referrer}", passed.ref],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-1500:]
+    claims = json.loads(done.stdout)
+    assert claims[0]["critical"]["image"]["docker-manifest-digest"] == passed.digest
+    assert claims[0]["optional"]["io.mcore-images.certificate.status"] == "passed"
+    other = subprocess.run([*stock[:3], str(keys["other.pub"]), *stock[4:], passed.ref], capture_output=True, text=True,
+                           check=False)
+    assert other.returncode != 0, "another key verified the image"
+
+    assert cli.main(["attach", failed.ref, "--certificate",
+                     str(failed.certificate(tmp_path / "f", smoke_status="failed").parent),
+                     "--key", str(keys["ours.key"])]) == 0
+    assert "itself" not in capsys.readouterr().out
+    unsigned = subprocess.run([*stock, failed.ref], capture_output=True, text=True, check=False)
+    assert unsigned.returncode != 0 and "no signatures found" in unsigned.stderr.lower(), unsigned.stderr[-800:]
