@@ -8,6 +8,7 @@ spoken to over plain HTTP, as is any registry named in $MCORE_REGISTRY_PLAIN_HTT
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -35,6 +36,18 @@ _DIGEST_LINE = re.compile(r"^Digest: (sha256:[0-9a-f]{64})$", re.M)
 class RegistryError(InputError):
     """A registry operation failed for a reason outside this tool (network, credentials, a missing
     manifest): the caller could not check, which is not the same as a refusal."""
+
+
+class IntegrityError(RegistryError):
+    """The registry served content that does not hash to the digest it was asked for: altered or corrupt
+    storage, or something in between. Not a connection problem: verify refuses (exit 1)."""
+
+    exit_code = 1
+
+
+INTEGRITY_SIGNS = ("mismatched digest", "digest mismatch", "does not match the expected digest",
+                   "unexpected digest")
+"""How oras and cosign word a content digest that did not verify."""
 
 
 KMS_SCHEMES = ("awskms://", "gcpkms://", "azurekms://", "hashivault://", "k8s://", "pkcs11:", "env://")
@@ -80,6 +93,10 @@ def _run(argv: list[str], what: str, run: Runner = subprocess.run, cwd: Path | N
                env=None if env is None else {**os.environ, **env})
     if check and proc.returncode != 0:
         why = [line for line in (proc.stderr or proc.stdout or "").strip().splitlines() if line.strip()]
+        if any(sign in line.lower() for line in why for sign in INTEGRITY_SIGNS):
+            raise IntegrityError(f"{what}: the registry served content that does not match its digest ({why[-1]}): "
+                                 "its storage was altered or is corrupt; do not use this image until the registry "
+                                 "is repaired and the image pushed again")
         raise RegistryError(f"{what} failed ({why[-1] if why else f'exit {proc.returncode}'}); check the "
                             "registry address and `docker login`")
     return proc
@@ -164,17 +181,27 @@ def referrers_mode(image: ImageRef, run: Runner = subprocess.run) -> str:
 
 
 def fetch_certificate(image: ImageRef, referrer: Referrer, run: Runner = subprocess.run) -> dict[str, Any]:
-    """certificate.json of an attached certificate artifact."""
+    """certificate.json of an attached certificate artifact: its one blob, fetched alone and hashed here (a
+    blob that does not hash to its digest is an IntegrityError, however the tool words it)."""
+    artifact = manifest(image.with_digest(referrer.digest), run)
+    layer = next((layer for layer in artifact.get("layers") or []
+                  if (layer.get("annotations") or {}).get("org.opencontainers.image.title") == "certificate.json"),
+                 None)
+    if layer is None or not str(layer.get("digest", "")).startswith("sha256:"):
+        raise RegistryError(f"certificate artifact {referrer.digest} holds no certificate.json")
     with tempfile.TemporaryDirectory(prefix="mcore-images-cert-") as tmp:
-        oras(image, "pull", "--output", tmp, f"{image.repository}@{referrer.digest}",
-             what=f"pulling certificate {referrer.digest}", run=run)
         path = Path(tmp) / "certificate.json"
-        if not path.is_file():
-            raise RegistryError(f"certificate artifact {referrer.digest} holds no certificate.json")
-        try:
-            return json.loads(path.read_text())
-        except ValueError:
-            return {"schema": None, "error": "certificate.json is not JSON"}
+        oras(image, "blob fetch", "--output", str(path), f"{image.repository}@{layer['digest']}",
+             what=f"pulling certificate {referrer.digest}", run=run)
+        data = path.read_bytes() if path.is_file() else b""
+    if "sha256:" + hashlib.sha256(data).hexdigest() != layer["digest"]:
+        raise IntegrityError(f"pulling certificate {referrer.digest}: the registry served content that does not "
+                             f"match its digest {layer['digest']}: its storage was altered or is corrupt; do not use "
+                             "this image until the registry is repaired and the image pushed again")
+    try:
+        return json.loads(data)
+    except ValueError:
+        return {"schema": None, "error": "certificate.json is not JSON"}
 
 
 def signature_problem(image: ImageRef, referrer: Referrer, key: str, run: Runner = subprocess.run) -> str | None:

@@ -119,6 +119,10 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
                                     "--key) or verify with the key that signed it")
             return verdict, image, labels
         cert = registry.fetch_certificate(image, signed[0], **kwargs)  # the newest signed one
+    except registry.IntegrityError as exc:
+        verdict.status = "refused"
+        verdict.problems.append(str(exc))
+        return verdict, None, {}
     except registry.RegistryError as exc:
         verdict.problems.append(str(exc))
         return verdict, None, {}

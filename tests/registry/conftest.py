@@ -24,6 +24,8 @@ from tests.support.certificates import labels_of, write_certificate
 
 PORT = os.environ.get("MCORE_REGISTRY_PORT", "5000")
 HOST = f"127.0.0.1:{PORT}"
+STORAGE = Path(os.environ.get("MCORE_REGISTRY_STATE", "/var/lib/mcore-images-registry")) / "storage"
+"""The local registry's blob store (.ci/registry.sh): where a test plays the attacker who edits a blob."""
 
 
 def registry_answers() -> bool:

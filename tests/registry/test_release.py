@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mcore_images import cli, registry, tags, verify
-from tests.registry.conftest import Pushed
+from tests.registry.conftest import STORAGE, Pushed
 
 
 def promote(pushed: Pushed, key: Path, *extra: str) -> int:
@@ -220,3 +220,21 @@ def test_stock_cosign_verifies_the_image_digest_of_a_passing_certificate(
     assert "itself" not in capsys.readouterr().out
     unsigned = subprocess.run([*stock, failed.ref], capture_output=True, text=True, check=False)
     assert unsigned.returncode != 0 and "no signatures found" in unsigned.stderr.lower(), unsigned.stderr[-800:]
+
+
+def test_a_certificate_blob_altered_in_the_registry_is_an_integrity_failure(
+        push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """One byte of the certificate's blob edited in the registry's storage (same length): oras finds the
+    digest mismatch, and verify names it as an integrity failure, exit 1 (not "check `docker login`")."""
+    pushed = push()
+    referrer = attach_and_sign(pushed, pushed.certificate(tmp_path).parent, keys["ours.key"])
+    manifest = registry.manifest(pushed.image.with_digest(referrer.digest))
+    blob = manifest["layers"][0]["digest"].removeprefix("sha256:")
+    data_file = STORAGE / "docker" / "registry" / "v2" / "blobs" / "sha256" / blob[:2] / blob / "data"
+    data = data_file.read_bytes()
+    assert b'"passed"' in data
+    data_file.write_bytes(data.replace(b'"passed"', b'"Passed"', 1))
+    assert cli.main(["verify", pushed.ref, "--key", str(keys["ours.pub"]), "--policy", "release"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("REFUSED:") and "does not match its digest" in out and "docker login" not in out, out
+    assert "refusing to promote" in refused(pushed, keys, capsys)
