@@ -199,9 +199,10 @@ def fetch_certificate(image: ImageRef, referrer: Referrer, run: Runner = subproc
                              f"match its digest {layer['digest']}: its storage was altered or is corrupt; do not use "
                              "this image until the registry is repaired and the image pushed again")
     try:
-        return json.loads(data)
+        loaded = json.loads(data)
     except ValueError:
         return {"schema": None, "error": "certificate.json is not JSON"}
+    return loaded if isinstance(loaded, dict) else {"schema": None, "error": "certificate.json is not a JSON object"}
 
 
 def signature_problem(image: ImageRef, referrer: Referrer, key: str, run: Runner = subprocess.run) -> str | None:

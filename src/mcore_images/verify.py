@@ -1,8 +1,8 @@
 """`mcore-images verify REF`: is the image REF resolves to certified, by a certificate signed with our key?
 
 For the digest REF resolves to: find the certificate artifacts attached to it (OCI referrers), keep
-those whose cosign signature verifies with the given public key and names this digest, read the newest
-of them, and judge it with policy.py: well-formed, passed, made for this digest, fresh, from GPUs where
+those whose cosign signature verifies with the given public key and names this digest, read them, and judge
+the newest by its own signed `created` with policy.py: well-formed, passed, made for this digest, fresh, from GPUs where
 the policy asks, and measuring what the image's labels say. The verdict is printed (or ``--json``);
 exit 0 passed, 1 refused, 2 could not check (no such image, registry unreachable, tools missing).
 promote.py calls the same `check` before it moves a tag.
@@ -39,6 +39,7 @@ class Verdict:
     referrers: str | None = None  # how the registry keeps referrers (referrers API or tag schema)
     problems: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # attached certificates whose signature does not verify
+    earlier: list[str] = field(default_factory=list)  # older signed certificates of the digest that did not pass
 
     @property
     def exit_code(self) -> int:
@@ -56,6 +57,7 @@ class Verdict:
         out.append(f"  policy {self.policy}")
         out += [f"  - {p}" for p in self.problems]
         out += [f"  ignored: {p}" for p in self.ignored]
+        out += [f"  earlier: {p}" for p in self.earlier]
         return out
 
 
@@ -118,7 +120,17 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
             verdict.problems.append(f"no attached certificate is signed with {key}; sign it (mcore-images attach "
                                     "--key) or verify with the key that signed it")
             return verdict, image, labels
-        cert = registry.fetch_certificate(image, signed[0], **kwargs)  # the newest signed one
+        # Judged: the newest by the signed content's own `created` (the index's annotations are not signed,
+        # and anyone with push rights can reorder them).
+        fetched = [(referrer, registry.fetch_certificate(image, referrer, **kwargs)) for referrer in signed]
+        fetched.sort(key=lambda pair: policy.created(pair[1]) or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
+                     reverse=True)
+        chosen_referrer, cert = fetched[0]
+        for referrer, other in fetched[1:]:
+            status = (other.get("certify") or {}).get("status") if isinstance(other, dict) else None
+            if status != "passed":
+                verdict.earlier.append(f"certificate {referrer.digest} (created {other.get('created')}) is signed "
+                                       f"and {status or 'malformed'}; a newer one is judged")
     except registry.IntegrityError as exc:
         verdict.status = "refused"
         verdict.problems.append(str(exc))
@@ -126,7 +138,7 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
     except registry.RegistryError as exc:
         verdict.problems.append(str(exc))
         return verdict, None, {}
-    verdict.certificate = signed[0].digest
+    verdict.certificate = chosen_referrer.digest
     shape = policy.shape_problems(cert)
     if shape:
         verdict.status = "refused"

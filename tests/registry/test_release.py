@@ -238,3 +238,46 @@ def test_a_certificate_blob_altered_in_the_registry_is_an_integrity_failure(
     out = capsys.readouterr().out
     assert out.startswith("REFUSED:") and "does not match its digest" in out and "docker login" not in out, out
     assert "refusing to promote" in refused(pushed, keys, capsys)
+
+
+def test_the_judged_certificate_is_chosen_by_signed_content_not_by_the_index(
+        push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A passing certificate, then a newer failing one, both signed. Push rights without the key rewrite the
+    referrers index so the passing one's (unsigned) created annotation is the newest: the failed one is still
+    judged, as its signed certificate.json says it is newer."""
+    pushed = push()
+    now = dt.datetime.now(dt.UTC)
+    good = attach_and_sign(pushed, pushed.certificate(tmp_path / "good", created=now - dt.timedelta(hours=2)).parent,
+                           keys["ours.key"])
+    bad = attach_and_sign(pushed, pushed.certificate(tmp_path / "bad", created=now - dt.timedelta(hours=1),
+                                                     smoke_status="failed").parent, keys["ours.key"])
+    index_ref = f"{pushed.repository}:sha256-{pushed.digest.removeprefix('sha256:')}"  # the tag schema's index
+    index = json.loads(subprocess.run(["oras", "manifest", "fetch", "--plain-http", index_ref], check=True,
+                                      capture_output=True, text=True).stdout)
+    for entry in index["manifests"]:
+        if entry["digest"] == good.digest:
+            entry.setdefault("annotations", {})["org.opencontainers.image.created"] = "2099-01-01T00:00:00Z"
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    subprocess.run(["oras", "manifest", "push", "--plain-http", "--media-type",
+                    "application/vnd.oci.image.index.v1+json", index_ref, str(tmp_path / "index.json")],
+                   check=True, capture_output=True)
+    assert registry.certificates(pushed.image)[0].digest == good.digest  # the index now puts it first
+    assert cli.main(["verify", pushed.ref, "--key", str(keys["ours.pub"]), "--policy", "release", "--json"]) == 1
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["certificate"] == bad.digest, verdict
+    assert any("did not pass" in p for p in verdict["problems"]), verdict["problems"]
+    assert "did not pass" in refused(pushed, keys, capsys)
+
+
+def test_an_older_signed_failure_is_reported_next_to_the_newer_pass(
+        push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    pushed = push()
+    now = dt.datetime.now(dt.UTC)
+    bad = attach_and_sign(pushed, pushed.certificate(tmp_path / "bad", created=now - dt.timedelta(hours=2),
+                                                     smoke_status="failed").parent, keys["ours.key"])
+    good = attach_and_sign(pushed, pushed.certificate(tmp_path / "good", created=now - dt.timedelta(hours=1)).parent,
+                           keys["ours.key"])
+    assert cli.main(["verify", pushed.ref, "--key", str(keys["ours.pub"]), "--policy", "release", "--json"]) == 0
+    verdict = json.loads(capsys.readouterr().out)
+    assert verdict["certificate"] == good.digest
+    assert len(verdict["earlier"]) == 1 and verdict["earlier"][0].startswith(f"certificate {bad.digest} ")
