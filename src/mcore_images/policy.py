@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +132,7 @@ def certificate_problems(cert: Mapping[str, Any], image: ImageRef, now: dt.datet
     if age < -CLOCK_SKEW:
         problems.append(f"the certificate was created in the future ({cert['created']}); check the GPU "
                         "runner's clock and certify again")
-    elif age > dt.timedelta(days=policy.max_age_days):
+    elif math.isfinite(policy.max_age_days) and age > dt.timedelta(days=policy.max_age_days):
         problems.append(f"the certificate is stale: {age.total_seconds() / 86400:.1f} days old (created "
                         f"{cert['created']}), policy '{policy.name}' allows {policy.max_age_days:g} days; certify "
                         "again")

@@ -11,6 +11,7 @@ promote.py calls the same `check` before it moves a tag.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -40,6 +41,7 @@ class Verdict:
     problems: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # attached certificates whose signature does not verify
     earlier: list[str] = field(default_factory=list)  # older signed certificates of the digest that did not pass
+    notes: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -58,6 +60,7 @@ class Verdict:
         out += [f"  - {p}" for p in self.problems]
         out += [f"  ignored: {p}" for p in self.ignored]
         out += [f"  earlier: {p}" for p in self.earlier]
+        out += [f"  note: {p}" for p in self.notes]
         return out
 
 
@@ -163,16 +166,52 @@ def as_dict(verdict: Verdict) -> dict[str, Any]:
     return {**asdict(verdict), "exit_code": verdict.exit_code}
 
 
+IMMUTABLE_TAG = re.compile(r"-[0-9]{8}-[0-9a-f]{12}$")
+"""The end of the tag promote writes once and never moves (tags.immutable_tag)."""
+
+
+def age_policy(ref: str, chosen: policy.Policy, max_age_days: float | None) -> tuple[policy.Policy, str | None]:
+    """The policy verify judges by, and a note when it does not judge age. Freshness is a promotion rule and
+    one for moving tags (re-certified on a schedule): a digest or an immutable tag keeps verifying after the
+    policy's age unless ``--max-age`` asks for one."""
+    if max_age_days is not None:
+        return dataclasses.replace(chosen, max_age_days=max_age_days), None
+    try:
+        parsed = images.parse(ref)
+    except ValueError:
+        return chosen, None  # check() names the bad reference
+    if parsed.digest or (parsed.tag and IMMUTABLE_TAG.search(parsed.tag)):
+        return (dataclasses.replace(chosen, max_age_days=float("inf")),
+                "age not judged: a pinned reference (digest or immutable tag); pass --max-age DAYS to judge it")
+    return chosen, None
+
+
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("image", help="the image: registry/repo:tag or registry/repo@sha256:…")
     p.add_argument("--key", required=True, help="cosign public key (a file, or a KMS URI) the certificate must be "
                    "signed with")
     p.add_argument("--policy", default="release", help="the policy of env/release-policies.json to judge by "
                    "(default: release, which requires GPUs)")
+    p.add_argument("--max-age", type=_days, metavar="DAYS",
+                   help="refuse a certificate older than this; default: the policy's age for a moving tag, none "
+                   "for a digest or an immutable tag (their certificate stays what it was)")
+
+
+def _days(text: str) -> float:
+    try:
+        days = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
+    if not (0 < days < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of days")
+    return days
 
 
 def _run(args: argparse.Namespace) -> int:
-    verdict, _, _ = check(args.image, args.key, policy.load_policy(args.policy))
+    chosen, note = age_policy(args.image, policy.load_policy(args.policy), args.max_age)
+    verdict, _, _ = check(args.image, args.key, chosen)
+    if note:
+        verdict.notes.append(note)
     if args.json:
         print(json.dumps(as_dict(verdict), indent=2))
     else:

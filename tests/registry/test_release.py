@@ -281,3 +281,27 @@ def test_an_older_signed_failure_is_reported_next_to_the_newer_pass(
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["certificate"] == good.digest
     assert len(verdict["earlier"]) == 1 and verdict["earlier"][0].startswith(f"certificate {bad.digest} ")
+
+
+def test_pinned_references_keep_verifying_after_the_policys_age_and_moving_tags_do_not(
+        push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Promoted from a fresh certificate, judged 9 days later (the certificate is what ages): the moving tag is
+    stale under the policy's 7 days; the digest and the immutable tag verify (age is a promotion rule for
+    them) unless --max-age asks for one."""
+    pushed = push()
+    old = dt.datetime.now(dt.UTC) - dt.timedelta(days=9)
+    attach_and_sign(pushed, pushed.certificate(tmp_path, created=old).parent, keys["ours.key"])
+    # what promote wrote 9 days ago: the alias and the immutable tag of this digest on that day
+    immutable = tags.immutable_tag(tags.layer_tag("runtime", pushed.stack), pushed.digest, old)
+    registry.retag(pushed.image, ["runtime-debian", immutable])
+    pub = ["--key", str(keys["ours.pub"]), "--policy", "release"]
+    assert cli.main(["verify", f"{pushed.repository}:runtime-debian", *pub]) == 1
+    assert "the certificate is stale: 9.0 days old" in capsys.readouterr().out
+    for ref in (pushed.ref, f"{pushed.repository}:{immutable}"):
+        assert cli.main(["verify", ref, *pub]) == 0, ref
+        out = capsys.readouterr().out
+        assert out.startswith("PASSED") and "note: age not judged: a pinned reference" in out, out
+        assert cli.main(["verify", ref, *pub, "--max-age", "8"]) == 1
+        assert "the certificate is stale: 9.0 days old" in capsys.readouterr().out
+    assert cli.main(["verify", pushed.ref, *pub, "--max-age", "0"]) == 2
+    assert "give a positive number of days" in capsys.readouterr().err
