@@ -20,8 +20,8 @@ from typing import Any
 from mcore_images import components, images, schemas
 from mcore_images.errors import InputError
 from mcore_images.images import ImageRef
-from mcore_images.jsonfiles import CERTIFICATE_SCHEMA, problem, read_json, schema_problem
-from mcore_images.stacks import Stack, repo_root
+from mcore_images.jsonfiles import CERTIFICATE_SCHEMA, PACKAGED, problem, read_json, schema_problem
+from mcore_images.stacks import Stack
 from mcore_images.versions import pin_satisfied
 
 CERTIFIED_LAYERS = ("runtime", "app")
@@ -31,7 +31,7 @@ CLOCK_SKEW = dt.timedelta(hours=1)
 
 @dataclass(frozen=True)
 class Policy:
-    """What a certificate must show to promote (env/release-policies.json, one entry per registry kind)."""
+    """What a certificate must show to promote (data/release-policies.json, one entry per registry kind)."""
 
     name: str
     description: str
@@ -39,15 +39,22 @@ class Policy:
     max_age_days: float
 
 
-def load_policy(name: str, root: Path | None = None) -> Policy:
-    """The named policy; InputError (one line) for an unknown name or a malformed file."""
-    path = (root or repo_root()) / "env" / "release-policies.json"
-    data = read_json(path, "release policies", "restore env/release-policies.json from git")
-    found = schema_problem(data, path.with_name("release-policies.schema.json"), path)
+POLICIES = PACKAGED / "release-policies.json"
+"""The release policies, shipped in the package: a pulled image is judged the same from any folder."""
+
+
+def load_policy(name: str, policy_file: Path | None = None) -> Policy:
+    """The named policy from the packaged file, or from ``policy_file`` when one is given explicitly
+    (`--policy-file`): never from the current folder. InputError (one line) for an unknown name or a
+    malformed file."""
+    path = policy_file or POLICIES
+    data = read_json(path, "release policies", "give a readable --policy-file" if policy_file else
+                     "reinstall mcore-images (its packaged release-policies.json is damaged)")
+    found = schema_problem(data, PACKAGED / "release-policies.schema.json", path)
     if found:
         raise InputError(found)
     if name not in data:
-        raise InputError(f"unknown policy '{name}'; choose one of {', '.join(data)} (env/release-policies.json)")
+        raise InputError(f"unknown policy '{name}'; choose one of {', '.join(data)} ({path})")
     return Policy(name, **data[name])
 
 

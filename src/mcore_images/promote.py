@@ -147,13 +147,15 @@ def _promote_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", required=True, help="cosign public key (file or KMS URI) its certificate must be "
                    "signed with")
     p.add_argument("--policy", default="release",
-                   help="the policy of env/release-policies.json to judge by (default: release: GPUs required)")
+                   help="the release policy to judge by (default: release: GPUs required; ci accepts CPU certificates)")
+    p.add_argument("--policy-file", type=Path, metavar="FILE",
+                   help="read the policies from FILE instead of the ones mcore-images ships")
     p.add_argument("--layer", default=None, help="assert the image's layer (default: read from its labels)")
     p.add_argument("--execute", action="store_true", help="move the tags (default: print what would happen)")
 
 
 def _promote(args: argparse.Namespace) -> int:
-    promotion = plan(args.image, args.stack, args.key, policy.load_policy(args.policy), args.layer)
+    promotion = plan(args.image, args.stack, args.key, policy.load_policy(args.policy, args.policy_file), args.layer)
     image = images.parse(promotion.image)
     command = ["oras", "tag", *(["--plain-http"] if registry.plain_http(image) else []), promotion.image,
                *promotion.all_tags]

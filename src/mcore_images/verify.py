@@ -16,6 +16,7 @@ import datetime as dt
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mcore_images import images, policy, registry, tags
@@ -190,8 +191,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("image", help="the image: registry/repo:tag or registry/repo@sha256:…")
     p.add_argument("--key", required=True, help="cosign public key (a file, or a KMS URI) the certificate must be "
                    "signed with")
-    p.add_argument("--policy", default="release", help="the policy of env/release-policies.json to judge by "
-                   "(default: release, which requires GPUs)")
+    p.add_argument("--policy", default="release", help="the release policy to judge by (default: release, which "
+                   "requires GPUs; ci accepts CPU certificates)")
+    p.add_argument("--policy-file", type=Path, metavar="FILE",
+                   help="read the policies from FILE instead of the ones mcore-images ships")
     p.add_argument("--max-age", type=_days, metavar="DAYS",
                    help="refuse a certificate older than this; default: the policy's age for a moving tag, none "
                    "for a digest or an immutable tag (their certificate stays what it was)")
@@ -208,7 +211,7 @@ def _days(text: str) -> float:
 
 
 def _run(args: argparse.Namespace) -> int:
-    chosen, note = age_policy(args.image, policy.load_policy(args.policy), args.max_age)
+    chosen, note = age_policy(args.image, policy.load_policy(args.policy, args.policy_file), args.max_age)
     verdict, _, _ = check(args.image, args.key, chosen)
     if note:
         verdict.notes.append(note)

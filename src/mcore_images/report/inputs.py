@@ -22,7 +22,7 @@ from mcore_images.versions import pin_satisfied
 
 CERTIFICATE_NAME = "certificate.json"
 STALE_POLICY = "release"
-"""Whose max_age_days makes a certificate stale (env/release-policies.json)."""
+"""Whose max_age_days makes a certificate stale (the packaged release policies)."""
 
 
 @dataclass

@@ -140,10 +140,9 @@ def test_a_wrong_field_type_is_malformed_not_a_crash(tmp_path: Path, ngc: Stack)
 
 
 def test_a_release_policies_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
-    (tmp_path / "env").mkdir()
-    (tmp_path / "env" / "release-policies.json").write_bytes(b'{"ci": "\xff"}')
+    (tmp_path / "release-policies.json").write_bytes(b'{"ci": "\xff"}')
     with pytest.raises(InputError, match=r"release-policies\.json is not UTF-8 text"):
-        policy.load_policy("ci", tmp_path)
+        policy.load_policy("ci", tmp_path / "release-policies.json")
 
 
 def test_a_created_time_without_zone_is_malformed(tmp_path: Path, ngc: Stack) -> None:
@@ -155,19 +154,24 @@ def test_a_created_time_without_zone_is_malformed(tmp_path: Path, ngc: Stack) ->
         policy.load_certificate(path)
 
 
-def test_policies_come_from_env_and_are_checked(tmp_path: Path) -> None:
+def test_policies_ship_with_the_tool_and_another_file_is_read_only_when_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert policy.load_policy("release").require_gpu is True
     assert policy.load_policy("ci").require_gpu is False
     with pytest.raises(InputError, match="unknown policy 'nightly'; choose one of ci, release"):
         policy.load_policy("nightly")
+    # A folder holding its own env/release-policies.json changes nothing (it used to win)
     (tmp_path / "env").mkdir()
-    (tmp_path / "env" / "release-policies.json").write_text(json.dumps({"ci": {"description": "x",
-                                                                             "require_gpu": "no",
-                                                                             "max_age_days": -1}}))
-    (tmp_path / "env" / "release-policies.schema.json").write_text(
-        (Path(__file__).resolve().parents[3] / "env" / "release-policies.schema.json").read_text())
+    (tmp_path / "env" / "release-policies.json").write_text(json.dumps(
+        {"release": {"description": "lax", "require_gpu": False, "max_age_days": 100000}}))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
+    assert policy.load_policy("release") == policy.Policy("release", policy.load_policy("release").description,
+                                                          True, 7)
+    given = tmp_path / "site-policies.json"
+    given.write_text(json.dumps({"ci": {"description": "x", "require_gpu": "no", "max_age_days": -1}}))
     with pytest.raises(InputError, match=r"field ci.max_age_days: -1 is less than or equal to the minimum of 0"):
-        policy.load_policy("ci", tmp_path)
+        policy.load_policy("ci", given)
 
 
 def test_the_immutable_tag_names_the_content_the_date_and_the_digest(ngc: Stack) -> None:
