@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import shlex
 import subprocess
 import sys
 import uuid
@@ -27,6 +28,7 @@ from tests.image.shared_checks import environment, hygiene, versions
 from tests.image.shared_checks import layers as layer_checks
 from tests.image.shared_checks.hygiene import REPO
 from tests.image.utils import docker, layers, probing, saved_layers
+from tests.image.utils.fake_wheel import FAKE_WHEEL
 
 HERE = Path(__file__).parent
 TAG = "mcore-images-negative"
@@ -98,21 +100,29 @@ def test_negative_package_missing_and_dirty(
     image: docker.ImageInfo, facts: dict[str, Any], wrong_images: list[str]
 ) -> None:
     """`pip uninstall -y mbridge` (or the top labelled package), plus a pip cache file, a .git folder,
-    credentials (a netrc token and an ssh key) and a wrong CUDA_DEVICE_MAX_CONNECTIONS: the version, import,
-    hygiene, credential and env checks fail."""
+    credentials (a netrc token and an ssh key), a wrong CUDA_DEVICE_MAX_CONNECTIONS, a transitive package
+    replaced by another release with the constraint turned off (filelock, which torch needs: no label names
+    it) and PIP_CONSTRAINT cleared: the version, import, hygiene, credential, lock and env checks fail."""
     key = layers.first_labelled(image, ("mbridge", "megatron-bridge", "mcore", "te", "torch"))
     assert key, "the image labels no removable package"
     comp = components.BY_LABEL[key]
     dist = comp.distribution or ""
     # TE is several distributions (meta, core wheel, compiled extension): remove every one the catalogue names.
     dists = sorted(n for n in facts["dists"] if n in {probing.normalize(d) for d in comp.distributions})
+    stack = layers.stack_for(image)
+    locked = versions.locked_pins(stack, image.layer or "base") if stack else {}
+    drifted = next((name for name in ("filelock", "typing-extensions", "numpy") if name in locked), None)
+    maker = f"import base64; exec(base64.b64decode('{base64.b64encode(FAKE_WHEEL.encode()).decode()}'))"  # one line
+    drift = (f"&& mkdir -p /tmp/fake && python -c {shlex.quote(maker)} {drifted} 0.0.1 /tmp/fake "
+             "&& PIP_CONSTRAINT='' python -m pip install -q --no-deps --no-index /tmp/fake/*.whl && rm -rf /tmp/fake "
+             if drifted else "")
     dockerfile = (
         f"FROM {image.ref}\n"
-        f"RUN python -m pip uninstall -y {' '.join(dists)} "
+        f"RUN python -m pip uninstall -y {' '.join(dists)} {drift}"
         "&& mkdir -p /root/.cache/pip/http /opt/src/thing/.git && echo cached > /root/.cache/pip/http/blob "
         "&& printf 'machine pypi.example login ci password tok\\n' > /root/.netrc "
         "&& mkdir -p /root/.ssh && printf -- '-----BEGIN OPENSSH PRIVATE KEY-----\\nAAAA\\n' > /root/.ssh/id_ed25519\n"
-        "ENV CUDA_DEVICE_MAX_CONNECTIONS=8\n"
+        "ENV CUDA_DEVICE_MAX_CONNECTIONS=8 PIP_CONSTRAINT=\n"
     )
     ref = docker.build_image(dockerfile, _tag("missing"))
     wrong_images.append(ref)
@@ -124,7 +134,14 @@ def test_negative_package_missing_and_dirty(
     assert versions.import_problems(comp, wrong.labels, wrong_facts), f"import check passed without {dist}"
     runtime = layers.layer_applies("runtime", wrong.layer or "base")  # the required env is the runtime layer's
     if runtime:
-        assert environment.env_problems(wrong.env, wrong.stack_name, "config"), "env check passed with 8 connections"
+        env_found = environment.env_problems(wrong.env, wrong.stack_name, "config")
+        assert any(p.startswith("config: CUDA_DEVICE_MAX_CONNECTIONS=8") for p in env_found), env_found
+        assert any(p.startswith("config: PIP_CONSTRAINT=,") for p in env_found), env_found
+    lock_checked = drifted is not None and stack is not None and stack.flavor != "ngc"
+    if lock_checked:
+        assert stack is not None and drifted is not None
+        drift_found = versions.lock_problems(wrong_facts, stack, image.layer or "base")
+        assert f"{drifted} is 0.0.1, the locks pin {locked[drifted]}" in drift_found, drift_found
 
     with probing.container_host(ref) as host:
         found = hygiene.credential_problems(host.run)
@@ -140,6 +157,9 @@ def test_negative_package_missing_and_dirty(
     if runtime:
         select += " or required_env"
         expected |= {"test_required_env_in_image_config", "test_required_env_inside_container"}
+    if lock_checked:
+        select += " or equal_the_locks"
+        expected.add("test_installed_distributions_equal_the_locks")
     rc, failed, output = _failed_tests(ref, select)
     assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
 

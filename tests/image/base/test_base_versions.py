@@ -34,3 +34,12 @@ def test_no_distribution_installed_twice(facts: dict[str, Any]) -> None:
     """Two metadata folders of one distribution: one layer installed over another's copy."""
     problems = versions.duplicate_problems(facts)
     assert not problems, "\n".join(problems)
+
+
+def test_installed_distributions_equal_the_locks(facts: dict[str, Any], image: Any, stack: Any) -> None:
+    """Beyond the catalogue's components: every distribution and version is the union of the image's locks
+    (env/locks), plus pip, the tooling wheel and what the kernels layer compiles."""
+    if stack.flavor == "ngc":
+        pytest.skip("NGC's system Python carries the container's own packages, which the locks leave out")
+    problems = versions.lock_problems(facts, stack, image.layer or "base")
+    assert not problems, "\n".join(problems)

@@ -11,6 +11,8 @@ REQUIRED_ENV: dict[str, str] = {
     "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",  # the same for torch's symmetric memory
     "NVSHMEM_DISABLE_NVLS": "1",  # and for NVSHMEM (TE / DeepEP paths)
     "MCORE_IMAGES_ROOT": "/opt/mcore-images",  # where the tooling reads the image's pins and bench baselines
+    # a job's `pip install` cannot move a certified component (the file holds their pins)
+    "PIP_CONSTRAINT": "/opt/mcore-images/constraints.txt",
 }
 TOOLING_DATA = "/opt/mcore-images"
 

@@ -158,3 +158,39 @@ def label_pin_problems(image: ImageInfo, stack: Stack) -> list[str]:
         if not same:
             problems.append(f"label {label(key)}={have} but env/stacks.json pins {want} for stack {stack.name}")
     return problems
+
+
+NOT_LOCKED = {"pip": "the venv's own installer", "mcore-images": "this project's tooling wheel (runtime layer)"}
+"""Distributions an image holds beyond its locks, and why."""
+
+
+def compiled_here(stack: Stack) -> set[str]:
+    """The distributions the kernels layer compiles instead of taking them from a lock."""
+    out = {"transformer-engine-torch"} if stack.te_source == "build" else set()
+    return out | ({"apex"} if stack.apex not in (NONE, "base") else set())
+
+
+def locked_pins(stack: Stack, layer: str) -> dict[str, str]:
+    """Distribution -> version over the locks of every published layer up to ``layer`` (the builder's
+    toolchain is a side branch that never reaches an image)."""
+    from mcore_images import lock
+
+    pins: dict[str, str] = {}
+    for name in components.LOCK_LAYERS[: components.LOCK_LAYERS.index(layer) + 1]:
+        if name not in lock.SIDE_LAYERS and (path := lock.lock_path(stack, name)).is_file():
+            pins.update({normalize(k): v for k, v in lock.pins(path.read_text()).items()})
+    return pins
+
+
+def lock_problems(facts: Mapping[str, Any], stack: Stack, layer: str) -> list[str]:
+    """The installed distributions are exactly the union of the image's locks: none missing, none at
+    another version, none extra (a transitive package that drifted, or one a layer installed unlocked)."""
+    want = locked_pins(stack, layer)
+    have = {name: entry["version"] for name, entry in facts["dists"].items()}
+    compiled = compiled_here(stack) if layer != "base" else set()
+    problems = [f"{name} {want[name]} is in the locks but not installed" for name in sorted(set(want) - set(have))]
+    problems += [f"{name} is {have[name]}, the locks pin {want[name]}" for name in sorted(set(want) & set(have))
+                 if have[name] != want[name]]
+    problems += [f"{name} {have[name]} is installed but in no lock" for name in sorted(set(have) - set(want))
+                 if name not in NOT_LOCKED and name not in compiled]
+    return problems
