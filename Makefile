@@ -64,7 +64,7 @@ bake-print: ## print the resolved bake definition of a group (default: all)
 
 lint: ## ruff, shellcheck, hadolint
 	$(PYTHON) -m ruff check src smoke tests
-	$(call tool,shellcheck) .ci/run .ci/run-verl .ci/*.sh docker/*.sh examples/verl-grpo/*.sh examples/verl-grpo/grpo.sbatch
+	$(call tool,shellcheck) .ci/run .ci/run-nightly .ci/*.sh docker/*.sh examples/verl-grpo/*.sh examples/verl-grpo/grpo.sbatch
 	$(call tool,hadolint) Dockerfile examples/train-gpt/Dockerfile tests/report/browser/Dockerfile
 	$(PYTHON) -m ruff check examples
 
@@ -89,8 +89,8 @@ ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release
 	bash .ci/phase.sh example-job $(MAKE) --no-print-directory test-example
 	bash .ci/phase.sh report $(MAKE) --no-print-directory test-report
 
-ci-verl: ## what the ci-verl workflow runs (after setup + docker-engine): the release path on the ci-verl group (verl's app images), the report
-	GROUP=ci-verl bash .ci/phase.sh release-local $(MAKE) --no-print-directory release-local
+ci-nightly: ## what the nightly workflow runs (after setup + docker-engine): the release path on the nightly group (debian-mcore019, verl's app image), the report
+	GROUP=nightly bash .ci/phase.sh release-local $(MAKE) --no-print-directory release-local
 	bash .ci/phase.sh report $(MAKE) --no-print-directory test-report
 
 test-slurm: ## the CPU smoke as 2-node Slurm jobs on a one-host cluster (.ci/slurm.sh): COMPLETED, and FAILED with a faulty rank
