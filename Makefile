@@ -122,7 +122,7 @@ push-candidates: ## push a group's images as candidate tags only: GROUP=release 
 registry: ## start the local OCI registry (127.0.0.1:5000) with oras and cosign (.ci/registry.sh)
 	bash .ci/registry.sh start
 
-release-local: ## the release path end to end on the local registry: push, certify, attach, sign, promote, pull, verify
+release-local: ## the release path end to end on the local registry (GROUP=ci, or STACK=name for one stack): push, certify, attach, sign, promote, pull, verify
 	bash .ci/release-local.sh
 
 # Release, cluster and benchmark targets live in their own files.

@@ -7,6 +7,7 @@
 #   public tag → the pulled digest is the certified one → mcore-images verify the tag.
 #
 #   .ci/release-local.sh                 GROUP (default ci), REGISTRY (default 127.0.0.1:$MCORE_REGISTRY_PORT)
+#   STACK=debian-verl .ci/release-local.sh   one stack's layers instead of a group
 #
 # CI signs with an ephemeral key pair made here (build/release-local/keys); a site signs with its own key
 # or a KMS URI (docs/release.md). Each step prints the digest it acts on, as `::release-local` lines.
@@ -34,7 +35,11 @@ export COSIGN_PASSWORD=""
 say "signing key: ephemeral cosign key pair $OUT/keys/cosign.{key,pub}"
 
 sha="$(git rev-parse HEAD)"
-mcore build --group "$GROUP" --candidate "$sha" --registry "$REGISTRY"
+if [[ -n "${STACK:-}" ]]; then
+  mcore build --stack "$STACK" --candidate "$sha" --registry "$REGISTRY"
+else
+  mcore build --group "$GROUP" --candidate "$sha" --registry "$REGISTRY"
+fi
 # One certificate per stack, of its top layer (an app image carries its runtime layer and runs its tests).
 mcore matrix --candidates build/candidates --top-only --pretty >"$OUT/candidates.json"
 count="$(json 'len(d["include"])' <"$OUT/candidates.json")"
