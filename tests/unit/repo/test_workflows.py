@@ -320,4 +320,78 @@ def test_reusable_workflow_calls_match_their_inputs(workflows: dict[str, dict[st
             assert given <= set(called), f"{name}:{job_id} passes unknown inputs {given - set(called)}"
             required = {k for k, v in called.items() if v.get("required")}
             assert required <= given, f"{name}:{job_id} misses required inputs {required - given}"
-            assert job.get("secrets") == "inherit", f"{name}:{job_id}: the callee logs in with inherited secrets"
+            # Each secret by name, declared by the callee: `secrets: inherit` would hand every secret to it.
+            passed = job.get("secrets") or {}
+            assert isinstance(passed, dict), f"{name}:{job_id}: pass secrets by name, not {passed!r}"
+            declared = workflows[Path(job["uses"]).name]["on"]["workflow_call"].get("secrets") or {}
+            extra = set(passed) - set(declared)
+            assert not extra, f"{name}:{job_id} passes undeclared secrets {extra}"
+
+
+def test_promotion_runs_protected_from_trusted_runs_into_the_projects_registry(
+        workflows: dict[str, dict[str, Any]]) -> None:
+    """The signing key is reachable only in the protected `release` environment; the registry host comes
+    from vars.REGISTRY (the image must be in it), never from the free-text image input; a certificate of an
+    earlier run is downloaded only after .github/scripts/trusted-run.sh accepted that run."""
+    job = workflows["promote.yml"]["jobs"]["promote"]
+    assert job["environment"] == {"name": "release"}
+    assert job["env"]["REGISTRY"] == "${{ vars.REGISTRY }}"
+    names = [step.get("name", "") for step in job["steps"]]
+    body = "\n".join(runs({"jobs": {"promote": job}}))
+    assert '"$REGISTRY"/*@sha256:*) ;;' in body and 'oras login' in body and '"${REGISTRY%%/*}"' in body
+    assert "${IMAGE%%/*}" not in body
+    trusted = next(i for i, n in enumerate(names) if n.startswith("The certificate's run is trusted"))
+    download = next(i for i, n in enumerate(names) if n.startswith("Download the certificate (run"))
+    assert trusted < download and job["steps"][trusted]["if"] == job["steps"][download]["if"] == "inputs.run-id != ''"
+    script = (ROOT / ".github" / "scripts" / "trusted-run.sh").read_text()
+    for needle in ('"head_branch": {"main"}', '"event": {"push", "schedule", "workflow_dispatch"}',
+                   ".github/workflows/gpu-smoke.yml", "head_repository"):
+        assert needle in script, needle
+    for name, workflow in workflows.items():
+        for job_id, other in workflow["jobs"].items():
+            assert other.get("secrets") != "inherit", f"{name}:{job_id}"
+
+
+def _serve_run(run: dict[str, Any]) -> tuple[Any, str]:
+    """A local stand-in for the GitHub API's one endpoint the script reads, serving ``run``."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(run).encode()
+            self.send_response(200 if self.path.endswith(f"/actions/runs/{run['id']}") else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.mark.parametrize(("change", "trusted"), [
+    ({}, True),
+    ({"event": "pull_request"}, False),
+    ({"head_branch": "feature"}, False),
+    ({"path": ".github/workflows/ci.yml"}, False),
+    ({"head_repository": {"full_name": "fork/mcore-images"}}, False),
+])
+def test_only_trusted_runs_give_certificates_to_promote(change: dict[str, Any], trusted: bool) -> None:
+    run = {"id": 77, "path": ".github/workflows/gpu-smoke.yml", "head_branch": "main", "event": "push",
+           "repository": {"full_name": "acme/mcore-images"}, "head_repository": {"full_name": "acme/mcore-images"},
+           **change}
+    server, url = _serve_run(run)
+    try:
+        done = subprocess.run(["bash", str(ROOT / ".github" / "scripts" / "trusted-run.sh")], capture_output=True,
+                              text=True, check=False, timeout=60,
+                              env={"PATH": "/usr/bin:/bin", "RUN_ID": "77", "REPOSITORY": "acme/mcore-images",
+                                   "GH_TOKEN": "t", "GITHUB_API_URL": url})
+    finally:
+        server.shutdown()
+    assert (done.returncode == 0) == trusted, done.stderr
+    if not trusted:
+        assert done.stderr.startswith("error: run 77 is not trusted: ") and len(done.stderr.splitlines()) == 1
