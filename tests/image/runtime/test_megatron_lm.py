@@ -85,6 +85,7 @@ def checkout_tar(archive: Path, makefile: Path) -> bytes:
             rest = member.name.partition("/")[2]
             if rest.startswith("megatron/core") and (member.isfile() or member.isdir()):
                 member.name = f"Megatron-LM/{rest}"
+                member.pax_headers.pop("path", None)  # a long name's pax record would write the old path again
                 dst.addfile(member, src.extractfile(member) if member.isfile() else None)
         info = tarfile.TarInfo("Megatron-LM/megatron/core/datasets/Makefile")
         info.size = len(data := makefile.read_bytes())
