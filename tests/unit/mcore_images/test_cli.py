@@ -36,7 +36,7 @@ def make(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedPro
     (["build", "MAX_JOBS=0"], "MAX_JOBS=0 is invalid"),
     (["build", "MAX_JOBS=lots"], "is not a number"),
     (["build", "NVCC_THREADS=-1"], "NVCC_THREADS=-1 is invalid"),
-    (["build", "GROUP=nightly"], "unknown group 'nightly'"),
+    (["build", "GROUP=weekly"], "unknown group 'weekly'"),
     (["build", "STACK=debian", "LAYER=app"], "has no layer 'app'"),
     (["build", "STACK=debian", "GROUP=ci"], "either STACK or GROUP"),
 ])

@@ -81,7 +81,7 @@ def test_the_build_matrix_checks_rules_first(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--group", "nightly"], "unknown group 'nightly'"),
+    (["--group", "weekly"], "unknown group 'weekly'"),
     (["--group", "release", "--registry", "ghcr.io/acme"], "give --registry and --sha together"),
     (["--group", "release", "--registry", "ghcr.io/acme", "--sha", "HEAD"], "is not a git commit"),
     (["--candidates", "/nonexistent"], "no bake metadata (*.json) under /nonexistent"),
