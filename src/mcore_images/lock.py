@@ -166,6 +166,13 @@ def _uv() -> str:
     return uv
 
 
+def uv_reason(stderr: str) -> str:
+    """The line of uv's explanation that says why: its conclusion ("… are unsatisfiable"), not a hint after it."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return (next((line for line in reversed(lines) if "unsatisfiable" in line), None)
+            or next((line for line in reversed(lines) if not line.startswith("hint:")), None) or "no output")
+
+
 def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
                   constraints: dict[str, str] | None = None) -> str:
     """Resolve requirements with uv at the given versions, without re-emitting the layers below."""
@@ -189,7 +196,7 @@ def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
             log.parent.mkdir(parents=True, exist_ok=True)
             log.write_text(f"$ {' '.join(cmd)}\n# requirements: {requirements}\n# constraints: {pinned}\n"
                            + result.stderr)
-            last = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else "no output"
+            last = uv_reason(result.stderr)
             raise InputError(f"uv could not resolve a layer of stack '{stack.name}' ({log} has uv's reasoning): "
                              f"{last.strip()}")
     text = result.stdout

@@ -30,6 +30,23 @@ from mcore_images.versions import InvalidVersion, Version
 
 PYPI = "https://pypi.org/pypi/{name}/json"
 Fetch = Callable[[str], dict[str, Any]]
+Resolve = Callable[[Stack], "str | None"]
+
+
+def resolution_problem(stack: Stack) -> str | None:
+    """Why uv finds no joint solution of every layer's requirements for this stack (None: it resolves), as
+    `mcore-images lock` would resolve it (Python, platform and constraints of the stack; binary-only
+    where the lock is)."""
+    from mcore_images import lock
+
+    inputs = lock.resolved_inputs(stack)
+    requirements = [req for layer in components.LOCK_LAYERS if layer not in lock.SIDE_LAYERS
+                    for req in inputs[layer]]
+    try:
+        lock.compile_layer(stack, requirements, {})
+    except InputError as error:
+        return f"uv finds no solution ({str(error).split('): ', 1)[-1]})"
+    return None
 
 
 @dataclass(frozen=True)
@@ -44,7 +61,7 @@ class Finding:
 
     def line(self) -> str:
         if self.status == "newer":
-            verdict = "rules ok" if not self.breaks else "would break " + "; ".join(self.breaks)
+            verdict = "rules ok, resolves" if not self.breaks else "would break " + "; ".join(self.breaks)
             return f"{self.stack:<16} {self.component:<16} {self.pinned:>10} → {self.newest:<10} {verdict}"
         note = f": {self.note}" if self.note else ""
         return f"{self.stack:<16} {self.component:<16} {self.pinned:>10}   {self.status}{note}"
@@ -81,7 +98,10 @@ def tracked(stack: Stack, comp: components.Component) -> str | None:
     return None
 
 
-def check_stack(stack: Stack, fetch: Fetch, cache: dict[str, Any]) -> list[Finding]:
+def check_stack(stack: Stack, fetch: Fetch, cache: dict[str, Any], resolve: Resolve = resolution_problem
+                ) -> list[Finding]:
+    """Each component's pin against PyPI's newest; a newer one is judged by the rules, then, when they allow
+    it, by resolving the bumped stack (uv), so no bump is called clean that the resolver refuses."""
     out = []
     for comp in components.CATALOGUE:
         why = tracked(stack, comp)
@@ -100,7 +120,10 @@ def check_stack(stack: Stack, fetch: Fetch, cache: dict[str, Any]) -> list[Findi
         if newest is None or Version(newest) <= Version(pinned):
             out.append(Finding(stack.name, comp.key, pinned, newest, "current"))
             continue
-        broken = tuple(f"[{v.rule}] {v.message}" for v in rules.check(stack.replace(**{comp.key: newest})))
+        bumped = stack.replace(**{comp.key: newest})
+        broken = tuple(f"[{v.rule}] {v.message}" for v in rules.check(bumped))
+        if not broken and (problem := resolve(bumped)):
+            broken = (f"[resolve] {problem}",)
         out.append(Finding(stack.name, comp.key, pinned, newest, "newer", broken))
     return out
 
@@ -132,18 +155,18 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="write STACK's newest rule-clean versions into env/stacks.json (then run `make update`)")
 
 
-def _run(args: argparse.Namespace, fetch: Fetch = fetch_pypi) -> int:
+def _run(args: argparse.Namespace, fetch: Fetch = fetch_pypi, resolve: Resolve = resolution_problem) -> int:
     stacks = load_stacks()
     if args.bump:
         stack = get_stack(args.bump, stacks)
-        applied = bump(stack, check_stack(stack, fetch, {}), stacks_file())
+        applied = bump(stack, check_stack(stack, fetch, {}, resolve), stacks_file())
         print(json.dumps(applied) if args.json else
               (f"{stack.name}: " + ", ".join(f"{k} → {v}" for k, v in applied.items()) if applied
                else f"{stack.name}: no bump keeps every rule; nothing written"))
         return 0
     chosen = [get_stack(args.stack, stacks)] if args.stack else list(stacks.values())
     cache: dict[str, Any] = {}
-    findings = [f for stack in chosen for f in check_stack(stack, fetch, cache)]
+    findings = [f for stack in chosen for f in check_stack(stack, fetch, cache, resolve)]
     if args.json:
         print(json.dumps([asdict(f) for f in findings], indent=2))
     else:
@@ -151,7 +174,7 @@ def _run(args: argparse.Namespace, fetch: Fetch = fetch_pypi) -> int:
             print(f.line())
         newer = [f for f in findings if f.status == "newer"]
         print(f"{len(newer)} pin(s) behind PyPI, {sum(1 for f in newer if not f.breaks)} of them a bump the rules "
-              "allow as it is")
+              "allow and uv resolves as it is")
     if any(f.status == "error" for f in findings):
         print("outdated: PyPI could not be read for some components; see 'error' above", file=sys.stderr)
         return 2
@@ -165,5 +188,5 @@ def _checked_run(args: argparse.Namespace) -> int:
         raise InputError(f"a pin is not a version ({error}); fix env/stacks.json") from None
 
 
-COMMANDS = (Command("outdated", "compare every pin with PyPI's newest release and name the rules a bump would break",
+COMMANDS = (Command("outdated", "compare every pin with PyPI's newest release; judge each bump by the rules and uv",
                     _arguments, _checked_run, prints_data=True),)

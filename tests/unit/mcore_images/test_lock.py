@@ -74,3 +74,12 @@ def test_a_numpy1_verl_app_caps_pyarrow() -> None:
     numpy1 = lock.layer_inputs(get_stack("debian-verl"))["app"]
     assert set(lock.UNDECLARED_APP_NUMPY1) <= set(numpy1)
     assert not set(lock.UNDECLARED_APP_NUMPY1) & set(lock.layer_inputs(get_stack("ngc"))["app"])  # verl 0.9.1
+
+
+def test_uvs_reason_is_its_conclusion_not_the_hint_after_it() -> None:
+    stderr = ("  × No solution found when resolving dependencies:\n"
+              "  ╰─▶ Because a==1 depends on b>2 and you require b<2, we can conclude that your requirements are "
+              "unsatisfiable.\n\nhint: You require CPython 3.12 (`cp312`), but we only found wheels for x: `cp311`\n")
+    assert lock.uv_reason(stderr).endswith("we can conclude that your requirements are unsatisfiable.")
+    assert lock.uv_reason("error: no such index\n") == "error: no such index"
+    assert lock.uv_reason("") == "no output"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mcore_images import outdated
-from mcore_images.stacks import load_stacks
+from mcore_images.stacks import Stack, load_stacks
 from tests.unit.conftest import ROOT
 
 
@@ -24,6 +24,10 @@ PYPI = {"torch": release("2.11.0"), "transformer-engine": release("2.20.2", "2.2
         "mbridge": release("0.15.1"), "megatron-bridge": release("0.6.2"), "verl": release("0.9.1")}
 
 
+def resolves(stack: Stack) -> str | None:  # a stand-in for uv: every bump resolves
+    return None
+
+
 def test_the_newest_final_unyanked_release() -> None:
     assert outdated.newest_release(PYPI["megatron-core"]) == "0.19.2"
     assert outdated.newest_release({"releases": {"1.0": []}}) is None
@@ -31,7 +35,7 @@ def test_the_newest_final_unyanked_release() -> None:
 
 def test_a_bump_is_tried_through_the_rules() -> None:
     debian = load_stacks()["debian"]
-    found = {f.component: f for f in outdated.check_stack(debian, lambda name: PYPI[name], {})}
+    found = {f.component: f for f in outdated.check_stack(debian, lambda name: PYPI[name], {}, resolves)}
     assert found["torch"].status == "current"
     assert found["te"].status == "newer" and found["te"].newest == "2.21.0" and found["te"].breaks == ()
     mcore = found["mcore"]
@@ -45,7 +49,7 @@ def test_bump_writes_only_what_keeps_every_rule(tmp_path: Path, monkeypatch: pyt
     shutil.copytree(ROOT / "env", tmp_path / "env")
     monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
     args = argparse.Namespace(bump="debian", stack=None, json=True)
-    assert outdated._run(args, fetch=lambda name: PYPI[name]) == 0
+    assert outdated._run(args, fetch=lambda name: PYPI[name], resolve=resolves) == 0
     assert json.loads(capsys.readouterr().out) == {"te": "2.21.0"}
     bumped = load_stacks(tmp_path / "env" / "stacks.json")
     assert bumped["debian"].te == "2.21.0" and bumped["debian"].mcore == "0.16.1"
@@ -57,5 +61,29 @@ def test_pypi_unreachable_is_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pyt
         raise OSError("network unreachable")
 
     args = argparse.Namespace(bump=None, stack="debian", json=False)
-    assert outdated._run(args, fetch=down) == 2
+    assert outdated._run(args, fetch=down, resolve=resolves) == 2
     assert "PyPI could not be read" in capsys.readouterr().err
+
+
+def test_a_bump_the_rules_allow_but_uv_refuses_is_not_clean_and_not_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """The rules know some conflicts; the resolver knows all of them (verl 0.9.1 needs transformers >= 5.5.3,
+    which the stack's constraint refuses): the bump is named with uv's reason and --bump leaves it out."""
+    tried: list[str] = []
+
+    def refuses_te(stack: Stack) -> str | None:
+        tried.append(stack.te)
+        return "uv finds no solution: transformer-engine-torch==2.21.0 needs torch>=2.12" if stack.te == "2.21.0" \
+            else None
+
+    debian = load_stacks()["debian"]
+    found = {f.component: f for f in outdated.check_stack(debian, lambda name: PYPI[name], {}, refuses_te)}
+    assert found["te"].breaks == ("[resolve] uv finds no solution: transformer-engine-torch==2.21.0 needs "
+                                  "torch>=2.12",)
+    assert "would break [resolve]" in found["te"].line()
+    assert found["mcore"].breaks[0].startswith("[mbridge-mcore]") and "2.21.0" in tried  # rules first
+    shutil.copytree(ROOT / "env", tmp_path / "env")
+    monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
+    args = argparse.Namespace(bump="debian", stack=None, json=True)
+    assert outdated._run(args, fetch=lambda name: PYPI[name], resolve=refuses_te) == 0
+    assert json.loads(capsys.readouterr().out) == {}
