@@ -20,6 +20,7 @@ passing verdict (tests/unit/repo/test_push_paths.py walks every make target and 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import shlex
@@ -109,8 +110,28 @@ class Promotion:
         return [*self.moving_tags, self.immutable_tag]
 
 
+def rollback_problem(image: ImageRef, alias: str, created: dt.datetime, key: str, chosen: policy.Policy,
+                     now: dt.datetime | None, run: Runner | None) -> str | None:
+    """Why moving ``alias`` to this image would take it back in time: the alias now names another digest
+    whose own signed certificate is newer. A tag that is new, or names an image without a signed certificate
+    of ours, may move."""
+    current = image.with_tag(alias)
+    try:
+        there = registry.resolve(current, **({"run": run} if run else {}))
+    except registry.RegistryError:
+        return None  # no such tag yet
+    if there.digest == image.digest:
+        return None
+    verdict, _, _ = verify.check(f"{image.repository}@{there.digest}", key,
+                                 dataclasses.replace(chosen, max_age_days=float("inf")), now, run)
+    if verdict.created is None or dt.datetime.fromisoformat(verdict.created) <= created:
+        return None
+    return (f"{alias} names {there.digest}, certified {verdict.created}, newer than this certificate "
+            f"({created.isoformat()}): moving it here would roll it back; pass --allow-rollback to mean it")
+
+
 def plan(image_ref: str, stack_name: str, key: str, chosen: policy.Policy, layer: str | None = None,
-         now: dt.datetime | None = None, run: Runner | None = None) -> Promotion:
+         now: dt.datetime | None = None, run: Runner | None = None, allow_rollback: bool = False) -> Promotion:
     """Every check against the registry and env/; InputError (exit 2) when something cannot be checked,
     Refused (exit 1) listing every refusal. Nothing is changed here."""
     ref = by_digest(image_ref)
@@ -126,6 +147,9 @@ def plan(image_ref: str, stack_name: str, key: str, chosen: policy.Policy, layer
     assert image is not None and verdict.created is not None
     created = dt.datetime.fromisoformat(verdict.created)
     full = tags.layer_tag(image_layer, stack)
+    if not allow_rollback and (back := rollback_problem(image, f"{image_layer}-{stack.name}", created, key, chosen,
+                                                        now, run)):
+        raise Refused(f"refusing to promote {ref.ref}, its tags untouched: {back}")
     return Promotion(ref.ref, stack.name, image_layer, [full, f"{image_layer}-{stack.name}"],
                      tags.immutable_tag(full, image.digest or "", created), verify.as_dict(verdict))
 
@@ -152,10 +176,13 @@ def _promote_arguments(p: argparse.ArgumentParser) -> None:
                    help="read the policies from FILE instead of the ones mcore-images ships")
     p.add_argument("--layer", default=None, help="assert the image's layer (default: read from its labels)")
     p.add_argument("--execute", action="store_true", help="move the tags (default: print what would happen)")
+    p.add_argument("--allow-rollback", action="store_true",
+                   help="move the alias even when the digest it names carries a newer signed certificate")
 
 
 def _promote(args: argparse.Namespace) -> int:
-    promotion = plan(args.image, args.stack, args.key, policy.load_policy(args.policy, args.policy_file), args.layer)
+    promotion = plan(args.image, args.stack, args.key, policy.load_policy(args.policy, args.policy_file), args.layer,
+                     allow_rollback=args.allow_rollback)
     image = images.parse(promotion.image)
     command = ["oras", "tag", *(["--plain-http"] if registry.plain_http(image) else []), promotion.image,
                *promotion.all_tags]

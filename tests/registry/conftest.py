@@ -122,10 +122,11 @@ def push(small_root: Path, stacks: dict[str, Stack]) -> Iterator[Callable[..., P
     """Push an image labelled as a layer of a stack to a fresh repository; returns it by digest."""
     made: list[str] = []
 
-    def make(stack: str = "debian", layer: str = "runtime", **label_changes: str) -> Pushed:
+    def make(stack: str = "debian", layer: str = "runtime", repository: str | None = None,
+             **label_changes: str) -> Pushed:
         chosen = stacks[stack]
         labels = {**labels_of(chosen, layer), **label_changes}
-        repository = f"{HOST}/test-{uuid.uuid4().hex[:10]}/mcore-images"
+        repository = repository or f"{HOST}/test-{uuid.uuid4().hex[:10]}/mcore-images"
         ref = f"{repository}:candidate-0123456-{layer}-{stack}"
         changes = [a for k, v in labels.items() for a in ("--change", f"LABEL {k}={v}")]
         subprocess.run(["docker", "import", *changes, str(small_root), ref], check=True, capture_output=True)

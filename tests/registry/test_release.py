@@ -305,3 +305,23 @@ def test_pinned_references_keep_verifying_after_the_policys_age_and_moving_tags_
         assert "the certificate is stale: 9.0 days old" in capsys.readouterr().out
     assert cli.main(["verify", pushed.ref, *pub, "--max-age", "0"]) == 2
     assert "give a positive number of days" in capsys.readouterr().err
+
+
+def test_a_moving_tag_is_not_rolled_back_to_an_older_certificate_without_allow_rollback(
+        push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Two builds of one stack in one repository: the newer certificate's digest holds runtime-debian; promoting
+    the digest of an older certificate would move the alias back in time, and is refused unless asked."""
+    now = dt.datetime.now(dt.UTC)
+    newer = push()
+    older = push(repository=newer.repository, **{"io.mcore-images.test-build": "older"})
+    assert older.digest != newer.digest
+    attach_and_sign(newer, newer.certificate(tmp_path / "n", created=now - dt.timedelta(hours=1)).parent,
+                    keys["ours.key"])
+    attach_and_sign(older, older.certificate(tmp_path / "o", created=now - dt.timedelta(hours=3)).parent,
+                    keys["ours.key"])
+    assert promote(newer, keys["ours.pub"]) == 0
+    capsys.readouterr()
+    err = refused(older, keys, capsys)
+    assert f"runtime-debian names {newer.digest}, certified " in err and "pass --allow-rollback" in err, err
+    assert promote(older, keys["ours.pub"], "--allow-rollback") == 0
+    assert registry.resolve(older.image.with_tag("runtime-debian")).digest == older.digest
