@@ -35,13 +35,12 @@ def prepare(folder: Path) -> bool:
     any work starts. Returns whether this call created it (so that only then may its caller remove it)."""
     created = False
     if not folder.is_dir():
-        if folder.exists():
-            raise FolderError(f"{folder} exists and is not a folder")
         try:
             folder.mkdir(parents=True)
             created = True
-        except FileExistsError:  # another rank or job made it in the meantime
-            pass
+        except FileExistsError:  # another rank or job made it in the meantime, or it is a file
+            if not folder.is_dir():
+                raise FolderError(f"{folder} exists and is not a folder") from None
         except OSError as exc:
             raise FolderError(f"cannot create {folder} ({exc.strerror})") from exc
     try:

@@ -40,6 +40,24 @@ def test_a_missing_folder_is_made_and_said_to_be_made(tmp_path: Path) -> None:
     assert folders.prepare(target) is False
 
 
+def test_a_folder_another_rank_makes_in_between_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two ranks prepare one folder: the other makes it between this one's look and its mkdir."""
+    target = tmp_path / "ckpt"
+    real_is_dir = Path.is_dir
+    looks = iter([False])  # the first look finds nothing; then the other rank's mkdir lands
+
+    def is_dir(self: Path) -> bool:
+        if self == target:
+            seen = next(looks, None)
+            if seen is not None:
+                target.mkdir()
+                return seen
+        return real_is_dir(self)
+
+    monkeypatch.setattr(Path, "is_dir", is_dir)
+    assert folders.prepare(target) is False and real_is_dir(target)
+
+
 def test_a_file_in_the_way_is_refused_and_left_alone(tmp_path: Path) -> None:
     (tmp_path / "ckpt").write_text("sentinel")
     with pytest.raises(folders.FolderError, match="exists and is not a folder"):
