@@ -16,9 +16,12 @@ import os
 import time
 from typing import Any
 
-from smoke.kit.bootstrap import free_port
-
 POLL_S = 0.5
+"""How often the driver looks for an actor that ended.
+
+This module imports nothing heavy at its top: each actor's process unpickles `_RankActor` from it, and a
+megatron-core imported then (smoke.kit.bootstrap imports it) would bind Transformer Engine before a CPU
+run's shim hides it, so the actors' grad norm would call TE's CUDA kernels."""
 
 
 def _rank_main(env: dict[str, str], argv: list[str]) -> int:
@@ -35,6 +38,8 @@ def run_ranks(world: int, argv: list[str], env: dict[str, str], wait_s: float, c
     """Run ``world`` ranks as Ray actors; (exit code or None when stopped, whether ``wait_s`` ran out, what
     the certificate records about Ray)."""
     import ray
+
+    from smoke.kit.bootstrap import free_port
 
     started = time.time()
     address = os.environ.get("RAY_ADDRESS") or None

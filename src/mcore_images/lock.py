@@ -97,8 +97,10 @@ and why; each runtime lock holds them."""
 NUMPY1_VERL_BELOW = "0.9"
 """verl releases before this one require numpy < 2."""
 UNDECLARED_APP_NUMPY1: dict[str, str] = {
-    "pyarrow<26": "pyarrow >= 26 refuses to import with numpy 1.x, and its metadata does not say so; Ray "
-                  "imports it in every actor (its serializer) and verl's datasets read parquet through it",
+    "pyarrow<21": "pyarrow >= 26 refuses to import with numpy 1.x, and the datasets release that fits torch's "
+                  "fsspec (2.14.4, the last without an fsspec ceiling) subclasses pa.PyExtensionType, which "
+                  "pyarrow 21 removed; neither is in the metadata. Ray imports pyarrow in every actor (its "
+                  "serializer) and verl's trainer imports datasets",
 }
 """What the app layer of a numpy-1 verl (before NUMPY1_VERL_BELOW) needs beyond its packages' metadata, and
 why."""
