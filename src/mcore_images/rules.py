@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from mcore_images.stacks import NONE, Stack
-from mcore_images.versions import Requirement, SpecifierSet, at_least, bounded_below, can_meet, major_minor
+from mcore_images.versions import Requirement, SpecifierSet, Version, at_least, bounded_below, can_meet, major_minor
 
 # torch on PyPI is built for one CUDA release per torch minor (the nvidia-* wheels it pins).
 TORCH_PYPI_CUDA = {"2.8": "12.8", "2.9": "12.8", "2.11": "13.0"}
@@ -133,6 +133,13 @@ def _te_cuda(s: Stack) -> Iterator[tuple[str, str]]:
         yield f"TE {s.te} has no transformer-engine-cu13 wheel", f"use TE >= {TE_FIRST_CU13} or CUDA 12"
 
 
+def _te_floor(table: dict[str, str], te: str) -> str | None:
+    """The floor a TE release needs from one of the tables above (TE release line → oldest version of the
+    other side): the entry of the newest line ``te`` has reached, None before the first."""
+    reached = [line for line in table if at_least(te, line)]
+    return table[max(reached, key=Version)] if reached else None
+
+
 @rule("te-cudnn")
 def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
     # The cuDNN torch brings (its nvidia-cudnn-cuXX pin in the stack's base lock) is what TE compiles against.
@@ -140,7 +147,7 @@ def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
 
     if s.te_source != "build":
         return
-    floor = next((cudnn for te, cudnn in sorted(TE_MIN_CUDNN.items(), reverse=True) if at_least(s.te, te)), None)
+    floor = _te_floor(TE_MIN_CUDNN, s.te)
     path = lock.lock_path(s, "base")
     if floor is None or not path.is_file():
         return
@@ -155,7 +162,7 @@ def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
 def _te_torch(s: Stack) -> Iterator[tuple[str, str]]:
     if s.te_source != "build":
         return
-    floor = next((torch for te, torch in sorted(TE_MIN_TORCH.items(), reverse=True) if at_least(s.te, te)), None)
+    floor = _te_floor(TE_MIN_TORCH, s.te)
     if floor is not None and not at_least(s.torch, floor):
         yield (f"TE {s.te}'s extension compiles only against torch >= {floor} (it includes "
                f"c10d/symm_mem/nccl_dev_cap.hpp), the stack pins torch {s.torch}",
