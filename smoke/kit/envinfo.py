@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import importlib.util
+import json
+import os
 import platform
 import shutil
 import subprocess
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from mcore_images import components
+from mcore_images import components, schemas
 
 
 def package_version(key: str) -> str | None:
@@ -50,6 +54,56 @@ def compiler_version() -> str | None:
     return out.stdout.strip() or None
 
 
+def source(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Whether this run is in an image's environment or a machine's own (a checkout on the host's Python).
+
+    An image sets ``MCORE_IMAGES_STACK`` and points ``PIP_CONSTRAINT`` at the versions it was built and
+    certified with (mcore_images.constraints). The run is the image's environment when both are set and every
+    constrained distribution is installed at exactly that version; anything else is the machine's tree, with
+    what differs. Only an image environment's GPU run certifies a digest (policy.certificate_problems)."""
+    env = os.environ if environ is None else environ
+    stack, path = env.get("MCORE_IMAGES_STACK", ""), env.get("PIP_CONSTRAINT", "")
+    out: dict[str, Any] = {"kind": schemas.MACHINE_TREE, "stack": stack or None, "constraints": path or None,
+                           "differences": []}
+    if not stack or not path:
+        out["differences"].append("MCORE_IMAGES_STACK and PIP_CONSTRAINT are not both set (no image's settings)")
+        return out
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        out["differences"].append(f"PIP_CONSTRAINT {path} cannot be read ({exc.__class__.__name__})")
+        return out
+    pins = [line.split("==", 1) for line in (raw.split("#", 1)[0].strip() for raw in lines) if "==" in line]
+    if not pins:
+        out["differences"].append(f"PIP_CONSTRAINT {path} pins nothing")
+    for name, version in pins:
+        try:
+            have = md.version(name.strip())
+        except md.PackageNotFoundError:
+            have = None
+        if have != version.strip():
+            out["differences"].append(f"{name.strip()} {have or 'absent'}, the image pins {version.strip()}")
+    out["pinned"] = len(pins)
+    if (python := stack_python(stack, env)) and python != ".".join(platform.python_version_tuple()[:2]):
+        out["differences"].append(f"python {platform.python_version()}, the image's stack {stack} has {python}")
+    if not out["differences"]:
+        out["kind"] = schemas.IMAGE_ENVIRONMENT
+    return out
+
+
+def stack_python(stack: str, env: Mapping[str, str]) -> str | None:
+    """The Python (major.minor) env/stacks.json under ``MCORE_IMAGES_ROOT`` gives the stack; None when unknown."""
+    if not env.get("MCORE_IMAGES_ROOT"):
+        return None
+    try:
+        data = json.loads((Path(env["MCORE_IMAGES_ROOT"]) / "env" / "stacks.json").read_text("utf-8"))
+        entries = data["variable"]["STACKS"]["default"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    found = next((e for e in entries if isinstance(e, dict) and e.get("name") == stack), None)
+    return str(found["python"]) if found and found.get("python") else None
+
+
 def packages() -> dict[str, str | None]:
     """Every package the certificate lists (mcore_images.components), in catalogue order."""
     return {key: package_version(key) for key in components.certificate_packages()}
@@ -73,7 +127,7 @@ def collect(world: int, nodes: int, cpu: bool) -> dict[str, Any]:
     """Software and hardware facts of this rank (rank 0's go into the certificate)."""
     import torch
 
-    info: dict[str, Any] = {"packages": packages(), "cuda": torch.version.cuda}
+    info: dict[str, Any] = {"packages": packages(), "cuda": torch.version.cuda, "source": source()}
     if cpu or not torch.cuda.is_available():
         info.update(nccl=None, cudnn=None, gpu={"model": "CPU (gloo)", "count": 0, "driver": None})
         return info

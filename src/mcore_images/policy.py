@@ -127,6 +127,11 @@ def certificate_problems(cert: Mapping[str, Any], image: ImageRef, now: dt.datet
     if policy.require_gpu and (not isinstance(gpus, int) or gpus < 1):
         problems.append(f"the smoke ran on no GPU (a --cpu run) and policy '{policy.name}' requires GPUs; certify "
                         "on a GPU runner")
+    source = cert["environment"].get("source") or {}
+    if isinstance(gpus, int) and gpus >= 1 and source.get("kind") != schemas.IMAGE_ENVIRONMENT:
+        differs = "; ".join(source.get("differences") or [])[:300] or "no environment source recorded"
+        problems.append(f"the GPU smoke ran in {source.get('kind') or 'an unknown environment'}, not the image's "
+                        f"environment ({differs}); certify the image itself on a GPU runner (mcore-images certify)")
     if cert["image"]["digest"] != image.digest:
         problems.append(f"the certificate is for {cert['image']['digest']}, not {image.digest}; certify this "
                         "digest (gpu-smoke.yml) or promote the digest the certificate names")

@@ -159,17 +159,14 @@ class Referrer:
     digest: str
     annotations: dict[str, str]
 
-    @property
-    def created(self) -> str:
-        return self.annotations.get("org.opencontainers.image.created", "")
-
 
 def certificates(image: ImageRef, run: Runner = subprocess.run) -> list[Referrer]:
-    """The certificate artifacts attached to the image's digest, newest first."""
+    """The certificate artifacts attached to the image's digest, in the registry's order. Neither that order nor
+    the index's annotations are signed, so nothing is ordered by them here: verify orders by signed content."""
     out = oras(image, "discover", "--format", "json", "--artifact-type", schemas.CERTIFICATE_ARTIFACT, image.ref,
                what=f"listing the certificates attached to {image.ref}", run=run).stdout
     found = [Referrer(m["digest"], dict(m.get("annotations") or {})) for m in json.loads(out).get("manifests") or []]
-    return sorted(found, key=lambda r: r.created, reverse=True)
+    return found
 
 
 def referrers_mode(image: ImageRef, run: Runner = subprocess.run) -> str:

@@ -45,13 +45,39 @@ def layer_tag(layer: str, stack: Stack) -> str:
     }[layer]
 
 
+IMMUTABLE_SUFFIX = re.compile(r"-[0-9]{8}-([0-9a-f]{12})$")
+"""How an immutable tag ends: ``-<YYYYMMDD>-<first 12 hex digits of the digest>`` (immutable_tag writes it)."""
+
+
 def immutable_tag(content_tag: str, digest: str, created: dt.datetime) -> str:
     """The tag a promotion writes next to the moving ones, which never moves: the content tag, the
     certificate's date and the first 12 hex digits of the digest (at most 128 characters, OCI's limit)."""
-    tag = f"{content_tag}-{created:%Y%m%d}-{digest.removeprefix('sha256:')[:12]}"
+    tag = f"{content_tag}-{created:%Y%m%d}-{_short(digest)}"
     if len(tag) > 128:
         raise InputError(f"immutable tag {tag!r} is longer than 128 characters: shorten the stack's versions")
     return tag
+
+
+def _short(digest: str) -> str:
+    return digest.removeprefix("sha256:")[:12]
+
+
+def is_immutable(tag: str) -> bool:
+    """Whether ``tag`` has the form of an immutable tag (of any content tag and digest)."""
+    return IMMUTABLE_SUFFIX.search(tag) is not None
+
+
+def is_immutable_tag_of(tag: str, content_tag: str, digest: str) -> bool:
+    """Whether ``tag`` is the immutable tag of ``content_tag`` promoted at ``digest`` (any date)."""
+    match = IMMUTABLE_SUFFIX.search(tag)
+    return (match is not None and tag[:match.start()] == content_tag and match.group(1) == _short(digest))
+
+
+def is_candidate_tag_of(tag: str, target: str) -> bool:
+    """Whether ``tag`` is a candidate tag (candidate_tag) of ``target``, from any commit."""
+    prefix, _, rest = tag.partition("-")
+    sha, _, name = rest.partition("-")
+    return prefix == "candidate" and bool(_SHA.match(sha)) and name == target
 
 
 def image(tag: str, registry: str = "", repo: str = DEFAULT_REPO) -> str:

@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,15 +73,14 @@ def tag_problem(tag: str, digest: str, labels: dict[str, str]) -> str | None:
 
     stack_name, layer = labels.get(images.label("stack"), ""), labels.get(images.label("layer"), "")
     alias = f"{layer}-{stack_name}"
-    if tag == alias or re.fullmatch(rf"candidate-[0-9a-f]{{7,40}}-{re.escape(alias)}", tag):
+    if tag == alias or tags.is_candidate_tag_of(tag, alias):
         return None
     stack = load_stacks().get(stack_name)
     if stack is None or layer not in stack.built_layers:
         return (f"tag {tag} cannot be bound to this image: it is stack '{stack_name}', layer '{layer}', which "
                 f"env/stacks.json here does not define; verify it by digest or as {alias}")
     content = tags.layer_tag(layer, stack)
-    if tag == content or re.fullmatch(rf"{re.escape(content)}-[0-9]{{8}}-{digest.removeprefix('sha256:')[:12]}",
-                                      tag):
+    if tag == content or tags.is_immutable_tag_of(tag, content, digest):
         return None
     return (f"tag {tag} is not a tag of what it points to: {digest} is stack '{stack_name}', layer '{layer}', "
             f"whose tags are {alias}, {content} and {content}-<date>-{digest.removeprefix('sha256:')[:12]}; the tag "
@@ -167,10 +165,6 @@ def as_dict(verdict: Verdict) -> dict[str, Any]:
     return {**asdict(verdict), "exit_code": verdict.exit_code}
 
 
-IMMUTABLE_TAG = re.compile(r"-[0-9]{8}-[0-9a-f]{12}$")
-"""The end of the tag promote writes once and never moves (tags.immutable_tag)."""
-
-
 def age_policy(ref: str, chosen: policy.Policy, max_age_days: float | None) -> tuple[policy.Policy, str | None]:
     """The policy verify judges by, and a note when it does not judge age. Freshness is a promotion rule and
     one for moving tags (re-certified on a schedule): a digest or an immutable tag keeps verifying after the
@@ -181,7 +175,7 @@ def age_policy(ref: str, chosen: policy.Policy, max_age_days: float | None) -> t
         parsed = images.parse(ref)
     except ValueError:
         return chosen, None  # check() names the bad reference
-    if parsed.digest or (parsed.tag and IMMUTABLE_TAG.search(parsed.tag)):
+    if parsed.digest or (parsed.tag and tags.is_immutable(parsed.tag)):
         return (dataclasses.replace(chosen, max_age_days=float("inf")),
                 "age not judged: a pinned reference (digest or immutable tag); pass --max-age DAYS to judge it")
     return chosen, None

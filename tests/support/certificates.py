@@ -43,7 +43,8 @@ def labels_of(stack: Stack, layer: str) -> dict[str, str]:
 def write_certificate(out: Path, stack: Stack, *, repository: str, digest: str, created: dt.datetime,
                       smoke_status: str = "passed", tests: dict[str, Any] | None = None,
                       digest_source: str = REGISTRY_DIGEST, gpus: int = 8,
-                      packages: dict[str, str | None] | None = None) -> Path:
+                      packages: dict[str, str | None] | None = None,
+                      source: str = schemas.IMAGE_ENVIRONMENT) -> Path:
     """A certificate as the smoke writes it, bound to ``repository@digest`` by certify.bind."""
     cert = smoke_certificate.new(["python", "-m", "smoke", "--out", "/cert"], created.isoformat(timespec="seconds"))
     code = {"passed": 0, "failed": 1}[smoke_status]
@@ -51,7 +52,11 @@ def write_certificate(out: Path, stack: Stack, *, repository: str, digest: str, 
     gpu = ({"model": "NVIDIA H100 80GB HBM3", "count": gpus, "driver": "580.65.06"} if gpus
            else {"model": "CPU (gloo)", "count": 0, "driver": None})
     cert["environment"] = {"packages": packages or packages_of(stack), "cuda": stack.cuda, "nccl": "2.27.7",
-                           "cudnn": "91900", "gpu": gpu}
+                           "cudnn": "91900", "gpu": gpu,
+                           "source": {"kind": source, "stack": stack.name,
+                                      "constraints": "/opt/mcore-images/constraints.txt",
+                                      "differences": [] if source == schemas.IMAGE_ENVIRONMENT
+                                      else ["torch 2.11.0+cu130, the image pins 2.11.0"]}}
     assert smoke_certificate.validate(cert) == []
     smoke_certificate.write(cert, out)
     image = certify.ImageDigest(f"{repository}@{digest}", digest, digest_source, f"{repository}@{digest}")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import components, images, policy, tags, versions
+from mcore_images import components, images, policy, schemas, tags, versions
 from mcore_images.errors import InputError
 from mcore_images.stacks import Stack
 from tests.support.certificates import labels_of, packages_of, write_certificate
@@ -64,6 +64,8 @@ WRONG: list[tuple[str, Callable[[Path, Stack], Path], str]] = [
      "bound a local image ID, not a registry digest"),
     ("cpu run", lambda out, s: write(out, s, gpus=0), "the smoke ran on no GPU (a --cpu run) and policy 'release'"),
     ("future", lambda out, s: write(out, s, created=NOW + dt.timedelta(days=1)), "created in the future"),
+    ("gpu run in a machine's tree", lambda out, s: write(out, s, source=schemas.MACHINE_TREE),
+     "the GPU smoke ran in machine's tree, not the image's environment (torch 2.11.0+cu130, the image pins"),
 ]
 
 
@@ -178,6 +180,22 @@ def test_the_immutable_tag_names_the_content_the_date_and_the_digest(ngc: Stack)
     full = tags.layer_tag("runtime", ngc)
     tag = tags.immutable_tag(full, DIGEST, NOW)
     assert tag == f"{full}-20260901-{'a' * 12}" and len(tag) <= 128
+    assert tags.is_immutable(tag) and tags.is_immutable_tag_of(tag, full, DIGEST)
+    assert not tags.is_immutable_tag_of(tag, full, "sha256:" + "b" * 64)  # another digest
+    assert not tags.is_immutable_tag_of(tag, tags.layer_tag("kernels", ngc), DIGEST)  # another content tag
+    assert not tags.is_immutable(full)
+
+
+@pytest.mark.parametrize(("tag", "ok"), [
+    ("candidate-0123abc-runtime-ngc", True),
+    ("candidate-" + "f" * 40 + "-runtime-ngc", True),
+    ("candidate-0123ab-runtime-ngc", False),  # 6 hex digits: not a commit
+    ("candidate-0123ABC-runtime-ngc", False),
+    ("candidate-0123abc-runtime-ngc-x", False),
+    ("runtime-ngc", False),
+])
+def test_candidate_tags_are_recognised_by_their_form(tag: str, ok: bool) -> None:
+    assert tags.is_candidate_tag_of(tag, "runtime-ngc") is ok
 
 
 @pytest.mark.parametrize(("key", "pinned", "have", "same"), [

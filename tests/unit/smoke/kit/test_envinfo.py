@@ -1,0 +1,57 @@
+"""environment.source: a run is the image's environment only with the image's settings and pinned versions."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+from pathlib import Path
+
+from smoke.kit import envinfo
+
+from mcore_images import schemas
+
+
+def _constraints(tmp_path: Path, *lines: str) -> Path:
+    path = tmp_path / "constraints.txt"
+    path.write_text("# Certified together with this image\n" + "".join(f"{line}\n" for line in lines))
+    return path
+
+
+def test_the_image_settings_and_versions_are_the_image_environment(tmp_path: Path) -> None:
+    path = _constraints(tmp_path, f"packaging=={md.version('packaging')}", f"pytest=={md.version('pytest')}")
+    got = envinfo.source({"MCORE_IMAGES_STACK": "debian", "PIP_CONSTRAINT": str(path)})
+    assert got["kind"] == schemas.IMAGE_ENVIRONMENT and got["differences"] == [] and got["pinned"] == 2
+
+
+def test_one_moved_or_missing_distribution_makes_it_the_machines_tree(tmp_path: Path) -> None:
+    path = _constraints(tmp_path, f"packaging=={md.version('packaging')}", "pytest==0.0.1",
+                        "no-such-distribution-here==1.0")
+    got = envinfo.source({"MCORE_IMAGES_STACK": "debian", "PIP_CONSTRAINT": str(path)})
+    assert got["kind"] == schemas.MACHINE_TREE
+    assert got["differences"] == [f"pytest {md.version('pytest')}, the image pins 0.0.1",
+                                  "no-such-distribution-here absent, the image pins 1.0"]
+
+
+def test_without_the_image_settings_it_is_the_machines_tree(tmp_path: Path) -> None:
+    path = _constraints(tmp_path, f"packaging=={md.version('packaging')}")
+    assert envinfo.source({"PIP_CONSTRAINT": str(path)})["kind"] == schemas.MACHINE_TREE
+    assert envinfo.source({"MCORE_IMAGES_STACK": "debian"})["kind"] == schemas.MACHINE_TREE
+    unreadable = envinfo.source({"MCORE_IMAGES_STACK": "debian", "PIP_CONSTRAINT": str(tmp_path / "absent")})
+    assert unreadable["kind"] == schemas.MACHINE_TREE and "cannot be read" in unreadable["differences"][0]
+    empty = envinfo.source({"MCORE_IMAGES_STACK": "debian", "PIP_CONSTRAINT": str(_constraints(tmp_path))})
+    assert empty["kind"] == schemas.MACHINE_TREE and "pins nothing" in empty["differences"][0]
+
+
+def test_another_python_than_the_stacks_is_a_difference(tmp_path: Path) -> None:
+    import json
+    import platform
+
+    (tmp_path / "env").mkdir()
+    here = ".".join(platform.python_version_tuple()[:2])
+    stacks = [{"name": "same", "python": here}, {"name": "other", "python": "3.0"}]
+    (tmp_path / "env" / "stacks.json").write_text(json.dumps({"variable": {"STACKS": {"default": stacks}}}))
+    path = _constraints(tmp_path, f"packaging=={md.version('packaging')}")
+    env = {"PIP_CONSTRAINT": str(path), "MCORE_IMAGES_ROOT": str(tmp_path)}
+    assert envinfo.source({**env, "MCORE_IMAGES_STACK": "same"})["kind"] == schemas.IMAGE_ENVIRONMENT
+    other = envinfo.source({**env, "MCORE_IMAGES_STACK": "other"})
+    assert other["kind"] == schemas.MACHINE_TREE
+    assert other["differences"] == [f"python {platform.python_version()}, the image's stack other has 3.0"]
