@@ -13,7 +13,8 @@ LAYER ?=
 MAX_JOBS ?=
 NVCC_THREADS ?=
 BAKE_ARGS ?=
-IMAGE ?= mcore-images:runtime-$(or $(STACK),debian)
+# The default image (`make build` with no STACK: the default group's top layer), or the runtime of STACK.
+IMAGE ?= mcore-images:$(if $(STACK),runtime-$(STACK),app-debian-verl)
 FORCE ?=
 export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
 # Values reach recipes as environment variables, never pasted into shell text: a recipe passes them to
@@ -71,29 +72,32 @@ lint: ## ruff, shellcheck, hadolint
 test-unit: ## unit tests of the tooling (no docker needed)
 	$(PYTHON) -m pytest -q tests/unit
 
-test-image: ## image tests against IMAGE (default: the runtime of STACK, or debian)
+test-image: ## image tests against IMAGE (default: the runtime of STACK, or the default image app-debian-verl)
 	$(PYTHON) -m pytest -q tests/image --image "$$IMAGE"
 
 test: lint validate test-unit ## lint, generated files, unit tests (no docker build; `make ci` adds the image)
 
-test-image-ci: ## image tests against the runtime image of every stack in the ci group
-	set -e; for stack in $$($(MCORE) plan --group ci --format names); do \
-	  $(PYTHON) -m pytest -q tests/image --image mcore-images:runtime-$$stack; done
+test-image-ci: ## image tests against the top image of every stack in the ci group (what release-local certifies)
+	set -e; for alias in $$($(MCORE) plan --group ci --format top); do \
+	  $(PYTHON) -m pytest -q tests/image --image "mcore-images:$$alias"; done
 
-# The image release-local certified, promoted and pulled back from the local registry: what CI's Slurm and
-# example-job phases run (a fresh machine has no other).
-CERTIFIED_IMAGE = 127.0.0.1:$(or $(MCORE_REGISTRY_PORT),5000)/mcore-images:runtime-debian
+# The stack whose layers CI builds (the first of the ci group): the layer-reuse check rebuilds its runtime.
+CI_STACK = $(firstword $(shell $(MCORE) plan --group ci --format names))
+# The image release-local certified, promoted and pulled back from the local registry (the first it lists in
+# build/release-local/certified.txt): what CI's Slurm and example-job phases run (a fresh machine has no other).
+CERTIFIED_IMAGE = $(or $(shell head -n 1 build/release-local/certified.txt 2>/dev/null),$(error no image was \
+  certified: build/release-local/certified.txt is missing; run `make release-local` first))
 
-ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release path on the ci group, layer reuse, Slurm
+ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release path on the ci group (verl's app image), layer reuse, Slurm
 	bash .ci/phase.sh lint+unit $(MAKE) --no-print-directory test
 	bash .ci/phase.sh release-local $(MAKE) --no-print-directory release-local
 	bash .ci/phase.sh registry-tests $(MAKE) --no-print-directory test-registry
-	bash .ci/phase.sh layer-reuse $(MAKE) --no-print-directory layer-reuse
+	bash .ci/phase.sh layer-reuse $(MAKE) --no-print-directory layer-reuse STACK=$(CI_STACK)
 	bash .ci/phase.sh slurm $(MAKE) --no-print-directory test-slurm IMAGE=$(CERTIFIED_IMAGE)
 	bash .ci/phase.sh example-job $(MAKE) --no-print-directory test-example IMAGE=$(CERTIFIED_IMAGE)
 	bash .ci/phase.sh report $(MAKE) --no-print-directory test-report
 
-ci-nightly: ## what the nightly workflow runs (after setup + docker-engine): the release path on the nightly group (debian-mcore019, verl's app image), the report
+ci-nightly: ## what the nightly workflow runs (after setup + docker-engine): the release path on the nightly group (the debian runtimes), the report
 	GROUP=nightly bash .ci/phase.sh release-local $(MAKE) --no-print-directory release-local
 	bash .ci/phase.sh report $(MAKE) --no-print-directory test-report
 

@@ -77,5 +77,6 @@ for i in $(seq 0 $((count - 1))); do
 
   mcore verify "$REGISTRY/$REPO:$alias" --key "$OUT/keys/cosign.pub" --policy ci
   say "verify: $REGISTRY/$REPO:$alias passed"
+  printf '%s\n' "$REGISTRY/$REPO:$alias" >>"$OUT/certified.txt"  # what CI's later phases run
 done
 say "phase wall time: $(( $(date +%s) - started )) s"

@@ -108,6 +108,14 @@ def _ms(seconds: Any) -> str:
     return "–" if seconds is None else f"{seconds * 1000:.1f}"
 
 
+def _source_line(source: dict[str, Any] | None) -> str:
+    if not source:
+        return "- Environment: not recorded"
+    differs = source.get("differences") or []
+    return (f"- Environment: {source['kind']}" + (f" of stack {source['stack']}" if source.get("stack") else "")
+            + (f" — differs from the image: {'; '.join(differs)}" if differs else ""))
+
+
 def render_markdown(cert: dict[str, Any]) -> str:
     """The certificate as Markdown: header facts, one table row per run, failed checks listed."""
     env, settings, image = cert["environment"], cert["settings"], cert["image"]
@@ -122,6 +130,7 @@ def render_markdown(cert: dict[str, Any]) -> str:
         f"- Created: {cert['created']}",
         f"- Hardware: {gpu.get('count', 0)} × {gpu.get('model', 'no GPU')}, driver {gpu.get('driver', '–')}, "
         f"CUDA {env.get('cuda') or '–'}, NCCL {env.get('nccl') or '–'}, cuDNN {env.get('cudnn') or '–'}",
+        _source_line(env.get("source")),
         "- Packages: " + ", ".join(f"{name} {pkgs.get(name) or '–'}" for name in components.certificate_packages()),
         f"- Settings: {settings.get('world_size', '?')} rank(s) on {settings.get('nodes', '?')} node(s), "
         f"{settings.get('backend', '?')}, {settings.get('dtype', '?')}, {settings.get('steps', '?')} steps × "

@@ -103,6 +103,8 @@ def run(stack: str | None, group: str | None, fmt: str, registry: str = "") -> t
     plans = make_plan(select(load_stacks(), stack, group), group, registry)
     if fmt == "names":
         text = "\n".join(p.stack.name for p in plans)
+    elif fmt == "top":
+        text = "\n".join(tags.target(p.stack.built_layers[-1], p.stack) for p in plans)
     elif fmt == "json":
         text = json.dumps([p.to_dict() for p in plans], indent=2)
     elif fmt == "markdown":
@@ -116,8 +118,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stack", help="one stack (default: all)")
     p.add_argument("--group", help="the stacks of one bake group (default, ci, release, all)")
     p.add_argument("--registry", default="", help="prefix the tags with this registry, e.g. ghcr.io/acme")
-    p.add_argument("--format", choices=("text", "markdown", "names"), default="text",
-                   help="text (default), the README table (markdown), or stack names one per line")
+    p.add_argument("--format", choices=("text", "markdown", "names", "top"), default="text",
+                   help="text (default), the README table (markdown), stack names one per line, or the alias of "
+                        "each stack's top layer (what release-local certifies: app-<stack> or runtime-<stack>)")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -64,7 +64,7 @@ def test_index_lists_every_stack_layer_and_the_certificates(driver: Any, site: P
         assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest or ""), row
         assert row[4] == digest[:19] + "…"
     for row in certified:
-        assert row[1] == "runtime" and row[3] == f"mcore-images:runtime-{row[0]}"
+        assert row[1] in ("runtime", "app") and row[3] == f"mcore-images:{row[1]}-{row[0]}"  # the top layer
     links = driver.execute_script("return [...document.querySelectorAll('#images a')].map(a => a.getAttribute('href'))")
     assert set(links) <= set(cert_pages(site)) and links
     assert console_errors(driver) == []

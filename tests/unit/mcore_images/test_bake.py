@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import tags
+from mcore_images import plan, tags
 from mcore_images.stacks import Stack, groups
 
 pytestmark = pytest.mark.skipif(
@@ -78,13 +78,14 @@ def test_certified_groups_build_each_stacks_top_layer(root: Path, stacks: dict[s
                          check=True)
     assert json.loads(out.stdout)["group"][group]["targets"] == [
         tags.target(stacks[name].built_layers[-1], stacks[name]) for name in groups(stacks)[group]]
+    assert plan.run(None, group, "top")[0].split() == json.loads(out.stdout)["group"][group]["targets"]  # make's view
 
 
 def test_plain_print_is_the_default_group(root: Path, stacks: dict[str, Stack]) -> None:
     out = subprocess.run(["docker", "buildx", "bake", "--print"], cwd=root, capture_output=True, text=True,
                          check=True)
     assert json.loads(out.stdout)["group"]["default"]["targets"] == [
-        f"runtime-{name}" for name in groups(stacks)["default"]]
+        tags.target(stacks[name].built_layers[-1], stacks[name]) for name in groups(stacks)["default"]]
 
 
 def test_variables_reach_args(root: Path, tmp_path: Path) -> None:
