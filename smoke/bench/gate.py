@@ -175,6 +175,8 @@ def merge_baselines(current: dict[str, Any] | None, bench: dict[str, Any]) -> di
             "micro_batch": r.get("micro_batch"),
             "micro_batches": r.get("micro_batches"),
             "measured": bench.get("created"),
+            # What it ran on: a later drop can then be told apart from a version change.
+            "packages": {k: v for k, v in (bench.get("packages") or {}).items() if v is not None},
         })
         entries = [e for e in entries if tuple(e[k] for k in KEY_FIELDS) != tuple(entry[k] for k in KEY_FIELDS)]
         entries.append(entry)
