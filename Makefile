@@ -85,13 +85,15 @@ test-image-ci: ## image tests against the top image of every stack in the ci gro
 CI_STACK = $(firstword $(shell $(MCORE) plan --group ci --format names))
 # The image release-local certified, promoted and pulled back from the local registry (the first it lists in
 # build/release-local/certified.txt): what CI's Slurm and example-job phases run (a fresh machine has no other).
-CERTIFIED_IMAGE = $(or $(shell head -n 1 build/release-local/certified.txt 2>/dev/null),$(error no image was \
-  certified: build/release-local/certified.txt is missing; run `make release-local` first))
+# Read by the shell when the phase starts, after release-local wrote it.
+CERTIFIED_LIST := build/release-local/certified.txt
+CERTIFIED_IMAGE = "$$(sed -n 1p $(CERTIFIED_LIST))"
 
 ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release path on the ci group (verl's app image), layer reuse, Slurm
 	bash .ci/phase.sh lint+unit $(MAKE) --no-print-directory test
 	bash .ci/phase.sh release-local $(MAKE) --no-print-directory release-local
 	bash .ci/phase.sh registry-tests $(MAKE) --no-print-directory test-registry
+	@test -s $(CERTIFIED_LIST) || { echo "error: release-local certified nothing ($(CERTIFIED_LIST) is empty)" >&2; exit 2; }
 	bash .ci/phase.sh layer-reuse $(MAKE) --no-print-directory layer-reuse STACK=$(CI_STACK)
 	bash .ci/phase.sh slurm $(MAKE) --no-print-directory test-slurm IMAGE=$(CERTIFIED_IMAGE)
 	bash .ci/phase.sh example-job $(MAKE) --no-print-directory test-example IMAGE=$(CERTIFIED_IMAGE)
