@@ -240,13 +240,35 @@ def resolved_inputs(stack: Stack) -> dict[str, list[str]]:
     return layer_inputs(stack, te_requires)
 
 
+_HEADER_STACK = re.compile(r"^# Lock of layer 'base' of stack '([^']+)'")
+
+
+def base_lock_source(stack: Stack, text: str, root: Path | None = None) -> Stack | None:
+    """The stack whose base lock ``text`` is, byte for byte, when another stack of the same base tag
+    (`lock --base-from`); None for a stack's own lock. A copy is judged as its source's lock."""
+    from mcore_images import tags
+
+    match = _HEADER_STACK.match(text)
+    if not match or match.group(1) == stack.name:
+        return None
+    source = load_stacks((root or repo_root()) / "env" / "stacks.json").get(match.group(1))
+    if source is None or tags.layer_tag("base", source) != tags.layer_tag("base", stack):
+        return None
+    original = lock_dir(source, root) / "base.txt"
+    return source if original.is_file() and original.read_text() == text else None
+
+
 def stale_layers(stack: Stack, inputs: dict[str, list[str]], folder: Path) -> list[str]:
     """The lock layers whose committed file was not resolved from these inputs (a layer's header records
-    its Python, platform, constraints and top-level requirements)."""
+    its Python, platform, constraints and top-level requirements); a base copied from a stack of the same base
+    tag is current while it equals that stack's."""
     stale = []
     for layer in own_layers(stack):
         path = folder / f"{layer}.txt"
-        if not path.is_file() or not path.read_text().startswith(header(stack, layer, inputs[layer])):
+        text = path.read_text() if path.is_file() else ""
+        if layer == "base" and text and base_lock_source(stack, text) is not None:
+            continue
+        if not text.startswith(header(stack, layer, inputs[layer])):
             stale.append(layer)
     return stale
 
@@ -352,7 +374,8 @@ def check_locks(stack: Stack, root: Path | None = None) -> list[str]:
         if found and "--hash=sha256:" not in text:
             problems.append(f"{path}: no hashes; run `mcore-images lock --stack {stack.name}`")
         lines = text.splitlines()
-        if len(lines) < 2 or not lines[1].startswith(resolution_line(stack)):
+        resolved_as = (base_lock_source(stack, text, root) if layer == "base" else None) or stack
+        if len(lines) < 2 or not lines[1].startswith(resolution_line(resolved_as)):
             problems.append(f"env/locks/{stack.name}/{layer}.txt was not resolved for {resolution_line(stack)[2:]} "
                             f"run `mcore-images lock --stack {stack.name}`")
     if stack.mcore != components.NONE and not problems:
@@ -390,6 +413,29 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--full", action="store_true", help="re-resolve every layer, not just the stale ones")
     p.add_argument("--from-layer", choices=LOCK_LAYERS[1:], default=None,
                    help="re-resolve from this layer up, keeping the layers below byte for byte")
+    p.add_argument("--base-from", metavar="STACK", default=None,
+                   help="take the base layer's lock from STACK, whose base tag this stack shares, and re-resolve the "
+                        "layers above against it (one content tag, one content: the tag-content rule)")
+
+
+def _lock_on_base_of(stack: Stack | None, source: str, stacks: dict[str, Stack], as_json: bool) -> int:
+    """Copy ``source``'s base lock into ``stack`` and re-resolve the layers above it against that base."""
+    from mcore_images import tags
+
+    if stack is None:
+        raise InputError("--base-from needs --stack: the stack whose base lock is replaced")
+    other = get_stack(source, stacks)
+    if other.name == stack.name or stack.layer_stack("base") != stack.name:
+        raise InputError(f"--base-from {source}: stack '{stack.name}' must build its own base, from another stack")
+    mine, theirs = tags.layer_tag("base", stack), tags.layer_tag("base", other)
+    if mine != theirs:
+        raise InputError(f"--base-from {source}: its base is {theirs}, stack '{stack.name}''s is {mine}; only stacks "
+                         "that tag one base image share its lock")
+    written = write_locks(stack, keep_below="builder", keep_from=lock_dir(other))
+    print(json.dumps({stack.name: {"base_from": other.name, "written": [str(p) for p in written]}}, indent=2)
+          if as_json else f"{stack.name}: base lock from {other.name}; re-resolved from 'builder' up "
+          f"({len(written)} files)")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -405,6 +451,9 @@ def _run(args: argparse.Namespace) -> int:
                 for problem in found:
                     print(f"  error: {problem}", file=sys.stderr)
         return 1 if any(problems.values()) else 0
+    if args.base_from:
+        return _lock_on_base_of(get_stack(args.stack, stacks) if args.stack else None, args.base_from, stacks,
+                                args.json)
     report = {}
     for stack in chosen:
         first, written = update_locks(stack, args.full, args.from_layer)

@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import dataclass, field
 
-from mcore_images import components, drivers, rules, tags
+from mcore_images import components, drivers, rules, tag_content, tags
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.stacks import Stack, groups, load_stacks
@@ -54,13 +54,17 @@ def select(stacks: dict[str, Stack], stack: str | None = None, group: str | None
     return list(stacks.values())
 
 
-def make_plan(selected: list[Stack], group: str | None = None, registry: str = "") -> list[StackPlan]:
+def make_plan(selected: list[Stack], group: str | None = None, registry: str = "",
+              every: dict[str, Stack] | None = None) -> list[StackPlan]:
+    """Targets, tags and rule verdicts of the selected stacks; the tag-content rule compares each with ``every``
+    stack of env/stacks.json (they push to one repository)."""
+    every = load_stacks() if every is None else every
     plans = []
     for stack in selected:
         plan = StackPlan(stack)
         for layer in stack.built_layers:
             plan.targets[tags.target(layer, stack)] = tags.tags(layer, stack, registry)
-        plan.violations = rules.check(stack)
+        plan.violations = rules.check(stack) + tag_content.violations(stack, every)
         if group == "release" and not stack.base_pinned:
             plan.violations.append(rules.Violation(
                 "release-pinned", stack.name, f"the release group refuses tag-only base {stack.base_image}",
