@@ -128,7 +128,7 @@ def check_stack(stack: Stack, fetch: Fetch, cache: dict[str, Any], resolve: Reso
     return out
 
 
-def bump(stack: Stack, findings: list[Finding], path: Path) -> dict[str, str]:
+def bump(stack: Stack, findings: list[Finding], path: Path, write: bool = True) -> dict[str, str]:
     """Write the rule-clean newer versions of ``stack`` into env/stacks.json; returns {component: version}.
     The bumps are applied together only if the stack stays valid with all of them; stacks that build on
     this one's base and kernels layers (``layers_from``) get the same versions of those layers' components."""
@@ -137,8 +137,8 @@ def bump(stack: Stack, findings: list[Finding], path: Path) -> dict[str, str]:
              and not (stack.layers_from and f.component in shared)}  # those follow the stack it builds on
     if clean and rules.check(stack.replace(**clean)):
         clean = {}
-    if not clean:
-        return {}
+    if not clean or not write:
+        return clean
     doc = json.loads(path.read_text())
     for entry in doc["variable"]["STACKS"]["default"]:
         if entry["name"] == stack.name:
@@ -153,17 +153,21 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stack", help="one stack (default: every stack)")
     p.add_argument("--bump", metavar="STACK",
                    help="write STACK's newest rule-clean versions into env/stacks.json (then run `make update`)")
+    p.add_argument("--dry-run", action="store_true", help="with --bump: print the bump, write nothing")
 
 
 def _run(args: argparse.Namespace, fetch: Fetch = fetch_pypi, resolve: Resolve = resolution_problem) -> int:
     stacks = load_stacks()
     if args.bump:
         stack = get_stack(args.bump, stacks)
-        applied = bump(stack, check_stack(stack, fetch, {}, resolve), stacks_file())
+        applied = bump(stack, check_stack(stack, fetch, {}, resolve), stacks_file(), write=not args.dry_run)
+        would = " (dry run: nothing written)" if args.dry_run and applied else ""
         print(json.dumps(applied) if args.json else
-              (f"{stack.name}: " + ", ".join(f"{k} → {v}" for k, v in applied.items()) if applied
+              (f"{stack.name}: " + ", ".join(f"{k} → {v}" for k, v in applied.items()) + would if applied
                else f"{stack.name}: no bump keeps every rule; nothing written"))
         return 0
+    if args.dry_run:
+        raise InputError("--dry-run goes with --bump STACK (without --bump, outdated writes nothing)")
     chosen = [get_stack(args.stack, stacks)] if args.stack else list(stacks.values())
     cache: dict[str, Any] = {}
     findings = [f for stack in chosen for f in check_stack(stack, fetch, cache, resolve)]

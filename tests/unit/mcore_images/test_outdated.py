@@ -48,7 +48,7 @@ def test_bump_writes_only_what_keeps_every_rule(tmp_path: Path, monkeypatch: pyt
                                                 capsys: pytest.CaptureFixture) -> None:
     shutil.copytree(ROOT / "env", tmp_path / "env")
     monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
-    args = argparse.Namespace(bump="debian", stack=None, json=True)
+    args = argparse.Namespace(bump="debian", stack=None, json=True, dry_run=False)
     assert outdated._run(args, fetch=lambda name: PYPI[name], resolve=resolves) == 0
     assert json.loads(capsys.readouterr().out) == {"te": "2.21.0"}
     bumped = load_stacks(tmp_path / "env" / "stacks.json")
@@ -56,11 +56,22 @@ def test_bump_writes_only_what_keeps_every_rule(tmp_path: Path, monkeypatch: pyt
     assert bumped["debian-mcore019"].te == "2.21.0"  # it builds on debian's kernels layer
 
 
+def test_a_dry_run_bump_prints_the_bump_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    shutil.copytree(ROOT / "env", tmp_path / "env")
+    monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
+    before = (tmp_path / "env" / "stacks.json").read_bytes()
+    args = argparse.Namespace(bump="debian", stack=None, json=False, dry_run=True)
+    assert outdated._run(args, fetch=lambda name: PYPI[name], resolve=resolves) == 0
+    assert capsys.readouterr().out == "debian: te → 2.21.0 (dry run: nothing written)\n"
+    assert (tmp_path / "env" / "stacks.json").read_bytes() == before
+
+
 def test_pypi_unreachable_is_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     def down(name: str) -> dict[str, Any]:
         raise OSError("network unreachable")
 
-    args = argparse.Namespace(bump=None, stack="debian", json=False)
+    args = argparse.Namespace(bump=None, stack="debian", json=False, dry_run=False)
     assert outdated._run(args, fetch=down, resolve=resolves) == 2
     assert "PyPI could not be read" in capsys.readouterr().err
 
@@ -84,6 +95,6 @@ def test_a_bump_the_rules_allow_but_uv_refuses_is_not_clean_and_not_written(
     assert found["mcore"].breaks[0].startswith("[mbridge-mcore]") and "2.21.0" in tried  # rules first
     shutil.copytree(ROOT / "env", tmp_path / "env")
     monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
-    args = argparse.Namespace(bump="debian", stack=None, json=True)
+    args = argparse.Namespace(bump="debian", stack=None, json=True, dry_run=False)
     assert outdated._run(args, fetch=lambda name: PYPI[name], resolve=refuses_te) == 0
     assert json.loads(capsys.readouterr().out) == {}
