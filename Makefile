@@ -13,8 +13,7 @@ LAYER ?=
 MAX_JOBS ?=
 NVCC_THREADS ?=
 BAKE_ARGS ?=
-# The default image (`make build` with no STACK: the default group's top layer), or the runtime of STACK.
-IMAGE ?= mcore-images:$(if $(STACK),runtime-$(STACK),app-debian-verl)
+IMAGE ?= mcore-images:runtime-$(or $(STACK),debian)
 FORCE ?=
 export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
 # Values reach recipes as environment variables, never pasted into shell text: a recipe passes them to
@@ -72,7 +71,7 @@ lint: ## ruff, shellcheck, hadolint
 test-unit: ## unit tests of the tooling (no docker needed)
 	$(PYTHON) -m pytest -q tests/unit
 
-test-image: ## image tests against IMAGE (default: the runtime of STACK, or the default image app-debian-verl)
+test-image: ## image tests against IMAGE (default: the runtime of STACK, or debian)
 	$(PYTHON) -m pytest -q tests/image --image "$$IMAGE"
 
 test: lint validate test-unit ## lint, generated files, unit tests (no docker build; `make ci` adds the image)
@@ -89,7 +88,7 @@ CI_STACK = $(firstword $(shell $(MCORE) plan --group ci --format names))
 CERTIFIED_LIST := build/release-local/certified.txt
 CERTIFIED_IMAGE = "$$(sed -n 1p $(CERTIFIED_LIST))"
 
-ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release path on the ci group (verl's app image), layer reuse, Slurm
+ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release path on the ci group, layer reuse, Slurm
 	bash .ci/phase.sh lint+unit $(MAKE) --no-print-directory test
 	bash .ci/phase.sh release-local $(MAKE) --no-print-directory release-local
 	bash .ci/phase.sh registry-tests $(MAKE) --no-print-directory test-registry
@@ -99,7 +98,7 @@ ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release
 	bash .ci/phase.sh example-job $(MAKE) --no-print-directory test-example IMAGE=$(CERTIFIED_IMAGE)
 	bash .ci/phase.sh report $(MAKE) --no-print-directory test-report
 
-ci-nightly: ## what the nightly workflow runs (after setup + docker-engine): the release path on the nightly group (the debian runtimes), the report
+ci-nightly: ## what the nightly workflow runs (after setup + docker-engine): the release path on the nightly group (debian-mcore019, verl's app image), the report
 	GROUP=nightly bash .ci/phase.sh release-local $(MAKE) --no-print-directory release-local
 	bash .ci/phase.sh report $(MAKE) --no-print-directory test-report
 

@@ -6,10 +6,10 @@
 #   2. the same with rank 1 raising at step 1        → must end FAILED within the smoke's timeout, leaving no
 #                                                       container or rank behind
 # Prints each job's sacct state, exit code and elapsed time, and sbatch's wall time.
-#   IMAGE   the image to run (default mcore-images:app-debian-verl, what `make build` tags)
+#   IMAGE   the runtime image to run (default mcore-images:runtime-debian, what `make build` tags)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-IMAGE="${IMAGE:-mcore-images:app-debian-verl}"
+IMAGE="${IMAGE:-mcore-images:runtime-debian}"
 TIMEOUT=60
 log() { printf '[slurm-smoke] %s\n' "$*"; }
 die() { printf '[slurm-smoke] error: %s\n' "$*" >&2; exit 1; }
