@@ -19,9 +19,10 @@ _LOCKS_OF = {"base": ("base",), "kernels": ("builder", "kernels"), "runtime": ("
 """The lock files each image layer installs (the builder's toolchain makes the kernels layer's wheels)."""
 
 
-def content(stack: Stack, layer: str) -> dict[str, str]:
+def content(stack: Stack, layer: str) -> dict[str, str] | None:
     """What the layer and those under it are made of: the base image, the GPU architectures compiled for, and
-    every pinned distribution of their locks (versions only: a lock's header names its own stack)."""
+    every pinned distribution of their locks (versions only: a lock's header names its own stack). None while a
+    lock is missing: an unlocked stack is the lock check's to report (`validate`), not a collision."""
     below = LAYERS[: LAYERS.index(layer) + 1]
     out = {"base image": f"{stack.base_image}@{stack.base_digest or 'unpinned'}"}
     if "kernels" in below:
@@ -29,8 +30,9 @@ def content(stack: Stack, layer: str) -> dict[str, str]:
     for lock_layer in (name for part in below for name in _LOCKS_OF[part]):
         assert lock_layer in LOCK_LAYERS
         path = lock.lock_path(stack, lock_layer)
-        if path.is_file():
-            out.update({f"{name} ({lock_layer})": version for name, version in lock.pins(path.read_text()).items()})
+        if not path.is_file():
+            return None
+        out.update({f"{name} ({lock_layer})": version for name, version in lock.pins(path.read_text()).items()})
     return out
 
 
@@ -49,7 +51,7 @@ def violations(stack: Stack, every: dict[str, Stack]) -> list[Violation]:
             if other.name == stack.name or layer not in other.built_layers or tags.layer_tag(layer, other) != tag:
                 continue
             mine, theirs = content(stack, layer), content(other, layer)
-            if mine != theirs:
+            if mine is not None and theirs is not None and mine != theirs:
                 fix = (f"lock {stack.name} against {other.name}'s base (`mcore-images lock --stack {stack.name} "
                        f"--base-from {other.name}`)" if layer == "base" else
                        f"take the layers from {other.name} (\"layers_from\": \"{other.name}\" in env/stacks.json) "
