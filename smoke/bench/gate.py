@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mcore_images import schemas
+from smoke.kit import envinfo
 
 SCHEMA = schemas.BENCH_BASELINES
 RESULT_SCHEMA = schemas.BENCH
@@ -52,12 +53,8 @@ def _public(version: str | None) -> str | None:
 
 def matching_stacks(packages: dict[str, str | None], stacks_json: Path) -> list[str]:
     """Stacks of ``stacks_json`` whose torch, TE and megatron-core pins are the installed versions."""
-    try:
-        entries = json.loads(stacks_json.read_text())["variable"]["STACKS"]["default"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
     found = []
-    for entry in entries:
+    for entry in envinfo.stack_entries(stacks_json):
         installed = {key: _public(packages.get(dist)) for key, dist in MATCHED.items()}
         pinned = {key: None if entry.get(key) == "none" else entry.get(key) for key in MATCHED}
         if installed == pinned:

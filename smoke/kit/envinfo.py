@@ -91,16 +91,22 @@ def source(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return out
 
 
+def stack_entries(stacks_json: Path) -> list[dict[str, Any]]:
+    """The raw stack entries of an env/stacks.json, read without mcore_images.stacks (no jsonschema inside an
+    image's smoke); [] when the file is missing or not that shape."""
+    try:
+        entries = json.loads(stacks_json.read_text("utf-8"))["variable"]["STACKS"]["default"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+
 def stack_python(stack: str, env: Mapping[str, str]) -> str | None:
     """The Python (major.minor) env/stacks.json under ``MCORE_IMAGES_ROOT`` gives the stack; None when unknown."""
     if not env.get("MCORE_IMAGES_ROOT"):
         return None
-    try:
-        data = json.loads((Path(env["MCORE_IMAGES_ROOT"]) / "env" / "stacks.json").read_text("utf-8"))
-        entries = data["variable"]["STACKS"]["default"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    found = next((e for e in entries if isinstance(e, dict) and e.get("name") == stack), None)
+    entries = stack_entries(Path(env["MCORE_IMAGES_ROOT"]) / "env" / "stacks.json")
+    found = next((e for e in entries if e.get("name") == stack), None)
     return str(found["python"]) if found and found.get("python") else None
 
 

@@ -9,7 +9,7 @@ pushed last. Checked with the rules, before any build (``mcore-images plan`` and
 from __future__ import annotations
 
 from mcore_images import lock, tags
-from mcore_images.components import LAYERS, LOCK_LAYERS
+from mcore_images.components import LAYERS
 from mcore_images.rules import Violation
 from mcore_images.stacks import Stack
 
@@ -28,7 +28,6 @@ def content(stack: Stack, layer: str) -> dict[str, str] | None:
     if "kernels" in below:
         out["cuda_archs"] = stack.cuda_archs
     for lock_layer in (name for part in below for name in _LOCKS_OF[part]):
-        assert lock_layer in LOCK_LAYERS
         path = lock.lock_path(stack, lock_layer)
         if not path.is_file():
             return None
@@ -47,10 +46,11 @@ def violations(stack: Stack, every: dict[str, Stack]) -> list[Violation]:
     out = []
     for layer in stack.built_layers:
         tag = tags.layer_tag(layer, stack)
-        for other in every.values():
-            if other.name == stack.name or layer not in other.built_layers or tags.layer_tag(layer, other) != tag:
-                continue
-            mine, theirs = content(stack, layer), content(other, layer)
+        sharing = [o for o in every.values()
+                   if o.name != stack.name and layer in o.built_layers and tags.layer_tag(layer, o) == tag]
+        mine = content(stack, layer) if sharing else None  # read once per layer, and only when a tag is shared
+        for other in sharing:
+            theirs = content(other, layer)
             if mine is not None and theirs is not None and mine != theirs:
                 fix = (f"lock {stack.name} against {other.name}'s base (`mcore-images lock --stack {stack.name} "
                        f"--base-from {other.name}`)" if layer == "base" else
