@@ -24,7 +24,7 @@ FROM_MAKE := $(MCORE) from-make
 
 .PHONY: help setup plan jobs lock update validate build base docker-engine lint test test-unit test-image \
 	test-image-ci ci smoke certify push-candidates registry release-local bake-print test-slurm test-registry \
-	test-example report test-report
+	reproduce test-example report test-report
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -88,12 +88,13 @@ CI_STACK = $(firstword $(shell $(MCORE) plan --group ci --format names))
 CERTIFIED_LIST := build/release-local/certified.txt
 CERTIFIED_IMAGE = "$$(sed -n 1p $(CERTIFIED_LIST))"
 
-ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release path on the ci group, layer reuse, Slurm
+ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release path on the ci group, layer reuse, reproduce, Slurm
 	bash .ci/phase.sh lint+unit $(MAKE) --no-print-directory test
 	bash .ci/phase.sh release-local $(MAKE) --no-print-directory release-local
 	bash .ci/phase.sh registry-tests $(MAKE) --no-print-directory test-registry
 	@test -s $(CERTIFIED_LIST) || { echo "error: release-local certified nothing ($(CERTIFIED_LIST) is empty)" >&2; exit 2; }
 	bash .ci/phase.sh layer-reuse $(MAKE) --no-print-directory layer-reuse STACK=$(CI_STACK)
+	bash .ci/phase.sh reproduce $(MAKE) --no-print-directory reproduce IMAGE=$(CERTIFIED_IMAGE)
 	bash .ci/phase.sh slurm $(MAKE) --no-print-directory test-slurm IMAGE=$(CERTIFIED_IMAGE)
 	bash .ci/phase.sh example-job $(MAKE) --no-print-directory test-example IMAGE=$(CERTIFIED_IMAGE)
 	bash .ci/phase.sh report $(MAKE) --no-print-directory test-report
@@ -104,6 +105,9 @@ ci-nightly: ## what the nightly workflow runs (after setup + docker-engine): the
 
 test-slurm: ## the CPU smoke as 2-node Slurm jobs on a one-host cluster (.ci/slurm.sh): COMPLETED, and FAILED with a faulty rank
 	bash .ci/slurm-smoke.sh
+
+reproduce: ## rebuild IMAGE from a clean clone of the commit it names and compare the digests (CI: the certified image)
+	$(MCORE) reproduce "$$IMAGE"
 
 test-example: ## the example training job (examples/train-gpt) built on IMAGE: train, kill, resume in another layout, on CPU
 	$(PYTHON) -m pytest -q -s tests/example --base "$$IMAGE"

@@ -171,6 +171,10 @@ target "_common" {
   ])
   cache-from = compact([CACHE_FROM])
   cache-to   = compact([CACHE_TO])
+  # No provenance attestation by default: it records the build's start time and a random invocation ID,
+  # so the pushed digest would differ on every rebuild of one commit (`mcore-images reproduce` compares
+  # them). The release workflow asks for SBOM and provenance explicitly (build.yml).
+  attest = ["type=provenance,disabled=true"]
 }
 
 function "stack_args" {

@@ -65,7 +65,8 @@ def check_docker() -> None:
 
 def bake_env(request: BuildRequest) -> dict[str, str]:
     """The environment bake runs with: explicit job counts (bake turns them into build secrets, which
-    stay out of the compile step's cache key), the CA bundle secret, the commit for the labels."""
+    stay out of the compile step's cache key), the CA bundle secret, the commit for the labels and its
+    time for the image dates."""
     env = dict(os.environ)
     for name, value in (("MAX_JOBS", request.max_jobs), ("NVCC_THREADS", request.nvcc_threads)):
         env.pop(name, None)
@@ -74,11 +75,23 @@ def bake_env(request: BuildRequest) -> dict[str, str]:
     if "CA_BUNDLE" not in env and SYSTEM_CA.is_file():
         env["CA_BUNDLE"] = str(SYSTEM_CA)
     if "GIT_SHA" not in env:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=repo_root(),
-                             check=False)
-        if sha.returncode == 0:
-            env["GIT_SHA"] = sha.stdout.strip()
+        sha = _git("rev-parse", "HEAD")
+        if sha:
+            env["GIT_SHA"] = sha
+    if "SOURCE_DATE_EPOCH" not in env:
+        # BuildKit dates the image config and its history by it instead of the build's clock, so one commit
+        # rebuilt gives the same digest. No stage declares it: a RUN step's cache key stays the same across
+        # commits.
+        epoch = _git("log", "-1", "--format=%ct")
+        if epoch:
+            env["SOURCE_DATE_EPOCH"] = epoch
     return env
+
+
+def _git(*args: str) -> str:
+    """One line of git's output in the checkout, or "" outside a git checkout."""
+    result = subprocess.run(["git", *args], capture_output=True, text=True, cwd=repo_root(), check=False)
+    return result.stdout.strip() if result.returncode == 0 else ""
 
 
 @dataclass(frozen=True)
@@ -96,6 +109,9 @@ class BuildRequest:
     candidate: str | None = None
     registry: str | None = None
     force: bool = False
+    local_tag: str | None = None
+    """Tag each built image REPO:<local_tag>-<target> only (no stack tags, no push): a rebuild that must not
+    move the tags of what was built before (`mcore-images reproduce`)."""
 
     def validate(self) -> None:
         """Every input checked before anything is resolved or built; InputError names the fix."""
@@ -122,6 +138,13 @@ class BuildRequest:
             tags.candidate_tag("x", self.candidate, "--candidate")  # a git commit, or one line naming the fix
         if self.candidate and self.sets:
             raise InputError("--set builds are for trying a pin, not for pushing: drop --set or --candidate")
+        if self.local_tag is not None:
+            if self.candidate or self.sets:
+                raise InputError("--local-tag rebuilds the committed pins under its own tags: drop --candidate "
+                                 "and --set")
+            if not tags.TAG_PART.fullmatch(self.local_tag):
+                raise InputError(f"--local-tag {self.local_tag!r} is not a tag's beginning; use letters, digits, "
+                                 "'.', '_' and '-' (e.g. --local-tag reproduce-1a2b3c)")
 
 
 COMPILED = {"te": "te", "apex": "apex"}
@@ -193,6 +216,11 @@ def build(request: BuildRequest) -> int:
                 "IMAGE_REPO", tags.DEFAULT_REPO))
             cmd += ["--set", f"{name}.tags={ref}"]
         cmd += ["--push", "--metadata-file", str(root / CANDIDATES / "bake-metadata.json")]
+    if request.local_tag:
+        for name in candidate_targets(selected, request.stack, group, request.layer,
+                                      [root / "docker-bake.hcl", stacks_json]):
+            ref = tags.image(f"{request.local_tag}-{name}", "", env.get("IMAGE_REPO", tags.DEFAULT_REPO))
+            cmd += ["--set", f"{name}.tags={ref}"]
     if changes:
         # An override build gets its full tags only: the short alias (runtime-debian) keeps
         # pointing at the image built from the committed pins.
@@ -228,12 +256,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--registry", help="with --candidate: the registry to push to, e.g. 127.0.0.1:5000")
     p.add_argument("--force", action="store_true",
                    help="accept a --max-jobs / --nvcc-threads that the planner's memory model says cannot fit")
+    p.add_argument("--local-tag", metavar="NAME", help="tag the built images NAME-<target> only, locally: the "
+                   "stack's tags stay where they are")
 
 
 def _run(args: argparse.Namespace) -> int:
     return build(BuildRequest(args.stack, args.group, args.layer, args.max_jobs, args.nvcc_threads,
                               tuple(args.set), tuple(args.passthrough), args.dry_run, args.candidate, args.registry,
-                              args.force))
+                              args.force, args.local_tag))
 
 
 COMMANDS = (Command("build", "check rules, then docker buildx bake a stack or a group", _arguments, _run,

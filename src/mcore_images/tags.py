@@ -89,6 +89,10 @@ def tags(layer: str, stack: Stack, registry: str = "", repo: str = DEFAULT_REPO)
     return [image(layer_tag(layer, stack), registry, repo), image(f"{layer}-{stack.name}", registry, repo)]
 
 
+TAG_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+"""A beginning that a tag may have (OCI tags: ``[A-Za-z0-9_][A-Za-z0-9._-]{0,127}``), leaving room for the rest."""
+
+
 def target(layer: str, stack: Stack) -> str:
     return f"{layer}-{stack.name}"
 

@@ -99,3 +99,10 @@ def test_variables_reach_args(root: Path, tmp_path: Path) -> None:
     # An explicit job count reaches the compile steps as a secret (outside their cache key), never as an arg.
     assert target["secret"] == [f"id=ca_bundle,src={ca}", "id=max_jobs,env=MAX_JOBS"]
     assert "MAX_JOBS" not in target["args"]
+
+
+def test_builds_carry_no_provenance_that_would_change_the_digest(printed: dict) -> None:
+    """A provenance attestation records the build's start time and a random ID: a rebuilt commit would get
+    another digest (`mcore-images reproduce`). Every target turns it off; the release workflow asks for it."""
+    for name, target in printed["target"].items():
+        assert target.get("attest") == ["type=provenance,disabled=true"], name

@@ -1,0 +1,179 @@
+"""Rebuild an image from a clean clone of the commit it names, and compare the digests.
+
+A certificate vouches for one digest. Whoever holds the source can check that the digest is what that
+source builds: the image's labels name its stack, layer and commit (org.opencontainers.image.revision);
+this clones that commit from the local checkout into a temporary folder, builds the same layer there with
+that commit's own tool under tags of its own (the stack's tags do not move), and compares. When the
+digests differ it names the first layer that differs and the build step that made it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mcore_images import images, tags
+from mcore_images.command import Command, print_json
+from mcore_images.container import ensure_local
+from mcore_images.errors import InputError
+from mcore_images.stacks import repo_root
+
+REVISION = "org.opencontainers.image.revision"
+
+
+@dataclass(frozen=True)
+class Image:
+    """What `docker image inspect` says of one local image that a comparison needs."""
+
+    ref: str
+    digest: str  # the image's own digest in the containerd store (its manifest or index)
+    labels: dict[str, str]
+    layers: list[str]  # diff IDs, bottom first
+    steps: list[str]  # the build step of each layer, bottom first
+
+    def label(self, key: str) -> str:
+        value = self.labels.get(key, "")
+        if not value:
+            raise InputError(f"{self.ref} has no {key} label: only images built by `mcore-images build` name "
+                             "the stack, layer and commit to rebuild")
+        return value
+
+
+def inspect(ref: str) -> Image:
+    """The image's digest, labels, layers and the steps that made them (from its history)."""
+    out = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise InputError(f"cannot inspect {ref} ({out.stderr.strip()[-200:]}); pull or build it first")
+    data = json.loads(out.stdout)[0]
+    history = subprocess.run(["docker", "image", "history", "--no-trunc", "--format", "{{json .}}", ref],
+                             capture_output=True, text=True, check=False)
+    rows = [json.loads(line) for line in history.stdout.splitlines() if line.strip()]
+    # history lists the newest step first and includes steps that add no layer (ENV, LABEL): size 0.
+    steps = [r.get("CreatedBy", "") for r in reversed(rows) if r.get("Size") not in ("0B", "0")]
+    layers = list(data.get("RootFS", {}).get("Layers") or [])
+    if len(steps) != len(layers):
+        steps = [""] * len(layers)  # an empty RUN step's layer has size 0 too; do not guess which is which
+    return Image(ref, data["Id"], dict(data.get("Config", {}).get("Labels") or {}), layers, steps)
+
+
+def first_difference(original: Image, rebuilt: Image) -> dict[str, Any] | None:
+    """The bottom-most layer where the two differ (index, diff IDs, the rebuilt step), or None when all
+    layers agree (then only the image config or the index differs: labels, dates or attestations)."""
+    for i in range(max(len(original.layers), len(rebuilt.layers))):
+        a = original.layers[i] if i < len(original.layers) else None
+        b = rebuilt.layers[i] if i < len(rebuilt.layers) else None
+        if a != b:
+            step = rebuilt.steps[i] if i < len(rebuilt.steps) else ""
+            return {"layer": i, "original": a, "rebuilt": b, "step": step[:300]}
+    return None
+
+
+def clone(root: Path, revision: str, into: Path) -> None:
+    """A clean clone of ``revision`` from the checkout at ``root`` (no untracked or ignored file)."""
+    known = subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{revision}^{{commit}}"],
+                           capture_output=True, check=False)
+    if known.returncode != 0:
+        raise InputError(f"the checkout {root} has no commit {revision}: fetch it (git fetch origin {revision}) "
+                         "or run from a checkout that has it")
+    subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(root), str(into)], check=True)
+    subprocess.run(["git", "-C", str(into), "checkout", "--quiet", "--detach", revision], check=True)
+
+
+def rebuild(checkout: Path, stack: str, layer: str, local_tag: str) -> int:
+    """Build ``layer`` of ``stack`` in ``checkout`` with that checkout's own tool; returns its exit code."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GIT_SHA", "SOURCE_DATE_EPOCH", "MCORE_IMAGES_ROOT")}
+    env["PYTHONPATH"] = str(checkout / "src")
+    cmd = [sys.executable, "-m", "mcore_images", "build", "--stack", stack, "--layer", layer,
+           "--local-tag", local_tag]
+    return subprocess.run(cmd, cwd=checkout, env=env, check=False).returncode
+
+
+def built_tags(local_tag: str, stack: str, layer: str) -> list[str]:
+    """The local tags the rebuild gave, one per layer up to ``layer`` (what this command removes again)."""
+    order = ("base", "kernels", "runtime", "app")
+    repo = os.environ.get("IMAGE_REPO", tags.DEFAULT_REPO)
+    return [tags.image(f"{local_tag}-{name}-{stack}", "", repo) for name in order[:order.index(layer) + 1]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    image: str
+    revision: str
+    stack: str
+    layer: str
+    digest: str
+    rebuilt: str
+    reproduced: bool
+    first_difference: dict[str, Any] | None
+
+
+def reproduce(ref: str, keep: bool = False) -> Outcome:
+    if problem := ensure_local(ref):
+        raise InputError(problem)
+    original = inspect(ref)
+    revision = original.label(REVISION)
+    stack, layer = original.label(images.label("stack")), original.label(images.label("layer"))
+    if layer not in ("base", "kernels", "runtime", "app"):
+        raise InputError(f"{ref} says layer {layer!r}; reproduce rebuilds base, kernels, runtime or app images")
+    local_tag = f"reproduce-{revision[:12]}"
+    work = Path(tempfile.mkdtemp(prefix="mcore-reproduce-"))
+    made = built_tags(local_tag, stack, layer)
+    try:
+        clone(repo_root(), revision, work / "src")
+        code = rebuild(work / "src", stack, layer, local_tag)
+        if code != 0:
+            raise InputError(f"the rebuild of {layer}-{stack} at {revision[:12]} failed (exit {code}); its log "
+                             "is above")
+        rebuilt = inspect(made[-1])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the folder mkdtemp made for this run, nothing else
+    if not keep:
+        present = [t for t in made if subprocess.run(["docker", "image", "inspect", t], capture_output=True,
+                                                     check=False).returncode == 0]
+        if present:
+            subprocess.run(["docker", "image", "rm", *present], capture_output=True, check=False)
+    same = rebuilt.digest == original.digest
+    return Outcome(ref, revision, stack, layer, original.digest, rebuilt.digest, same,
+                   None if same else first_difference(original, rebuilt))
+
+
+def describe(o: Outcome) -> str:
+    if o.reproduced:
+        return (f"REPRODUCED: {o.layer}-{o.stack} rebuilt from a clean clone of {o.revision[:12]} is {o.rebuilt}, "
+                f"the digest of {o.image}")
+    lines = [f"DIFFERS: {o.image} is {o.digest}; rebuilt from a clean clone of {o.revision[:12]}: {o.rebuilt}"]
+    d = o.first_difference
+    if d is None:
+        lines.append("  every layer is the same: the image config or the index differs (labels, dates, attestations)")
+    else:
+        lines.append(f"  first differing layer: #{d['layer']} ({d['original']} vs {d['rebuilt']})")
+        if d["step"]:
+            lines.append(f"  made by: {d['step']}")
+    return "\n".join(lines)
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("image", help="a local or pullable image built by `mcore-images build` (e.g. "
+                   "127.0.0.1:5000/mcore-images:runtime-debian)")
+    p.add_argument("--keep", action="store_true", help="keep the rebuilt images' reproduce-<commit>-* tags")
+
+
+def _run(args: argparse.Namespace) -> int:
+    outcome = reproduce(args.image, keep=args.keep)
+    if args.json:
+        print_json(asdict(outcome))
+    else:
+        print(describe(outcome))
+    return 0 if outcome.reproduced else 1
+
+
+COMMANDS = (Command("reproduce", "rebuild an image from a clean clone of its commit and compare the digests",
+                    _arguments, _run, prints_data=True),)
