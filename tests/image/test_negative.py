@@ -177,7 +177,8 @@ def test_negative_secret_in_deleted_layer(
     image: docker.ImageInfo, layer_scan: saved_layers.LayerScan, tmp_path: Path, wrong_images: list[str]
 ) -> None:
     """A build that copies its secret into a layer (deleted again by a later layer, so the final
-    filesystem is clean) and writes part of it, reshaped, elsewhere: the layer scan finds both."""
+    filesystem is clean) and writes part of it, reshaped, elsewhere: the layer scan finds both. The same
+    image's last layer carries a build host's resolv.conf: the host-identity check names it."""
     body = base64.b64encode(os.urandom(48 * 20)).decode()
     lines = [body[i : i + 64] for i in range(0, len(body), 64)]
     secret_file = tmp_path / "site-ca.pem"
@@ -190,8 +191,12 @@ def test_negative_secret_in_deleted_layer(
         "RUN --mount=type=secret,id=leak cp /run/secrets/leak /root/leaked.pem\n"
         "RUN --mount=type=secret,id=leak grep -v -- ----- /run/secrets/leak | tr -d '\\n' > /opt/joined.txt\n"
         "RUN rm /root/leaked.pem\n"
+        "COPY host-resolv.conf /etc/resolv.conf\n"
     )
-    ref = docker.build_image(dockerfile, _tag("secret"), secrets={"leak": secret_file})
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "host-resolv.conf").write_text("nameserver 10.11.12.13\nsearch build.example\n")
+    ref = docker.build_image(dockerfile, _tag("secret"), secrets={"leak": secret_file}, context=context)
     wrong_images.append(ref)
     final = docker.docker(
         "run", "--rm", "--network", "none", "--entrypoint", "sh", ref, "-c", "ls /root/leaked.pem 2>&1 || true"
@@ -204,6 +209,8 @@ def test_negative_secret_in_deleted_layer(
     assert "/root/leaked.pem" in paths, f"the deleted copy was not found: {problems}"
     assert "/opt/joined.txt" in paths, f"the reshaped content was not found: {problems}"
     assert problems
+    identity = layer_checks.host_identity_problems(scan)
+    assert any("/etc/resolv.conf holds 'nameserver 10.11.12.13" in p for p in identity), identity
 
 
 TOOLCHAIN_REMOVED = (

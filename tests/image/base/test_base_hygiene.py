@@ -58,3 +58,11 @@ def test_no_secret_in_any_layer(layer_scan: saved_layers.LayerScan, secrets: lis
         f"{layer_scan.bytes / docker.GB:.2f} GB in {layer_scan.seconds} s; secrets: "
         + "; ".join(f"{s.path}: {s.note}, {len(s.probes)} probes" for s in secrets)
     )
+
+
+def test_no_build_host_identity_in_any_layer(layer_scan: saved_layers.LayerScan) -> None:
+    """No layer keeps a build host's /etc/resolv.conf or /etc/hostname (debootstrap copies both)."""
+    problems = layer_checks.host_identity_problems(layer_scan)
+    assert not problems, "\n".join(problems)
+    print("; ".join(f"{path}: {len(layers)} layer(s), empty" for path, layers in sorted(layer_scan.host_files.items()))
+          or "no layer writes /etc/resolv.conf or /etc/hostname")

@@ -1,5 +1,5 @@
-"""What the saved layers show: no build secret anywhere, torch written by one layer only and unchanged since
-the base image."""
+"""What the saved layers show: no build secret anywhere, no build host's name or resolver, torch written by one
+layer only and unchanged since the base image."""
 
 from __future__ import annotations
 
@@ -17,6 +17,19 @@ def secret_problems(scan: LayerScan) -> list[str]:
     if not scan.layers:
         problems.append("docker save gave no manifest.json: the layers could not be identified")
     return problems
+
+
+def host_identity_problems(scan: LayerScan) -> list[str]:
+    """/etc/resolv.conf and /etc/hostname are empty in every layer that writes them: the container runtime
+    mounts its own at start, and a layer's copy tells the build host's name and resolvers (and is what a
+    runtime without those mounts, such as a Slurm container plugin, would use)."""
+    return [
+        f"{scan.layer_index(blob)}: {path} holds {content.strip()[:80].decode(errors='replace')!r} (a build "
+        "host's); a layer must leave it empty"
+        for path, layers in sorted(scan.host_files.items())
+        for blob, content in sorted(layers.items(), key=lambda kv: scan.layer_index(kv[0]))
+        if content.strip()
+    ]
 
 
 def torch_layer_problems(scan: LayerScan) -> list[str]:

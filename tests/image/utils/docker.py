@@ -168,14 +168,17 @@ def containerd_store() -> bool:
     return "io.containerd.snapshotter" in status
 
 
-def build_image(dockerfile: str, tag: str, secrets: Mapping[str, Path] | None = None) -> str:
-    """`docker build` a Dockerfile given as text, with no build context (FROM an image already here).
-    --no-cache: BuildKit's cache key ignores a secret's content, so a cached step would hold the secret
-    of an earlier run (a real trap: a rotated secret does not invalidate a leaky layer)."""
+def build_image(dockerfile: str, tag: str, secrets: Mapping[str, Path] | None = None,
+                context: Path | None = None) -> str:
+    """`docker build` a Dockerfile given as text, with no build context (FROM an image already here) or the
+    folder ``context`` for its COPY steps. --no-cache: BuildKit's cache key ignores a secret's content, so a
+    cached step would hold the secret of an earlier run (a real trap: a rotated secret does not invalidate
+    a leaky layer)."""
     args = ["build", "-q", "--no-cache", "-t", tag]
     for sid, path in (secrets or {}).items():
         args += ["--secret", f"id={sid},src={path}"]
-    docker(*args, "-", stdin=dockerfile, timeout=900)
+    where = ["-f", "-", str(context)] if context is not None else ["-"]
+    docker(*args, *where, stdin=dockerfile, timeout=900)
     return tag
 
 

@@ -17,6 +17,10 @@ from typing import IO, Any
 
 from tests.image.utils.docker import DockerError
 
+HOST_FILES = ("/etc/resolv.conf", "/etc/hostname")
+"""Files a build host's identity lands in (debootstrap copies them from the host): kept from every layer."""
+HOST_FILE_LIMIT = 4096
+
 PEM = re.compile(rb"-----BEGIN CERTIFICATE-----\s+(.+?)\s*-----END CERTIFICATE-----", re.S)
 
 
@@ -71,6 +75,7 @@ class LayerScan:
     hits: list[tuple[str, str, str]] = field(default_factory=list)  # (blob, path or '-', what matched)
     touched: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # pattern -> blob -> paths
     unreadable: list[str] = field(default_factory=list)
+    host_files: dict[str, dict[str, bytes]] = field(default_factory=dict)  # HOST_FILES path -> blob -> content
 
     def layer_index(self, blob: str) -> str:
         return f"layer {self.layers.index(blob) + 1}/{len(self.layers)}" if blob in self.layers else blob
@@ -124,10 +129,15 @@ def _scan_stream(
                 continue
             digest = hashlib.sha256() if member.size in sizes else None
             searcher = _Searcher(probes)
+            kept = bytearray() if path in HOST_FILES else None
             while chunk := handle.read(CHUNK):
                 searcher.feed(chunk)
                 if digest is not None:
                     digest.update(chunk)
+                if kept is not None and len(kept) < HOST_FILE_LIMIT:
+                    kept += chunk[: HOST_FILE_LIMIT - len(kept)]
+            if kept is not None:
+                scan.host_files.setdefault(path, {})[name] = bytes(kept)
             for secret in secrets:
                 if digest is not None and member.size == secret.size and digest.hexdigest() == secret.sha256:
                     scan.hits.append((name, path, f"a copy of {secret.path} (same sha256)"))
