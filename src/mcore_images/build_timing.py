@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mcore_images.command import Command
+from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 
 # "#12 [runtime-debian kernels 1/1] RUN ...": step id, stage, instruction. FROM steps only resolve
@@ -157,7 +157,7 @@ def _run(args: argparse.Namespace) -> int:
             runs.append(run_build("warm", args.stack, []))
         else:
             runs.append(run_build(scenario, args.stack, [f"{scenario}={getattr(args, scenario)}"], layer="runtime"))
-        print(json.dumps(asdict(runs[-1])), flush=True)
+        print_json(asdict(runs[-1]), compact=True)
     print(markdown(runs, image_sizes(args.stack)))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

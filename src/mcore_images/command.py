@@ -89,8 +89,10 @@ def standalone(command: Command, argv: list[str] | None = None) -> int:
     return dispatch(parser, list(sys.argv[1:] if argv is None else argv))
 
 
-def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, default=str))
+def print_json(data: Any, compact: bool = False) -> None:
+    """The one way a command prints JSON: indented, or on one line (``compact``: $GITHUB_OUTPUT, a log line)."""
+    text = json.dumps(data, default=str, separators=(",", ":")) if compact else json.dumps(data, indent=2, default=str)
+    print(text, flush=True)
 
 
 def fail(message: str) -> NoReturn:

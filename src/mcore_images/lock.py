@@ -24,7 +24,7 @@ from email.parser import Parser
 from pathlib import Path
 
 from mcore_images import components, engines
-from mcore_images.command import Command
+from mcore_images.command import Command, print_json
 from mcore_images.components import LOCK_LAYERS
 from mcore_images.errors import InputError
 from mcore_images.stacks import Stack, get_stack, load_stacks, repo_root
@@ -432,7 +432,7 @@ def _lock_on_base_of(stack: Stack | None, source: str, stacks: dict[str, Stack],
         raise InputError(f"--base-from {source}: its base is {theirs}, stack '{stack.name}''s is {mine}; only stacks "
                          "that tag one base image share its lock")
     written = write_locks(stack, keep_below="builder", keep_from=lock_dir(other))
-    print(json.dumps({stack.name: {"base_from": other.name, "written": [str(p) for p in written]}}, indent=2)
+    print_json({stack.name: {"base_from": other.name, "written": [str(p) for p in written]}}
           if as_json else f"{stack.name}: base lock from {other.name}; re-resolved from 'builder' up "
           f"({len(written)} files)")
     return 0
@@ -444,7 +444,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.check:
         problems = {s.name: check_locks(s) for s in chosen}
         if args.json:
-            print(json.dumps(problems, indent=2))
+            print_json(problems)
         else:
             for name, found in problems.items():
                 print(f"{name}: " + ("locks match env/stacks.json" if not found else f"{len(found)} problem(s)"))
@@ -463,7 +463,7 @@ def _run(args: argparse.Namespace) -> int:
                   f"{stack.name}: re-resolved side layer '{first}' alone" if first in SIDE_LAYERS else
                   f"{stack.name}: re-resolved from layer '{first}' up ({len(written)} files)")
     if args.json:
-        print(json.dumps(report, indent=2))
+        print_json(report)
     return 0
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mcore_images import components, rules
-from mcore_images.command import Command
+from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.stacks import NONE, SHARED_LAYERS, Stack, get_stack, load_stacks, stacks_file
 from mcore_images.versions import InvalidVersion, Version
@@ -162,9 +162,11 @@ def _run(args: argparse.Namespace, fetch: Fetch = fetch_pypi, resolve: Resolve =
         stack = get_stack(args.bump, stacks)
         applied = bump(stack, check_stack(stack, fetch, {}, resolve), stacks_file(), write=not args.dry_run)
         would = " (dry run: nothing written)" if args.dry_run and applied else ""
-        print(json.dumps(applied) if args.json else
-              (f"{stack.name}: " + ", ".join(f"{k} → {v}" for k, v in applied.items()) + would if applied
-               else f"{stack.name}: no bump keeps every rule; nothing written"))
+        if args.json:
+            print_json(applied)
+        else:
+            print(f"{stack.name}: " + ", ".join(f"{k} → {v}" for k, v in applied.items()) + would if applied
+                  else f"{stack.name}: no bump keeps every rule; nothing written")
         return 0
     if args.dry_run:
         raise InputError("--dry-run goes with --bump STACK (without --bump, outdated writes nothing)")
@@ -172,7 +174,7 @@ def _run(args: argparse.Namespace, fetch: Fetch = fetch_pypi, resolve: Resolve =
     cache: dict[str, Any] = {}
     findings = [f for stack in chosen for f in check_stack(stack, fetch, cache, resolve)]
     if args.json:
-        print(json.dumps([asdict(f) for f in findings], indent=2))
+        print_json([asdict(f) for f in findings])
     else:
         for f in findings:
             print(f.line())

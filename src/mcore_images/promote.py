@@ -22,14 +22,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import json
 import shlex
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mcore_images import images, policy, registry, tags, verify
-from mcore_images.command import Command
+from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.images import ImageRef
 from mcore_images.registry import Runner
@@ -187,7 +186,7 @@ def _promote(args: argparse.Namespace) -> int:
     command = ["oras", "tag", *(["--plain-http"] if registry.plain_http(image) else []), promotion.image,
                *promotion.all_tags]
     if args.json:
-        print(json.dumps({**asdict(promotion), "executed": args.execute, "command": command}, indent=2))
+        print_json({**asdict(promotion), "executed": args.execute, "command": command})
     else:
         print(f"certificate {promotion.verdict['certificate']} (signed) passed policy '{args.policy}' for "
               f"{promotion.image} (stack {promotion.stack}, layer {promotion.layer})")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mcore_images import images, tags
-from mcore_images.command import Command
+from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.plan import make_plan, select
 from mcore_images.policy import CERTIFIED_LAYERS
@@ -124,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError("--top-only picks among built candidates: give --candidates DIR too")
     else:
         matrix = build_matrix(args.group or "release", args.registry, args.repo, args.sha)
-    print(json.dumps(matrix, indent=2 if args.pretty else None, separators=None if args.pretty else (",", ":")))
+    print_json(matrix, compact=not args.pretty)
     return 0
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import re
 
-from mcore_images.command import Command
+from mcore_images.command import Command, print_json
 from mcore_images.components import BY_KEY
 from mcore_images.engines import ENGINES as ROLLOUT_ENGINES
 from mcore_images.errors import InputError
@@ -128,7 +127,7 @@ def _run(args: argparse.Namespace) -> int:
         out[name] = ([image(candidate_tag(name, args.candidate, "--candidate"), args.registry, args.repo)]
                      if args.candidate else tags(layer, stack, args.registry, args.repo))
     if args.json:
-        print(json.dumps(out, indent=2))
+        print_json(out)
     else:
         print("\n".join(tag for target_tags in out.values() for tag in target_tags))
     return 0

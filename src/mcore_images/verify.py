@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mcore_images import images, policy, registry, tags
-from mcore_images.command import Command
+from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.images import ImageRef
 from mcore_images.registry import Runner
@@ -210,7 +209,7 @@ def _run(args: argparse.Namespace) -> int:
     if note:
         verdict.notes.append(note)
     if args.json:
-        print(json.dumps(as_dict(verdict), indent=2))
+        print_json(as_dict(verdict))
     else:
         print("\n".join(verdict.lines()))
     return verdict.exit_code

@@ -122,3 +122,12 @@ def test_lock_check_says_what_it_checked(capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["lock", "--check"]) == 0
     out = capsys.readouterr().out
     assert "debian: locks match env/stacks.json" in out and "ngc: locks match env/stacks.json" in out
+
+
+def test_json_is_printed_through_print_json_only() -> None:
+    """One output contract: every command prints its JSON through command.print_json (indented, or one line
+    with compact=True), so the shape and flushing are the same everywhere."""
+    offenders = [f"{path.relative_to(ROOT)}:{n}" for path in sorted((ROOT / "src" / "mcore_images").rglob("*.py"))
+                 if path.name != "command.py"
+                 for n, line in enumerate(path.read_text().splitlines(), 1) if "print(json.dumps" in line]
+    assert not offenders, f"print JSON with command.print_json: {offenders}"
