@@ -5,6 +5,12 @@ than Docker's 64 MiB /dev/shm), ``--ulimit memlock=-1`` (RDMA pins memory; left 
 this engine's own limit refuses it) and ``--ulimit stack=67108864``, NVLink multicast off, and a
 folder of this checkout mounted at /out for certificates and reports. ``--print`` prints the
 ``docker run`` line (the README's) instead of running it.
+
+Anything else ``docker run`` takes (``-v``, ``-e``, ``--shm-size``, ``--device``, ``--cap-add``) goes in
+``--docker-args`` and reaches docker unchanged, after the defaults, so it wins where docker keeps the last
+value. ``--multinode`` adds what Ray and torchrun across nodes need: the host's network (Ray's and NCCL's
+ports, the rendezvous), the InfiniBand devices with IPC_LOCK, and the host's NCCL/Gloo interface settings
+passed through by name.
 """
 
 from __future__ import annotations
@@ -20,13 +26,43 @@ from mcore_images.command import Command
 from mcore_images.errors import InputError
 
 OUT = "/out"
+MULTINODE_FLAGS = ("--network", "host", "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK")
+"""Across nodes: Ray's and NCCL's ports and the rendezvous on the host's network; RDMA devices and the
+right to pin memory for NCCL's IB transport."""
+MULTINODE_PASSTHROUGH = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX",
+                         "NCCL_NET_PLUGIN", "MASTER_ADDR", "MASTER_PORT", "RAY_ADDRESS")
+"""Site settings forwarded by name (``-e NAME``: docker copies the host's value, and sets nothing when the
+host has none), so the container talks on the interface the site chose."""
 
 
-def command_for(image: str, cmd: list[str], *, cpu: bool, out: Path, memlock: bool, tty: bool) -> list[str]:
-    """The ``docker run`` argv; without ``cmd`` an interactive shell."""
-    extra = ["-it"] if tty and not cmd else []
-    return container.run_command(image, cmd or ["bash"], gpus=not cpu, mounts={out: OUT}, memlock=memlock,
-                                 extra=[*extra, "-w", "/workspace"])
+def docker_args(text: str) -> list[str]:
+    """``--docker-args``'s words (shell quoting understood, nothing expanded); one line naming the fix when
+    they cannot be split or would end the options early."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise InputError(f"--docker-args {text!r} cannot be split ({exc}); quote it as one shell word, e.g. "
+                         "--docker-args '-v /data:/data -e HF_HOME=/data/hf'") from None
+    if words and not words[0].startswith("-"):
+        raise InputError(f"--docker-args takes docker run's options, not {words[0]!r}: the image is the first "
+                         "argument and the command goes after --")
+    return words
+
+
+def command_for(image: str, cmd: list[str], *, cpu: bool, out: Path, memlock: bool, tty: bool,
+                gpus: str = "all", multinode: bool = False, extra: tuple[str, ...] = ()) -> list[str]:
+    """The ``docker run`` argv; without ``cmd`` an interactive shell. ``extra`` (the user's docker options)
+    comes last before the image; a ``--gpus`` there replaces ours."""
+    own_gpus = any(word == "--gpus" or word.startswith("--gpus=") for word in extra)
+    flags = ["-it"] if tty and not cmd else []
+    if multinode:
+        flags += [*MULTINODE_FLAGS, *(a for name in MULTINODE_PASSTHROUGH for a in ("-e", name))]
+    flags += ["-w", "/workspace", *extra]
+    argv = container.run_command(image, cmd or ["bash"], gpus=not cpu and not own_gpus, mounts={out: OUT},
+                                 memlock=memlock, extra=flags)
+    if not cpu and not own_gpus and gpus != "all":
+        argv[argv.index("--gpus") + 1] = gpus
+    return argv
 
 
 def printable(argv: list[str], out: Path) -> str:
@@ -42,19 +78,29 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="out", help="this folder is mounted at /out (default: ./out)")
     p.add_argument("--print", dest="print_only", action="store_true",
                    help="print the docker run line instead of running it")
+    p.add_argument("--gpus", default="all", help="docker's --gpus value (default: all), e.g. 'device=0,1'")
+    p.add_argument("--multinode", action="store_true", help="for Ray or torchrun across nodes: host network, "
+                   "/dev/infiniband with IPC_LOCK, the host's NCCL_SOCKET_IFNAME and similar passed through")
+    p.add_argument("--docker-args", default="", metavar="ARGS", help="more docker run options as one quoted "
+                   "string, passed unchanged after the defaults, e.g. '-v /data:/data --shm-size 16g' (a single "
+                   "option with =: --docker-args=--privileged)")
 
 
 def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     cmd = list(args.passthrough)
+    extra = tuple(docker_args(args.docker_args))
+    if not args.gpus.strip():
+        raise InputError("--gpus needs a value, e.g. --gpus all or --gpus device=0,1 (or --cpu for none)")
+    options = {"cpu": args.cpu, "out": out, "gpus": args.gpus, "multinode": args.multinode, "extra": extra}
     if args.print_only:
-        print(printable(command_for(args.image, cmd, cpu=args.cpu, out=out, memlock=True, tty=True), out))
+        print(printable(command_for(args.image, cmd, memlock=True, tty=True, **options), out))
         return 0
     if problem := container.ensure_local(args.image):
         raise InputError(problem)
     out.mkdir(parents=True, exist_ok=True)
-    argv = command_for(args.image, cmd, cpu=args.cpu, out=out, memlock=container.memlock_unlimited(args.image),
-                       tty=sys.stdin.isatty())
+    argv = command_for(args.image, cmd, memlock=container.memlock_unlimited(args.image), tty=sys.stdin.isatty(),
+                       **options)
     print("[run] " + shlex.join(argv), file=sys.stderr, flush=True)
     return subprocess.run(argv, check=False).returncode
 

@@ -48,3 +48,35 @@ def test_an_image_that_is_not_there_is_one_line_after_one_pull(tmp_path: Path, m
     assert "pull access denied" in err[0]
     assert log.read_text().splitlines() == ["image inspect no/such:image", "pull -q no/such:image"]
     assert not (tmp_path / "out").exists()
+
+
+def test_docker_args_reach_docker_unchanged_after_the_defaults(tmp_path: Path) -> None:
+    extra = tuple(run.docker_args("-v /data:/data -e 'HF_HOME=/data/hf cache' --shm-size 16g"))
+    argv = run.command_for("img", ["python", "-V"], cpu=False, out=tmp_path, memlock=True, tty=False, extra=extra)
+    at = argv.index("img")
+    assert argv[at - len(extra):at] == list(extra) and "HF_HOME=/data/hf cache" in argv
+    assert argv.index("--ipc=host") < argv.index("--shm-size"), "the user's options come after ours"
+
+
+def test_gpus_are_chosen_by_flag_or_by_the_users_own_docker_option(tmp_path: Path) -> None:
+    some = run.command_for("img", ["true"], cpu=False, out=tmp_path, memlock=True, tty=False, gpus="device=0,1")
+    assert some[some.index("--gpus") + 1] == "device=0,1" and some.count("--gpus") == 1
+    theirs = run.command_for("img", ["true"], cpu=False, out=tmp_path, memlock=True, tty=False,
+                             extra=("--gpus", "device=3"))
+    assert theirs.count("--gpus") == 1 and theirs[theirs.index("--gpus") + 1] == "device=3"
+
+
+def test_multinode_gives_host_network_rdma_and_the_sites_interfaces(capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["run", "img", "--print", "--multinode", "--", "ray", "start", "--head"]) == 0
+    words = shlex.split(capsys.readouterr().out.replace('"$PWD/out"', "PWD/out"))
+    for pair in (("--network", "host"), ("--device", "/dev/infiniband"), ("--cap-add", "IPC_LOCK"),
+                 ("-e", "NCCL_SOCKET_IFNAME"), ("-e", "GLOO_SOCKET_IFNAME")):
+        assert any(words[i:i + 2] == list(pair) for i in range(len(words))), pair
+    assert words[-4:] == ["img", "ray", "start", "--head"]
+
+
+@pytest.mark.parametrize(("given", "said"), [("'open", "cannot be split"), ("image:tag", "not 'image:tag'")])
+def test_bad_docker_args_are_one_line(given: str, said: str, capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["run", "img", "--print", f"--docker-args={given}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0]
