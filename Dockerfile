@@ -109,9 +109,15 @@ RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lo
     /mnt/build/install-lock.sh /mnt/lock.txt
 
 # Compile jobs are planned inside each compile step, from the builder's own CPUs, cgroup and memory,
-# per component (docker/compile-jobs.sh runs the planner, mcore_images/jobs.py, mounted alone). A
+# per component (docker/compile-jobs.sh runs the planner, `mcore-images jobs`, from this stage). A
 # MAX_JOBS / NVCC_THREADS given to the build arrives as a build secret: it wins over the plan, but
 # like every secret it is not part of the step's cache key, so changing it recompiles nothing.
+# The stage holds the modules jobs.py imports and nothing more, so an edit elsewhere in the tooling keeps
+# the compiles cached; tests/unit/repo/test_dockerfile.py checks the list against jobs.py's imports.
+FROM scratch AS planner
+COPY src/mcore_images/__init__.py src/mcore_images/errors.py src/mcore_images/command.py src/mcore_images/jobs.py \
+     /mcore_images/
+
 FROM builder AS kernels-build
 ARG CUDA_VERSION
 ARG TE_VERSION
@@ -129,10 +135,7 @@ RUN --mount=type=bind,source=docker/build-te.sh,target=/mnt/build/build-te.sh \
     --mount=type=bind,source=docker/compile-jobs.sh,target=/mnt/build/compile-jobs.sh \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/nvcc-retry.sh,target=/mnt/build/nvcc-retry.sh \
-    --mount=type=bind,source=src/mcore_images/__init__.py,target=/mnt/planner/mcore_images/__init__.py \
-    --mount=type=bind,source=src/mcore_images/errors.py,target=/mnt/planner/mcore_images/errors.py \
-    --mount=type=bind,source=src/mcore_images/command.py,target=/mnt/planner/mcore_images/command.py \
-    --mount=type=bind,source=src/mcore_images/jobs.py,target=/mnt/planner/mcore_images/jobs.py \
+    --mount=type=bind,from=planner,target=/mnt/planner \
     --mount=type=secret,id=max_jobs,required=false \
     --mount=type=secret,id=nvcc_threads,required=false \
     --mount=type=secret,id=ca_bundle,required=false \
@@ -147,10 +150,7 @@ RUN --mount=type=bind,source=docker/build-apex.sh,target=/mnt/build/build-apex.s
     --mount=type=bind,source=docker/compile-jobs.sh,target=/mnt/build/compile-jobs.sh \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/nvcc-retry.sh,target=/mnt/build/nvcc-retry.sh \
-    --mount=type=bind,source=src/mcore_images/__init__.py,target=/mnt/planner/mcore_images/__init__.py \
-    --mount=type=bind,source=src/mcore_images/errors.py,target=/mnt/planner/mcore_images/errors.py \
-    --mount=type=bind,source=src/mcore_images/command.py,target=/mnt/planner/mcore_images/command.py \
-    --mount=type=bind,source=src/mcore_images/jobs.py,target=/mnt/planner/mcore_images/jobs.py \
+    --mount=type=bind,from=planner,target=/mnt/planner \
     --mount=type=secret,id=max_jobs,required=false \
     --mount=type=secret,id=nvcc_threads,required=false \
     --mount=type=bind,from=apex,target=/src/apex,rw \
