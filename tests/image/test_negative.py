@@ -177,8 +177,9 @@ def test_negative_secret_in_deleted_layer(
     image: docker.ImageInfo, layer_scan: saved_layers.LayerScan, tmp_path: Path, wrong_images: list[str]
 ) -> None:
     """A build that copies its secret into a layer (deleted again by a later layer, so the final
-    filesystem is clean) and writes part of it, reshaped, elsewhere: the layer scan finds both. The same
-    image's last layer carries a build host's resolv.conf: the host-identity check names it."""
+    filesystem is clean) and writes part of it, reshaped, elsewhere: the layer scan finds both. Credentials
+    of other kinds (a cloud credentials file, a private key), deleted again, are found too, and the last
+    layer's build-host resolv.conf is named by the host-identity check."""
     body = base64.b64encode(os.urandom(48 * 20)).decode()
     lines = [body[i : i + 64] for i in range(0, len(body), 64)]
     secret_file = tmp_path / "site-ca.pem"
@@ -191,6 +192,9 @@ def test_negative_secret_in_deleted_layer(
         "RUN --mount=type=secret,id=leak cp /run/secrets/leak /root/leaked.pem\n"
         "RUN --mount=type=secret,id=leak grep -v -- ----- /run/secrets/leak | tr -d '\\n' > /opt/joined.txt\n"
         "RUN rm /root/leaked.pem\n"
+        "RUN mkdir -p /root/.aws && printf '[default]\\naws_secret_access_key = x\\n' > /root/.aws/credentials "
+        "&& printf -- '-----BEGIN EC PRIVATE KEY-----\\nMHcC\\n' > /etc/deploy.key\n"
+        "RUN rm -r /root/.aws /etc/deploy.key\n"
         "COPY host-resolv.conf /etc/resolv.conf\n"
     )
     context = tmp_path / "context"
@@ -208,6 +212,8 @@ def test_negative_secret_in_deleted_layer(
     paths = {path for _, path, _ in scan.hits}
     assert "/root/leaked.pem" in paths, f"the deleted copy was not found: {problems}"
     assert "/opt/joined.txt" in paths, f"the reshaped content was not found: {problems}"
+    assert any(path == "/root/.aws/credentials" and "credential file" in what for _, path, what in scan.hits), problems
+    assert any(path == "/etc/deploy.key" and "private key" in what for _, path, what in scan.hits), problems
     assert problems
     identity = layer_checks.host_identity_problems(scan)
     assert any("/etc/resolv.conf holds 'nameserver 10.11.12.13" in p for p in identity), identity

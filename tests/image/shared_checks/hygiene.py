@@ -11,6 +11,7 @@ from typing import Any
 
 from mcore_images.components import LAYERS
 from mcore_images.stacks import Stack
+from tests.image.utils.credentials import CREDENTIAL_FILES, HOME_ROOTS, PRIVATE_KEY
 from tests.image.utils.docker import GB, ImageInfo, iter_lines
 from tests.image.utils.probing import normalize
 
@@ -105,16 +106,7 @@ def size_problems(image: ImageInfo) -> list[str]:
     return []
 
 
-CREDENTIAL_FILES = (
-    ".netrc", ".git-credentials", ".pypirc", ".npmrc", ".docker/config.json", ".aws/credentials",
-    ".config/gcloud/credentials.db", ".config/gcloud/application_default_credentials.json", ".kube/config",
-    ".huggingface/token", ".cache/huggingface/token", ".ssh/id_rsa", ".ssh/id_ecdsa", ".ssh/id_ed25519",
-    ".config/pip/pip.conf",
-)
-"""Where tools keep credentials, below a home folder: none may ship (a build's token or key copied in)."""
-HOMES = "/root /home/* /workspace /opt/mcore-images"
-PRIVATE_KEY = "PRIVATE KEY-----"
-"""The line every PEM private key has (RSA, EC, OpenSSH, PKCS#8, encrypted)."""
+HOMES = " ".join(HOME_ROOTS)
 
 
 def credential_problems(run: Any) -> list[str]:

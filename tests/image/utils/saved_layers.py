@@ -1,5 +1,5 @@
-"""One streamed pass over `docker save`: build secrets in any layer (also ones a later layer deleted), and
-which layers touch given paths (torch's)."""
+"""One streamed pass over `docker save`: build secrets and credentials in any layer (also ones a later layer
+deleted), and which layers touch given paths (torch's)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from tests.image.utils.credentials import CREDENTIAL_PATH, KEY_PATH, PRIVATE_KEY
 from tests.image.utils.docker import DockerError
 
 HOST_FILES = ("/etc/resolv.conf", "/etc/hostname")
@@ -101,6 +102,7 @@ class _Searcher:
 
 
 CHUNK = 1 << 20
+KEY_MARK = PRIVATE_KEY.encode()
 
 
 def _scan_stream(
@@ -122,13 +124,15 @@ def _scan_stream(
                     scan.touched.setdefault(key, {}).setdefault(name, []).append(path)
             if not member.isfile():
                 continue
+            if CREDENTIAL_PATH.match(path):
+                scan.hits.append((name, path, "a credential file (a tool's token or key)"))
             scan.files += 1
             scan.bytes += member.size
             handle = layer.extractfile(member)
             if handle is None:
                 continue
             digest = hashlib.sha256() if member.size in sizes else None
-            searcher = _Searcher(probes)
+            searcher = _Searcher([*probes, KEY_MARK] if KEY_PATH.match(path) else probes)
             kept = bytearray() if path in HOST_FILES else None
             while chunk := handle.read(CHUNK):
                 searcher.feed(chunk)
@@ -138,6 +142,8 @@ def _scan_stream(
                     kept += chunk[: HOST_FILE_LIMIT - len(kept)]
             if kept is not None:
                 scan.host_files.setdefault(path, {})[name] = bytes(kept)
+            if KEY_MARK in searcher.found:
+                scan.hits.append((name, path, "a PEM private key"))
             for secret in secrets:
                 if digest is not None and member.size == secret.size and digest.hexdigest() == secret.sha256:
                     scan.hits.append((name, path, f"a copy of {secret.path} (same sha256)"))
