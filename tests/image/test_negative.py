@@ -100,9 +100,11 @@ def test_negative_package_missing_and_dirty(
     image: docker.ImageInfo, facts: dict[str, Any], wrong_images: list[str]
 ) -> None:
     """`pip uninstall -y mbridge` (or the top labelled package), plus a pip cache file, a .git folder,
-    credentials (a netrc token and an ssh key), a wrong CUDA_DEVICE_MAX_CONNECTIONS, a transitive package
+    credentials (a netrc token and an ssh key), a setuid copy of true, a world-writable folder and a file of an
+    unknown uid, a wrong CUDA_DEVICE_MAX_CONNECTIONS, a transitive package
     replaced by another release with the constraint turned off (filelock, which torch needs: no label names
-    it) and PIP_CONSTRAINT cleared: the version, import, hygiene, credential, lock and env checks fail."""
+    it) and PIP_CONSTRAINT cleared: the version, import, hygiene, credential, permission, lock and env checks
+    fail."""
     key = layers.first_labelled(image, ("mbridge", "megatron-bridge", "mcore", "te", "torch"))
     assert key, "the image labels no removable package"
     comp = components.BY_LABEL[key]
@@ -121,7 +123,9 @@ def test_negative_package_missing_and_dirty(
         f"RUN python -m pip uninstall -y {' '.join(dists)} {drift}"
         "&& mkdir -p /root/.cache/pip/http /opt/src/thing/.git && echo cached > /root/.cache/pip/http/blob "
         "&& printf 'machine pypi.example login ci password tok\\n' > /root/.netrc "
-        "&& mkdir -p /root/.ssh && printf -- '-----BEGIN OPENSSH PRIVATE KEY-----\\nAAAA\\n' > /root/.ssh/id_ed25519\n"
+        "&& mkdir -p /root/.ssh && printf -- '-----BEGIN OPENSSH PRIVATE KEY-----\\nAAAA\\n' > /root/.ssh/id_ed25519 "
+        "&& cp /bin/true /usr/local/bin/helper && chmod 4755 /usr/local/bin/helper "
+        "&& mkdir -p /opt/shared && chmod 0777 /opt/shared && touch /opt/orphan && chown 4242:4242 /opt/orphan\n"
         "ENV CUDA_DEVICE_MAX_CONNECTIONS=8 PIP_CONSTRAINT=\n"
     )
     ref = docker.build_image(dockerfile, _tag("missing"))
@@ -145,14 +149,19 @@ def test_negative_package_missing_and_dirty(
 
     with probing.container_host(ref) as host:
         found = hygiene.credential_problems(host.run)
+        permissions = hygiene.permission_problems(host.run)
     assert any("/root/.netrc" in p for p in found) and any("id_ed25519" in p for p in found), found
-    select = "version_label_matches_installed or test_imports or leftovers or git or credentials"
+    for needle in ("world-writable: /opt/shared", "(uid 4242, gid 4242): /opt/orphan",
+                   "in no OS package: /usr/local/bin/helper"):
+        assert any(needle in p for p in permissions), (needle, permissions)
+    select = "version_label_matches_installed or test_imports or leftovers or git or credentials or permissions"
     expected = {
         f"test_version_label_matches_installed[{key}]",
         f"test_imports[{key}]",
         "test_no_build_leftovers",
         "test_no_build_trees_or_git",
         "test_no_credentials",
+        "test_file_permissions",
     }
     if runtime:
         select += " or required_env"

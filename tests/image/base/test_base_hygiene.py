@@ -27,6 +27,13 @@ def test_no_credentials(host: Any) -> None:
     assert not problems, "\n".join(problems)
 
 
+def test_file_permissions(host: Any) -> None:
+    """No world-writable file or unsticky folder, no file of an unknown user or group, no setuid/setgid
+    program beyond the OS packages' own."""
+    problems = hygiene.permission_problems(host.run)
+    assert not problems, "\n".join(problems)
+
+
 def test_run_secrets_empty(host: Any) -> None:
     """BuildKit mounts secrets at /run/secrets for one RUN; nothing may stay there."""
     out = host.run("find /run/secrets -mindepth 1 2>/dev/null || true").stdout
