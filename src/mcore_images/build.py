@@ -7,16 +7,20 @@ ends with one line and a non-zero exit before docker is touched.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mcore_images import bake_args, components, debian_base, images, jobs, lock, overrides, rules, tags
-from mcore_images.command import Command
+from mcore_images.bake_log import BakeLog
+from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.plan import make_plan, select
 from mcore_images.stacks import Stack, load_stacks, repo_root
@@ -109,6 +113,9 @@ class BuildRequest:
     candidate: str | None = None
     registry: str | None = None
     force: bool = False
+    json: bool = False
+    """Print one JSON document (tags, digests, per-target steps and seconds) on stdout; bake's output and
+    every other line go to stderr."""
     local_tag: str | None = None
     """Tag each built image REPO:<local_tag>-<target> only (no stack tags, no push): a rebuild that must not
     move the tags of what was built before (`mcore-images reproduce`)."""
@@ -176,6 +183,47 @@ def _jobs_line(request: BuildRequest) -> str:
     return "jobs: planned inside each compile step from the builder's own CPUs and memory (`mcore-images jobs`)"
 
 
+def progress_mode(given: tuple[str, ...]) -> str | None:
+    """buildx's display: the one given in the bake arguments (None: leave it to them), else plain in CI or
+    into a pipe (and read for the summary), else buildx's own TTY display."""
+    if any(a == "--progress" or a.startswith("--progress=") for a in given):
+        return None
+    return "plain" if os.environ.get("CI") or not sys.stdout.isatty() else "tty"
+
+
+def summarize(log: BakeLog, metadata: Path, only: str | None, code: int, wall: float) -> dict[str, Any]:
+    """Per target: its tags and digest (bake's metadata file), its image size where the engine has it, and
+    the steps it took from the cache or ran (from a plain log; absent under the TTY display)."""
+    meta: dict[str, Any] = {}
+    if metadata.is_file():
+        meta = {k: v for k, v in json.loads(metadata.read_text()).items() if isinstance(v, dict)}
+    steps = log.per_target(only)
+    rows = []
+    for name in sorted(set(meta) | set(steps)):
+        entry = meta.get(name, {})
+        names = [t for t in str(entry.get("image.name", "")).split(",") if t]
+        rows.append({"target": name, "tags": names, "digest": entry.get("containerimage.digest"),
+                     "size_bytes": _size(names[0]) if names else None, **steps.get(name, {})})
+    return {"exit_code": code, "wall_s": round(wall, 1), "metadata": str(metadata), "targets": rows}
+
+
+def _size(ref: str) -> int | None:
+    out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", ref], capture_output=True,
+                         text=True, check=False)
+    return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip().isdigit() else None
+
+
+def describe(summary: dict[str, Any]) -> str:
+    lines = [f"summary: exit {summary['exit_code']} after {summary['wall_s']:.0f} s"]
+    for row in summary["targets"]:
+        steps = (f"{row['steps_built']} steps built in {row['build_s']:.0f} s, {row['steps_cached']} cached"
+                 if "steps_built" in row else "steps not read (TTY display)")
+        size = f"{row['size_bytes'] / 1e9:.2f} GB" if row.get("size_bytes") else "size unknown"
+        lines.append(f"  {row['target']}: {steps}; {row.get('digest') or 'no digest'}; {size}; "
+                     f"{', '.join(row['tags']) or 'no tags'}")
+    return "\n".join(lines)
+
+
 def build(request: BuildRequest) -> int:
     """Validate everything, then run docker buildx bake; returns bake's exit code."""
     request.validate()
@@ -196,7 +244,8 @@ def build(request: BuildRequest) -> int:
             print(f"error: {v}", file=sys.stderr)
         raise InputError(str(violations[0]))
     check_job_counts(request, selected)
-    print(_jobs_line(request))
+    say = functools.partial(print, file=sys.stderr if request.json else sys.stdout, flush=True)
+    say(_jobs_line(request))
     targets = bake_targets(selected, request.stack, group, request.layer)
     root = repo_root()
     stacks_json = root / "docker-bake.json"
@@ -204,10 +253,11 @@ def build(request: BuildRequest) -> int:
     if changes:
         stacks_json, locks = overrides.workspace(stacks, selected[0], changes, root)
         env["LOCKS"] = str(locks)
-        print(f"override: {', '.join(f'{k}={v}' for k, v in changes.items())}; bake file {stacks_json}, "
+        say(f"override: {', '.join(f'{k}={v}' for k, v in changes.items())}; bake file {stacks_json}, "
               f"locks {locks} (from layer '{overrides.first_changed_layer(changes)}' up)")
+    progress = progress_mode(request.bake_args)
     cmd = ["docker", "buildx", "bake", "-f", str(root / "docker-bake.hcl"), "-f", str(stacks_json),
-           "--progress=plain", *targets]
+           *([f"--progress={progress}"] if progress else []), *targets]
     if request.candidate:
         # Candidate builds push candidate-<sha>-<target> tags only; public tags come from `promote`.
         bake_files = [root / "docker-bake.hcl", stacks_json]
@@ -215,7 +265,9 @@ def build(request: BuildRequest) -> int:
             ref = tags.image(tags.candidate_tag(name, request.candidate), request.registry or "", env.get(
                 "IMAGE_REPO", tags.DEFAULT_REPO))
             cmd += ["--set", f"{name}.tags={ref}"]
-        cmd += ["--push", "--metadata-file", str(root / CANDIDATES / "bake-metadata.json")]
+        cmd += ["--push"]
+    metadata = root / (CANDIDATES if request.candidate else Path("build")) / "bake-metadata.json"
+    cmd += ["--metadata-file", str(metadata)]
     if request.local_tag:
         for name in candidate_targets(selected, request.stack, group, request.layer,
                                       [root / "docker-bake.hcl", stacks_json]):
@@ -230,16 +282,37 @@ def build(request: BuildRequest) -> int:
             full = tags.image(tags.layer_tag(name, changed), registry)
             cmd += ["--set", f"{name}-{changed.name}.tags={full}"]
     cmd += list(request.bake_args)
-    print("bake: " + " ".join(cmd[3:]))
+    say("bake: " + " ".join(cmd[3:]))
     if request.dry_run:
+        if request.json:
+            print_json({"dry_run": True, "command": cmd})
         return 0
     check_docker()
-    if request.candidate:
-        (root / CANDIDATES).mkdir(parents=True, exist_ok=True)
+    metadata.parent.mkdir(parents=True, exist_ok=True)
+    metadata.unlink(missing_ok=True)  # this run's, or none: never an earlier build's digests
     for s in selected:
         if s.flavor == "debian":
-            print(debian_base.ensure(s))
-    return subprocess.run(cmd, env=env, cwd=root, check=False).returncode
+            say(debian_base.ensure(s))
+    start = time.monotonic()
+    log = BakeLog()
+    if progress == "plain":
+        # Streamed through, line by line, and read for the summary.
+        with subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              errors="replace", bufsize=1) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                say(line, end="")
+                log.feed(line)
+        code = proc.returncode
+    else:
+        code = subprocess.run(cmd, env=env, cwd=root, check=False, stdout=sys.stderr if request.json else None
+                              ).returncode
+    summary = summarize(log, metadata, targets[0] if len(targets) == 1 else None, code, time.monotonic() - start)
+    if request.json:
+        print_json(summary)
+    else:
+        say(describe(summary))
+    return code
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -263,8 +336,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     return build(BuildRequest(args.stack, args.group, args.layer, args.max_jobs, args.nvcc_threads,
                               tuple(args.set), tuple(args.passthrough), args.dry_run, args.candidate, args.registry,
-                              args.force, args.local_tag))
+                              args.force, args.json, args.local_tag))
 
 
 COMMANDS = (Command("build", "check rules, then docker buildx bake a stack or a group", _arguments, _run,
+                    prints_data=True,
                     passthrough="docker buildx bake (e.g. --push, --set <target>.contexts.apex=DIR)"),)

@@ -14,21 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mcore_images.bake_log import BakeLog
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 
-# "#12 [runtime-debian kernels 1/1] RUN ...": step id, stage, instruction. FROM steps only resolve
-# an image and are never CACHED, so they say nothing about reuse and are left out.
-_STEP = re.compile(r"^#(\d+) \[(?:[\w.-]+ )?([\w-]+) (\d+)/(\d+)\] (\w+)")
-_CACHED = re.compile(r"^#(\d+) CACHED")
-_DONE = re.compile(r"^#(\d+) DONE ([\d.]+)s")
 LAYER_STAGES = ("base", "builder", "kernels-build", "tooling-build", "kernels", "runtime")
 LOG_DIR = Path("build") / "build-timing"  # each scenario's full BuildKit log
 
@@ -48,23 +43,7 @@ class Run:
 
 def stage_status(log: str) -> dict[str, str]:
     """Per Dockerfile stage: 'cached' when every step of it was CACHED, else 'built'."""
-    names: dict[str, str] = {}
-    cached: set[str] = set()
-    done: set[str] = set()
-    for line in log.splitlines():
-        if (m := _STEP.match(line)) and m.group(5) != "FROM":
-            names[m.group(1)] = m.group(2)
-        elif m := _CACHED.match(line):
-            cached.add(m.group(1))
-        elif m := _DONE.match(line):
-            done.add(m.group(1))
-    status: dict[str, str] = {}
-    for step, stage in names.items():
-        if step in cached:
-            status.setdefault(stage, "cached")
-        elif step in done:
-            status[stage] = "built"
-    return status
+    return BakeLog.of(log).stage_status()
 
 
 def run_build(scenario: str, stack: str, sets: list[str], layer: str | None = None) -> Run:

@@ -1,0 +1,66 @@
+"""What BuildKit's plain progress output says about each step: which bake target and Dockerfile stage it
+belongs to, whether it came from the cache, and how long it ran. `build` reads it for its closing summary
+per target; build_timing for its per-stage cached/built status."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# "#12 [runtime-debian kernels 1/1] RUN ...": step id, bake target (absent when bake builds one target),
+# stage, instruction. FROM steps only resolve an image and are never CACHED, so they say nothing about reuse
+# and are left out.
+STEP = re.compile(r"^#(\d+) \[(?:([\w.-]+) )?([\w-]+) (\d+)/(\d+)\] (\w+)")
+CACHED = re.compile(r"^#(\d+) CACHED")
+DONE = re.compile(r"^#(\d+) DONE ([\d.]+)s")
+
+
+@dataclass
+class BakeLog:
+    """Fed line by line while bake runs (or with a whole log at once)."""
+
+    steps: dict[str, tuple[str | None, str]] = field(default_factory=dict)  # step id -> (target, stage)
+    cached: set[str] = field(default_factory=set)
+    seconds: dict[str, float] = field(default_factory=dict)  # step id -> DONE seconds
+
+    def feed(self, line: str) -> None:
+        if (m := STEP.match(line)) and m.group(6) != "FROM":
+            self.steps[m.group(1)] = (m.group(2), m.group(3))
+        elif m := CACHED.match(line):
+            self.cached.add(m.group(1))
+        elif m := DONE.match(line):
+            self.seconds[m.group(1)] = float(m.group(2))
+
+    @classmethod
+    def of(cls, text: str) -> BakeLog:
+        log = cls()
+        for line in text.splitlines():
+            log.feed(line)
+        return log
+
+    def stage_status(self) -> dict[str, str]:
+        """Per Dockerfile stage: 'cached' when every step of it was CACHED, else 'built'."""
+        status: dict[str, str] = {}
+        for step, (_, stage) in self.steps.items():
+            if step in self.cached:
+                status.setdefault(stage, "cached")
+            elif step in self.seconds:
+                status[stage] = "built"
+        return status
+
+    def per_target(self, only: str | None = None) -> dict[str, dict[str, float]]:
+        """Per bake target: steps taken from the cache, steps run and the seconds they ran. A step that several
+        targets share is counted once, under the target BuildKit printed it for; ``only`` names the target of
+        a one-target bake (whose lines carry no target)."""
+        out: dict[str, dict[str, float]] = {}
+        for step, (target, _) in self.steps.items():
+            name = target or only
+            if name is None:
+                continue
+            row = out.setdefault(name, {"steps_cached": 0, "steps_built": 0, "build_s": 0.0})
+            if step in self.cached:
+                row["steps_cached"] += 1
+            elif step in self.seconds:
+                row["steps_built"] += 1
+                row["build_s"] = round(row["build_s"] + self.seconds[step], 1)
+        return out
