@@ -3,7 +3,8 @@ join a stack whose torch it pins; verl itself declares what it runs with (Requir
 ``vllm`` and ``sglang`` extras). What each engine release requires of torch, and what each verl release
 requires, is read from its published metadata when a stack carrying it is locked (``mcore-images lock``) and
 kept in env/engines.json, where the rules ``engine-torch`` and ``verl-requirements`` read it offline before
-any build."""
+any build. Megatron-Bridge declares no megatron-core version; what it imports is recorded the same way
+(bridge_imports.py) for the rule ``bridge-mcore``."""
 
 from __future__ import annotations
 
@@ -54,11 +55,21 @@ def torch_requirement(stack: Stack, engine: components.Component, root: Path | N
     return load(root).get(engine.key, {}).get(stack.pins[engine.key])
 
 
+def bridge_missing(stack: Stack, root: Path | None = None) -> list[str] | None:
+    """What the stack's Megatron-Bridge imports at import time that its megatron-core lacks (bridge_imports.py),
+    None when not recorded for this pair."""
+    entry = _document(root).get("megatron_bridge", {}).get(stack.megatron_bridge, {})
+    return entry.get(stack.mcore)
+
+
 def unrecorded(stack: Stack, root: Path | None = None) -> list[components.Component]:
-    """The stack's engines whose torch requirement env/engines.json lacks (and verl, when its requirements are)."""
+    """The stack's engines whose torch requirement env/engines.json lacks (and verl, when its requirements are;
+    Megatron-Bridge, when its imports against the stack's megatron-core are)."""
     missing = [e for e in ENGINES if stack.has(e.key) and torch_requirement(stack, e, root) is None]
     if stack.has("verl") and verl_requirements(stack, root) is None:
         missing.append(components.BY_KEY["verl"])
+    if stack.has("megatron_bridge") and stack.has("mcore") and bridge_missing(stack, root) is None:
+        missing.append(components.BY_KEY["megatron_bridge"])
     return missing
 
 
@@ -78,6 +89,7 @@ def read_metadata(distribution: str, version: str, python: str) -> dict[str, Any
         report = Path(tmp) / "report.json"
         done = subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--no-deps", "--ignore-installed",
+             "--ignore-requires-python",
              "--only-binary", ":all:", "--python-version", python, *PLATFORMS,
              "--target", str(Path(tmp) / "none"), "--report", str(report), f"{distribution}=={version}"],
             capture_output=True, text=True, check=False)
@@ -91,8 +103,11 @@ def read_metadata(distribution: str, version: str, python: str) -> dict[str, Any
 def record(stack: Stack, root: Path | None = None) -> Path | None:
     """Read and keep the torch requirement of every engine the stack carries, and what its verl release
     requires (what `lock` calls)."""
+    from mcore_images import bridge_imports
+
     carried = [e for e in ENGINES if stack.has(e.key)]
-    if not carried and not stack.has("verl"):
+    bridge = stack.has("megatron_bridge") and stack.has("mcore")
+    if not carried and not stack.has("verl") and not bridge:
         return None
     document = _document(root)
     table = document.get("torch", {})
@@ -104,11 +119,17 @@ def record(stack: Stack, root: Path | None = None) -> Path | None:
         metadata = read_metadata("verl", stack.verl, stack.python)
         verl[stack.verl] = {"requires_python": metadata.get("requires_python") or "",
                             "requires_dist": list(metadata.get("requires_dist") or [])}
+    bridges = document.get("megatron_bridge", {})
+    if bridge:
+        bridges.setdefault(stack.megatron_bridge, {})[stack.mcore] = bridge_imports.read(
+            stack.megatron_bridge, stack.mcore, stack.python)
     path = engines_file(root)
     body = {"about": "torch requirement of each rollout-engine release, and the requirements of each verl release, "
-                     "from their metadata on PyPI; written by `mcore-images lock`, read by the rules engine-torch "
-                     "and verl-requirements",
+                     "from their metadata on PyPI; what each Megatron-Bridge release imports at import time that a "
+                     "megatron-core release lacks, read from both wheels; written by `mcore-images lock`, read by "
+                     "the rules engine-torch, verl-requirements and bridge-mcore",
             "torch": {k: dict(sorted(v.items())) for k, v in sorted(table.items())},
-            "verl": dict(sorted(verl.items()))}
+            "verl": dict(sorted(verl.items())),
+            "megatron_bridge": {k: dict(sorted(v.items())) for k, v in sorted(bridges.items())}}
     path.write_text(json.dumps(body, indent=2) + "\n")
     return path

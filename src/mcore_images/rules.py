@@ -223,6 +223,25 @@ def _engine_torch(s: Stack) -> Iterator[tuple[str, str]]:
                    f"pin the {engine.title} release whose torch requirement holds {s.torch}, or that torch")
 
 
+@rule("bridge-mcore")
+def _bridge_mcore(s: Stack) -> Iterator[tuple[str, str]]:
+    # Megatron-Bridge declares megatron-core with no version; what its modules import when `import
+    # megatron.bridge` runs must exist in the stack's megatron-core (env/engines.json, read from both wheels).
+    from mcore_images import engines
+
+    if not (s.has("megatron_bridge") and s.has("mcore")):
+        return
+    lacking = engines.bridge_missing(s)
+    if lacking is None:
+        yield (f"what Megatron-Bridge {s.megatron_bridge} imports from megatron-core {s.mcore} is not recorded in "
+               "env/engines.json", f"run `mcore-images lock --stack {s.name}`, which reads both wheels")
+    elif lacking:
+        yield (f"Megatron-Bridge {s.megatron_bridge} imports {len(lacking)} names megatron-core {s.mcore} lacks "
+               f"(e.g. {lacking[0]}): `import megatron.bridge` fails",
+               "pin the megatron-core release this Megatron-Bridge was made with, or a bridge release for "
+               f"megatron-core {s.mcore}")
+
+
 MARKER_ENV = {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
               "implementation_name": "cpython", "platform_python_implementation": "CPython"}
 """The marker environment of every image (Linux, x86_64, CPython); Python comes from the stack."""

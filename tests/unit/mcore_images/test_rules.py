@@ -67,3 +67,15 @@ def test_any_spelling_of_an_upper_bound_below_5_satisfies_the_transformers_rule(
 def test_a_constraint_that_admits_transformers_5_breaks_the_rule(stacks: dict[str, Stack], constraint: str) -> None:
     stack = variant(stacks["debian"], constraints=(constraint,))
     assert "mbridge-transformers" in {v.rule for v in rules.check(stack)}
+
+
+def test_bridge_mcore_refuses_a_bridge_whose_imports_the_core_lacks(stacks: dict[str, Stack],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcore_images import engines
+
+    monkeypatch.setattr(engines, "bridge_missing", lambda s, root=None: ["megatron.core._slurm_utils"])
+    line = str(next(v for v in rules.check(stacks["cuda"]) if v.rule == "bridge-mcore"))
+    assert "imports 1 names megatron-core 0.19.2 lacks (e.g. megatron.core._slurm_utils)" in line and "fix:" in line
+    monkeypatch.setattr(engines, "bridge_missing", lambda s, root=None: None)
+    line = str(next(v for v in rules.check(stacks["cuda"]) if v.rule == "bridge-mcore"))
+    assert "not recorded" in line and "mcore-images lock --stack cuda" in line
