@@ -54,8 +54,7 @@ def ensure(stack: Stack, force: bool = False, mirror: str | None = None) -> str:
     recipe = recipe_of(stack.base_image)
     if not force and recipe == RECIPE:
         return f"base {stack.base_image} exists (use --force to rebuild it from the mirror)"
-    if not force and recipe is not None:
-        print(f"base {stack.base_image} was made by recipe {recipe or 1}, not {RECIPE}: rebuilding it")
+    why = f" (the local one was made by recipe {recipe or 1}, not {RECIPE})" if recipe is not None and not force else ""
     if not shutil.which("debootstrap"):
         raise InputError("debootstrap is not installed; `apt-get install debootstrap` (or run .ci/docker-engine.sh)")
     if os.geteuid() != 0:
@@ -74,7 +73,7 @@ def ensure(stack: Stack, force: bool = False, mirror: str | None = None) -> str:
         tar.stdout.close()
         if tar.wait() != 0:
             raise InputError(f"tar of the debootstrap tree failed; check free space in {tempfile.gettempdir()}")
-    return f"base {stack.base_image} built from {mirror} in {time.monotonic() - start:.0f} s"
+    return f"base {stack.base_image} built from {mirror} in {time.monotonic() - start:.0f} s{why}"
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
