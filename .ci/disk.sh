@@ -4,17 +4,19 @@
 # build that runs out of space fails late, while unpacking a layer. This deletes only what those two
 # made, cheapest loss first, and stops as soon as enough is free:
 #
-#   1. candidate images of other commits and untagged images in the CI engine (the run rebuilds or
-#      pulls what it needs; this commit's candidates stay);
+#   1. the CI registry's images in the engine other than this commit's candidates (earlier commits'
+#      candidates, the public tags an earlier run pulled back) and untagged images: the run rebuilds or
+#      pulls what it needs;
 #   2. build records of the engine that were not used recently, down to $MCORE_CI_KEEP_CACHE_GIB
 #      (cache mounts such as ccache and pip stay, so a rebuild stays cheap);
-#   3. every build record and cache mount (the next build is cold);
-#   4. the local registry's storage (the release path pushes it again).
+#   3. every build record, cache mounts still kept (a rebuild runs every step, with ccache's hits);
+#   4. the cache mounts too (the next build is cold);
+#   5. the local registry's storage (the release path pushes it again).
 #
 #   .ci/disk.sh [ensure]   free at least $MCORE_CI_FREE_GIB GiB (default 40) on the engine's filesystem
 #   .ci/disk.sh show       print what is free and what the engine holds
 #
-# Still short after step 4, it exits 2 with what is free and what is needed: the rest of the disk is
+# Still short after step 5, it exits 2 with what is free and what is needed: the rest of the disk is
 # not this project's to delete.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,10 +51,10 @@ enough() {
   return 1
 }
 
-# Images this engine holds under the project's repository as candidate tags of another commit.
-stale_candidates() {
+# Images this engine holds under the CI registry's repository, but for this commit's candidates.
+stale_images() {
   local sha="$1"
-  docker image ls --format '{{.Repository}}:{{.Tag}}' --filter "reference=$REGISTRY/$REPO:candidate-*" \
+  docker image ls --format '{{.Repository}}:{{.Tag}}' --filter "reference=$REGISTRY/$REPO:*" \
     | grep -v -F ":candidate-$sha-" || true
 }
 
@@ -64,19 +66,23 @@ ensure() {
   }
   local sha stale
   sha="$(git rev-parse HEAD)"
-  mapfile -t stale < <(stale_candidates "$sha")
+  mapfile -t stale < <(stale_images "$sha")
   if ((${#stale[@]})); then
-    log "removing ${#stale[@]} candidate tag(s) of other commits"
+    log "removing ${#stale[@]} image tag(s) of $REGISTRY/$REPO from earlier runs"
     docker image rm "${stale[@]}" >/dev/null
   fi
   docker image prune -f >/dev/null
-  enough "removing other commits' candidates and untagged images" && return 0
+  enough "removing earlier runs' images and untagged images" && return 0
 
   log "pruning build records down to $KEEP_CACHE_GIB GiB (cache mounts stay)"
   docker builder prune -f --filter type=regular --keep-storage "${KEEP_CACHE_GIB}GB" >/dev/null
   enough "pruning build records to $KEEP_CACHE_GIB GiB" && return 0
 
-  log "pruning every build record and cache mount (the next build is cold)"
+  log "pruning every build record (cache mounts stay)"
+  docker builder prune -f --filter type=regular >/dev/null
+  enough "pruning every build record" && return 0
+
+  log "pruning the cache mounts too (the next build is cold)"
   docker builder prune -af >/dev/null
   enough "pruning the whole build cache" && return 0
 
