@@ -23,7 +23,7 @@ from mcore_images.bake_log import BakeLog
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.plan import make_plan, select
-from mcore_images.stacks import Stack, load_stacks, repo_root
+from mcore_images.stacks import Stack, checkout_root, load_stacks, repo_root
 
 SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 CANDIDATES = Path("build") / "candidates"
@@ -227,6 +227,7 @@ def describe(summary: dict[str, Any]) -> str:
 def build(request: BuildRequest) -> int:
     """Validate everything, then run docker buildx bake; returns bake's exit code."""
     request.validate()
+    checkout_root("build")
     stacks = load_stacks()
     changes = overrides.parse(list(request.sets))
     group = None if request.stack else (request.group or "default")

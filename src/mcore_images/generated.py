@@ -20,7 +20,7 @@ from pathlib import Path
 from mcore_images import components, lock, plan
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
-from mcore_images.stacks import load_stacks, repo_root, stacks_file
+from mcore_images.stacks import checkout_root, load_stacks, stacks_file
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def _update_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _update(args: argparse.Namespace) -> int:
-    root = repo_root()
+    root = checkout_root("update")
     report: dict[str, object] = {"regions": update(root), "locks": {}}
     if not args.no_locks:
         for stack in load_stacks().values():
@@ -117,7 +117,7 @@ def validation_problems(root: Path) -> list[str]:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    problems = validation_problems(repo_root())
+    problems = validation_problems(checkout_root("validate"))
     if args.json:
         print_json({"problems": problems})
     else:

@@ -27,7 +27,7 @@ from mcore_images import components, engines
 from mcore_images.command import Command, print_json
 from mcore_images.components import LOCK_LAYERS
 from mcore_images.errors import InputError
-from mcore_images.stacks import Stack, get_stack, load_stacks, repo_root
+from mcore_images.stacks import Stack, checkout_root, get_stack, load_stacks, repo_root
 from mcore_images.versions import Requirement, at_least
 
 # Layers that branch off the chain: built FROM base, but nothing above them inherits their packages.
@@ -439,6 +439,7 @@ def _lock_on_base_of(stack: Stack | None, source: str, stacks: dict[str, Stack],
 
 
 def _run(args: argparse.Namespace) -> int:
+    checkout_root("lock")
     stacks = load_stacks()
     chosen = [get_stack(args.stack, stacks)] if args.stack else list(stacks.values())
     if args.check:

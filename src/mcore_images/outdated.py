@@ -25,7 +25,7 @@ from typing import Any
 from mcore_images import components, rules
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
-from mcore_images.stacks import NONE, SHARED_LAYERS, Stack, get_stack, load_stacks, stacks_file
+from mcore_images.stacks import NONE, SHARED_LAYERS, Stack, checkout_root, get_stack, load_stacks, stacks_file
 from mcore_images.versions import InvalidVersion, Version
 
 PYPI = "https://pypi.org/pypi/{name}/json"
@@ -159,6 +159,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace, fetch: Fetch = fetch_pypi, resolve: Resolve = resolution_problem) -> int:
     stacks = load_stacks()
     if args.bump:
+        if not args.dry_run:
+            checkout_root("outdated --bump")  # it rewrites env/stacks.json and the locks
         stack = get_stack(args.bump, stacks)
         applied = bump(stack, check_stack(stack, fetch, {}, resolve), stacks_file(), write=not args.dry_run)
         would = " (dry run: nothing written)" if args.dry_run and applied else ""

@@ -24,7 +24,7 @@ from mcore_images import images, tags
 from mcore_images.command import Command, print_json
 from mcore_images.container import ensure_local
 from mcore_images.errors import InputError
-from mcore_images.stacks import repo_root
+from mcore_images.stacks import checkout_root
 
 REVISION = "org.opencontainers.image.revision"
 
@@ -127,7 +127,7 @@ def reproduce(ref: str, keep: bool = False) -> Outcome:
     work = Path(tempfile.mkdtemp(prefix="mcore-reproduce-"))
     made = built_tags(local_tag, stack, layer)
     try:
-        clone(repo_root(), revision, work / "src")
+        clone(checkout_root("reproduce"), revision, work / "src")
         code = rebuild(work / "src", stack, layer, local_tag)
         if code != 0:
             raise InputError(f"the rebuild of {layer}-{stack} at {revision[:12]} failed (exit {code}); its log "

@@ -37,12 +37,30 @@ SETTING_LOCK_LAYER: dict[str, str | None] = {
 }
 
 
+INSTALLED_DATA = Path(__file__).resolve().parent / "data"
+"""Where an installed wheel keeps env/ (the pins, locks and baselines it was released with): in a checkout,
+data/env links to the checkout's env/, so there is one copy."""
+
+
 def repo_root() -> Path:
-    """The checkout that holds env/: $MCORE_IMAGES_ROOT, else the tree this package lives in, else cwd."""
+    """The tree that holds env/: $MCORE_IMAGES_ROOT, else the checkout this package lives in, else the
+    installed package's own data (verify and plan work from any folder), else the current folder."""
     if env := os.environ.get("MCORE_IMAGES_ROOT"):
         return Path(env)
     here = Path(__file__).resolve().parents[2]
-    return here if (here / "env" / "stacks.json").is_file() else Path.cwd()
+    if (here / "env" / "stacks.json").is_file():
+        return here
+    return INSTALLED_DATA if (INSTALLED_DATA / "env" / "stacks.json").is_file() else Path.cwd()
+
+
+def checkout_root(command: str) -> Path:
+    """repo_root() for a command that reads or writes the checkout's own files (the Dockerfile, bake, README,
+    the locks); one line naming the fix when the package runs without a checkout."""
+    root = repo_root()
+    if not (root / "docker-bake.hcl").is_file():
+        raise InputError(f"`mcore-images {command}` works in a checkout of mcore-images (it uses the Dockerfile, "
+                         f"bake file and locks); clone it and run it there, or set MCORE_IMAGES_ROOT to one")
+    return root
 
 
 def stacks_file(root: Path | None = None) -> Path:
