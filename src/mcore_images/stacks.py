@@ -57,7 +57,7 @@ def checkout_root(command: str) -> Path:
     """repo_root() for a command that reads or writes the checkout's own files (the Dockerfile, bake, README,
     the locks); one line naming the fix when the package runs without a checkout."""
     root = repo_root()
-    if not (root / "docker-bake.hcl").is_file():
+    if root == INSTALLED_DATA or not (root / "env" / "stacks.json").is_file():
         raise InputError(f"`mcore-images {command}` works in a checkout of mcore-images (it uses the Dockerfile, "
                          f"bake file and locks); clone it and run it there, or set MCORE_IMAGES_ROOT to one")
     return root
