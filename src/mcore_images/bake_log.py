@@ -49,18 +49,30 @@ class BakeLog:
         return status
 
     def per_target(self, only: str | None = None) -> dict[str, dict[str, float]]:
-        """Per bake target: steps taken from the cache, steps run and the seconds they ran. A step that several
-        targets share is counted once, under the target BuildKit printed it for; ``only`` names the target of
-        a one-target bake (whose lines carry no target)."""
+        """Per bake target (``<layer>-<stack>``): steps taken from the cache, steps run and the seconds they
+        ran, each step counted for the layer its Dockerfile stage belongs to (BuildKit prints a step that
+        several targets share once, under any of their names; the stack part of that name is right, the
+        layer part need not be). ``only`` names the target of a one-target bake, whose lines carry none."""
         out: dict[str, dict[str, float]] = {}
-        for step, (target, _) in self.steps.items():
+        for step, (target, stage) in self.steps.items():
             name = target or only
-            if name is None:
+            layer = STAGE_LAYER.get(stage)
+            if name is None or layer is None or "-" not in name:
                 continue
-            row = out.setdefault(name, {"steps_cached": 0, "steps_built": 0, "build_s": 0.0})
+            row = out.setdefault(f"{layer}-{name.split('-', 1)[1]}",
+                                 {"steps_cached": 0, "steps_built": 0, "build_s": 0.0})
             if step in self.cached:
                 row["steps_cached"] += 1
             elif step in self.seconds:
                 row["steps_built"] += 1
                 row["build_s"] = round(row["build_s"] + self.seconds[step], 1)
         return out
+
+
+STAGE_LAYER = {
+    "os-debian": "base", "os-cuda": "base", "os-ngc": "base", "base": "base",
+    "builder": "kernels", "planner": "kernels", "kernels-build": "kernels", "kernels": "kernels",
+    "tooling-build": "runtime", "runtime": "runtime", "app": "app",
+}
+"""The layer each Dockerfile stage's work is for: the builder stages compile the kernels layer's wheels, and
+tooling-build makes the wheel the runtime layer installs."""

@@ -68,3 +68,22 @@ def test_a_progress_given_to_bake_is_left_alone(given: tuple[str, ...], mode: st
 def test_ci_gets_the_plain_log(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CI", "true")
     assert build.progress_mode(()) == "plain"
+
+
+def test_a_shared_step_counts_for_its_stages_layer_whichever_target_printed_it() -> None:
+    log = BakeLog.of("#20 [runtime-debian kernels-build 1/1] RUN build-te.sh\n#20 DONE 900.0s\n"
+                     "#21 [runtime-debian-mcore019 base 2/2] RUN install-lock.sh\n#21 CACHED\n")
+    assert log.per_target() == {
+        "kernels-debian": {"steps_cached": 0, "steps_built": 1, "build_s": 900.0},
+        "base-debian-mcore019": {"steps_cached": 1, "steps_built": 0, "build_s": 0.0},
+    }
+
+
+def test_every_dockerfile_stage_has_a_layer() -> None:
+    import re
+
+    from mcore_images.bake_log import STAGE_LAYER
+    from tests.unit.conftest import ROOT
+
+    stages = re.findall(r"^FROM \S+ AS (\S+)$", (ROOT / "Dockerfile").read_text(), re.M)
+    assert sorted(stages) == sorted(STAGE_LAYER)
