@@ -224,10 +224,18 @@ def describe(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def own_tag(request: BuildRequest, target: str, repo: str) -> str:
+    """The only tag a candidate or --local-tag build gives ``target``, so no stack tag moves: candidates push
+    candidate-<sha>-<target> (public tags come from `promote`), a local rebuild is <local_tag>-<target>."""
+    if request.candidate:
+        return tags.image(tags.candidate_tag(target, request.candidate), request.registry or "", repo)
+    return tags.image(f"{request.local_tag}-{target}", "", repo)
+
+
 def build(request: BuildRequest) -> int:
     """Validate everything, then run docker buildx bake; returns bake's exit code."""
     request.validate()
-    checkout_root("build")
+    root = checkout_root("build")
     stacks = load_stacks()
     changes = overrides.parse(list(request.sets))
     group = None if request.stack else (request.group or "default")
@@ -248,7 +256,6 @@ def build(request: BuildRequest) -> int:
     say = functools.partial(print, file=sys.stderr if request.json else sys.stdout, flush=True)
     say(_jobs_line(request))
     targets = bake_targets(selected, request.stack, group, request.layer)
-    root = repo_root()
     stacks_json = root / "docker-bake.json"
     env = bake_env(request)
     if changes:
@@ -259,21 +266,14 @@ def build(request: BuildRequest) -> int:
     progress = progress_mode(request.bake_args)
     cmd = ["docker", "buildx", "bake", "-f", str(root / "docker-bake.hcl"), "-f", str(stacks_json),
            *([f"--progress={progress}"] if progress else []), *targets]
-    if request.candidate:
-        # Candidate builds push candidate-<sha>-<target> tags only; public tags come from `promote`.
+    if request.candidate or request.local_tag:
         bake_files = [root / "docker-bake.hcl", stacks_json]
         for name in candidate_targets(selected, request.stack, group, request.layer, bake_files):
-            ref = tags.image(tags.candidate_tag(name, request.candidate), request.registry or "", env.get(
-                "IMAGE_REPO", tags.DEFAULT_REPO))
-            cmd += ["--set", f"{name}.tags={ref}"]
+            cmd += ["--set", f"{name}.tags={own_tag(request, name, env.get('IMAGE_REPO', tags.DEFAULT_REPO))}"]
+    if request.candidate:
         cmd += ["--push"]
     metadata = root / (CANDIDATES if request.candidate else Path("build")) / "bake-metadata.json"
     cmd += ["--metadata-file", str(metadata)]
-    if request.local_tag:
-        for name in candidate_targets(selected, request.stack, group, request.layer,
-                                      [root / "docker-bake.hcl", stacks_json]):
-            ref = tags.image(f"{request.local_tag}-{name}", "", env.get("IMAGE_REPO", tags.DEFAULT_REPO))
-            cmd += ["--set", f"{name}.tags={ref}"]
     if changes:
         # An override build gets its full tags only: the short alias (runtime-debian) keeps
         # pointing at the image built from the committed pins.

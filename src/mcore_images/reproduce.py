@@ -22,6 +22,7 @@ from typing import Any
 
 from mcore_images import images, tags
 from mcore_images.command import Command, print_json
+from mcore_images.components import LAYERS
 from mcore_images.container import ensure_local
 from mcore_images.errors import InputError
 from mcore_images.stacks import checkout_root
@@ -98,9 +99,8 @@ def rebuild(checkout: Path, stack: str, layer: str, local_tag: str) -> int:
 
 def built_tags(local_tag: str, stack: str, layer: str) -> list[str]:
     """The local tags the rebuild gave, one per layer up to ``layer`` (what this command removes again)."""
-    order = ("base", "kernels", "runtime", "app")
     repo = os.environ.get("IMAGE_REPO", tags.DEFAULT_REPO)
-    return [tags.image(f"{local_tag}-{name}-{stack}", "", repo) for name in order[:order.index(layer) + 1]]
+    return [tags.image(f"{local_tag}-{name}-{stack}", "", repo) for name in LAYERS[:LAYERS.index(layer) + 1]]
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def reproduce(ref: str, keep: bool = False) -> Outcome:
     original = inspect(ref)
     revision = original.label(REVISION)
     stack, layer = original.label(images.label("stack")), original.label(images.label("layer"))
-    if layer not in ("base", "kernels", "runtime", "app"):
+    if layer not in LAYERS:
         raise InputError(f"{ref} says layer {layer!r}; reproduce rebuilds base, kernels, runtime or app images")
     local_tag = f"reproduce-{revision[:12]}"
     work = Path(tempfile.mkdtemp(prefix="mcore-reproduce-"))
