@@ -55,13 +55,15 @@ def memlock_unlimited(image: str, run: Callable[..., subprocess.CompletedProcess
     return True
 
 
-def run_command(image: str, command: Sequence[str], *, gpus: bool = True,
+def run_command(image: str, command: Sequence[str], *, gpus: bool | str = True,
                 mounts: Mapping[Path, str] | None = None, env: Mapping[str, str] | None = None,
                 read_only: Sequence[Path] = (), extra: Sequence[str] = (), memlock: bool = True) -> list[str]:
     """``docker run --rm`` of ``command`` in ``image`` with the recommended flags; ``mounts`` maps host
     folders (or files) to container paths, ``read_only`` names the host paths mounted read-only, and
-    ``memlock`` adds memlock unlimited (callers pass ``memlock_unlimited(image)``)."""
-    argv = ["docker", "run", "--rm", *(["--gpus", "all"] if gpus else []), *RECOMMENDED_FLAGS,
+    ``memlock`` adds memlock unlimited (callers pass ``memlock_unlimited(image)``). ``gpus`` is docker's
+    ``--gpus`` value (True: all; False: none)."""
+    devices = "all" if gpus is True else gpus
+    argv = ["docker", "run", "--rm", *(["--gpus", devices] if devices else []), *RECOMMENDED_FLAGS,
             *(MEMLOCK_FLAGS if memlock else ())]
     for key, value in {**NO_MULTICAST, **(env or {})}.items():
         argv += ["-e", f"{key}={value}"]

@@ -58,11 +58,8 @@ def command_for(image: str, cmd: list[str], *, cpu: bool, out: Path, memlock: bo
     if multinode:
         flags += [*MULTINODE_FLAGS, *(a for name in MULTINODE_PASSTHROUGH for a in ("-e", name))]
     flags += ["-w", "/workspace", *extra]
-    argv = container.run_command(image, cmd or ["bash"], gpus=not cpu and not own_gpus, mounts={out: OUT},
-                                 memlock=memlock, extra=flags)
-    if not cpu and not own_gpus and gpus != "all":
-        argv[argv.index("--gpus") + 1] = gpus
-    return argv
+    return container.run_command(image, cmd or ["bash"], gpus=False if cpu or own_gpus else gpus,
+                                 mounts={out: OUT}, memlock=memlock, extra=flags)
 
 
 def printable(argv: list[str], out: Path) -> str:
