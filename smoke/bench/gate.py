@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mcore_images import schemas
+from mcore_images import components, schemas
 from smoke.kit import envinfo
 
 SCHEMA = schemas.BENCH_BASELINES
@@ -30,8 +30,9 @@ DEFAULT_MAX_DROP_PCT = 10.0
 KEY_FIELDS = ("gpu", "stack", "config", "spec", "variant", "precision", "world_size")
 GATED_METRIC = "tflops_per_gpu"
 ADHOC = "adhoc:"
-MATCHED = {"torch": "torch", "te": "transformer-engine", "mcore": "megatron-core"}
-"""The stack pins a host run is matched on (catalogue key → installed distribution): what sets its speed."""
+MATCHED = {key: str(components.BY_KEY[key].distribution) for key in ("torch", "te", "mcore")}
+"""The stack pins a host run is matched on (catalogue key → the distribution its pin names, from the
+catalogue): what sets its speed."""
 
 
 def stacks_file(baselines: str | None) -> Path:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import bake_args, components, debian_base, images, jobs, lock, overrides, rules, tags
+from mcore_images import bake_args, components, debian_base, engines, images, jobs, lock, overrides, rules, tags
 from mcore_images.bake_log import BakeLog
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
@@ -242,6 +242,7 @@ def build(request: BuildRequest) -> int:
     selected = select(stacks, request.stack, group)
     if changes:
         selected = [overrides.apply(selected[0], changes)]
+        engines.read_candidates(selected[0])  # a version env/engines.json lacks is judged by its own metadata
         broken = rules.check(selected[0])
         if broken:
             raise InputError(f"with --set {' '.join(request.sets)}: {broken[0]}")

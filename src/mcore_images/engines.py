@@ -35,9 +35,25 @@ def engines_file(root: Path | None = None) -> Path:
     return (root or repo_root()) / "env" / "engines.json"
 
 
-def _document(root: Path | None = None) -> dict[str, Any]:
+_CANDIDATES: dict[str, dict[str, Any]] = {"torch": {}, "verl": {}, "megatron_bridge": {}}
+"""Requirements read from the index in this process for versions env/engines.json has not recorded: a
+`build --set` or an `outdated` candidate (read_candidates). The rules see them; nothing writes them to env/."""
+
+
+def _recorded(root: Path | None = None) -> dict[str, Any]:
+    """env/engines.json as committed."""
     path = engines_file(root)
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _document(root: Path | None = None) -> dict[str, Any]:
+    """The committed record with this process's candidate reads over it (two levels deep, as the file is)."""
+    document = _recorded(root)
+    for section, table in _CANDIDATES.items():
+        merged = document.setdefault(section, {})
+        for key, value in table.items():
+            merged[key] = {**merged.get(key, {}), **value} if section != "verl" else value
+    return document
 
 
 def load(root: Path | None = None) -> dict[str, dict[str, str]]:
@@ -73,6 +89,32 @@ def unrecorded(stack: Stack, root: Path | None = None) -> list[components.Compon
     return missing
 
 
+def read_candidates(stack: Stack, root: Path | None = None) -> list[str]:
+    """Read from the index what env/engines.json has not recorded for this stack's versions (an engine's torch
+    requirement, verl's requirements, Megatron-Bridge's imports), so that a candidate version given by `--set`
+    or found by `outdated` is judged by its own metadata; returns what was read ("vllm 0.24.0")."""
+    missing = unrecorded(stack, root)
+    _read(stack, _CANDIDATES, missing)
+    return [f"{c.key} {stack.pins[c.key]}" for c in missing]
+
+
+def _read(stack: Stack, document: dict[str, Any], which: list[components.Component]) -> None:
+    """Read each named component's requirements for the stack's version into ``document``'s sections."""
+    from mcore_images import bridge_imports
+
+    for engine in (c for c in which if c in ENGINES):
+        version = stack.pins[engine.key]
+        document.setdefault("torch", {}).setdefault(engine.key, {})[version] = read_requirement(
+            engine, version, stack.python)
+    if components.BY_KEY["verl"] in which:
+        metadata = read_metadata("verl", stack.verl, stack.python)
+        document.setdefault("verl", {})[stack.verl] = {"requires_python": metadata.get("requires_python") or "",
+                                                       "requires_dist": list(metadata.get("requires_dist") or [])}
+    if components.BY_KEY["megatron_bridge"] in which:
+        document.setdefault("megatron_bridge", {}).setdefault(stack.megatron_bridge, {})[stack.mcore] = (
+            bridge_imports.read(stack.megatron_bridge, stack.mcore, stack.python))
+
+
 def read_requirement(engine: components.Component, version: str, python: str) -> str:
     """The torch specifier in the engine release's Requires-Dist, from PyPI (pip reads only the metadata)."""
     metadata = read_metadata(engine.distributions[0], version, python)
@@ -103,26 +145,16 @@ def read_metadata(distribution: str, version: str, python: str) -> dict[str, Any
 def record(stack: Stack, root: Path | None = None) -> Path | None:
     """Read and keep the torch requirement of every engine the stack carries, and what its verl release
     requires (what `lock` calls)."""
-    from mcore_images import bridge_imports
-
     carried = [e for e in ENGINES if stack.has(e.key)]
-    bridge = stack.has("megatron_bridge") and stack.has("mcore")
-    if not carried and not stack.has("verl") and not bridge:
-        return None
-    document = _document(root)
-    table = document.get("torch", {})
-    for engine in carried:
-        version = stack.pins[engine.key]
-        table.setdefault(engine.key, {})[version] = read_requirement(engine, version, stack.python)
-    verl = document.get("verl", {})
     if stack.has("verl"):
-        metadata = read_metadata("verl", stack.verl, stack.python)
-        verl[stack.verl] = {"requires_python": metadata.get("requires_python") or "",
-                            "requires_dist": list(metadata.get("requires_dist") or [])}
-    bridges = document.get("megatron_bridge", {})
-    if bridge:
-        bridges.setdefault(stack.megatron_bridge, {})[stack.mcore] = bridge_imports.read(
-            stack.megatron_bridge, stack.mcore, stack.python)
+        carried.append(components.BY_KEY["verl"])
+    if stack.has("megatron_bridge") and stack.has("mcore"):
+        carried.append(components.BY_KEY["megatron_bridge"])
+    if not carried:
+        return None
+    document = _recorded(root)
+    _read(stack, document, carried)
+    table, verl, bridges = (document.get(k, {}) for k in ("torch", "verl", "megatron_bridge"))
     path = engines_file(root)
     body = {"about": "torch requirement of each rollout-engine release, and the requirements of each verl release, "
                      "from their metadata on PyPI; what each Megatron-Bridge release imports at import time that a "

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import components, rules
+from mcore_images import components, engines, rules
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.stacks import NONE, SHARED_LAYERS, Stack, checkout_root, get_stack, load_stacks, stacks_file
@@ -31,6 +31,7 @@ from mcore_images.versions import InvalidVersion, Version
 PYPI = "https://pypi.org/pypi/{name}/json"
 Fetch = Callable[[str], dict[str, Any]]
 Resolve = Callable[[Stack], "str | None"]
+Read = Callable[[Stack], object]
 
 
 def resolution_problem(stack: Stack) -> str | None:
@@ -98,10 +99,11 @@ def tracked(stack: Stack, comp: components.Component) -> str | None:
     return None
 
 
-def check_stack(stack: Stack, fetch: Fetch, cache: dict[str, Any], resolve: Resolve = resolution_problem
-                ) -> list[Finding]:
-    """Each component's pin against PyPI's newest; a newer one is judged by the rules, then, when they allow
-    it, by resolving the bumped stack (uv), so no bump is called clean that the resolver refuses."""
+def check_stack(stack: Stack, fetch: Fetch, cache: dict[str, Any], resolve: Resolve = resolution_problem,
+                read: Read = engines.read_candidates) -> list[Finding]:
+    """Each component's pin against PyPI's newest; a newer one is judged by the rules, with the candidate's own
+    requirements read from the index where env/engines.json lacks them, then, when they allow it, by resolving
+    the bumped stack (uv), so no bump is called clean that the resolver refuses."""
     out = []
     for comp in components.CATALOGUE:
         why = tracked(stack, comp)
@@ -121,6 +123,11 @@ def check_stack(stack: Stack, fetch: Fetch, cache: dict[str, Any], resolve: Reso
             out.append(Finding(stack.name, comp.key, pinned, newest, "current"))
             continue
         bumped = stack.replace(**{comp.key: newest})
+        try:
+            read(bumped)
+        except InputError as error:
+            out.append(Finding(stack.name, comp.key, pinned, newest, "error", note=str(error)))
+            continue
         broken = tuple(f"[{v.rule}] {v.message}" for v in rules.check(bumped))
         if not broken and (problem := resolve(bumped)):
             broken = (f"[resolve] {problem}",)

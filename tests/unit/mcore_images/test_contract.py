@@ -42,6 +42,25 @@ def test_every_command_that_prints_data_takes_json() -> None:
         assert ("--json" in flags) == command.prints_data, command.name
 
 
+SHOW_ONLY = {"--dry-run", "--execute", "--print", "--no-execute", "--show", "--plan-only", "--noop", "-n"}
+"""Spellings of "show, do nothing" (or of its opposite) a command might grow."""
+
+
+def test_show_do_nothing_has_one_spelling_and_promote_alone_needs_execute() -> None:
+    # --dry-run everywhere; promote, the one command that moves public tags, shows by default and acts with
+    # --execute; run's --print prints the docker command it would run. README says so once.
+    spelt = {name: {s for a in options(p) for s in a.option_strings} & SHOW_ONLY for name, p in subparsers().items()}
+    assert {name for name, flags in spelt.items() if "--execute" in flags} == {"promote"}
+    assert {name for name, flags in spelt.items() if "--print" in flags} == {"run", "from-make"}
+    others = {name: flags for name, flags in spelt.items() if name not in ("promote", "run", "from-make")}
+    assert all(flags <= {"--dry-run"} for flags in others.values()), others
+    assert {name for name, flags in spelt.items() if "--dry-run" in flags} >= {"build", "outdated"}
+    readme = (ROOT / "README.md").read_text()
+    assert readme.count("## What every command keeps to") == 1
+    said = readme.split("## What every command keeps to", 1)[1].split("\n## ", 1)[0]
+    assert "`--dry-run`" in said and "`--execute`" in said and "`run --print`" in said
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad inputs, each through the real CLI against a checkout whose env/stacks.json it changes.
 

@@ -3,9 +3,9 @@ recorded requirement does not hold, and the app tag names the engine."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -46,11 +46,36 @@ def test_the_app_tag_names_the_engine() -> None:
     assert "vllm" not in tags.layer_tag("app", load_stacks()["cuda"])
 
 
-def test_build_refuses_an_engine_release_it_cannot_judge_before_anything_runs(tmp_path: Path) -> None:
+def test_a_candidate_engine_release_is_judged_by_its_own_metadata_and_env_is_not_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # `build --set vllm=X` / `outdated` for a release env/engines.json has not recorded: the rule reads what
+    # the index says of X (before: "not recorded; fix: run lock", which records committed pins only).
+    stack = variant(next(s for s in load_stacks().values() if s.has("vllm")), vllm="0.0.1")
+    before = engines.engines_file().read_text()
+    asked: list[tuple[str, str]] = []
+
+    def fake(engine: object, version: str, python: str) -> str:
+        asked.append((version, python))
+        return "==2.0.0"
+
+    monkeypatch.setattr(engines, "read_requirement", fake)
+    monkeypatch.setattr(engines, "_CANDIDATES", {"torch": {}, "verl": {}, "megatron_bridge": {}})
+    assert engines.read_candidates(stack) == ["vllm 0.0.1"]
+    assert asked == [("0.0.1", stack.python)]
+    found = _engine_violations(stack)
+    assert found == [f"[engine-torch] stack '{stack.name}': vLLM 0.0.1 requires torch==2.0.0, the stack pins torch "
+                     f"{stack.torch}; fix: pin the vLLM release whose torch requirement holds {stack.torch}, "
+                     "or that torch"]
+    assert engines.read_candidates(stack) == [] and len(asked) == 1  # read once per process
+    assert engines.engines_file().read_text() == before
+
+
+def test_build_with_an_engine_release_the_index_cannot_give_is_one_line_before_anything_runs() -> None:
+    env = {**os.environ, "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"}
     done = subprocess.run([sys.executable, "-m", "mcore_images", "build", "--stack", "verl-mcore013", "--set",
-                           "vllm=0.9.9", "--dry-run"], capture_output=True, text=True, check=False)
+                           "vllm=0.9.9", "--dry-run"], capture_output=True, text=True, check=False, env=env)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert "[engine-torch]" in done.stderr and "vLLM 0.9.9" in done.stderr, done.stderr
+    assert "cannot read vllm 0.9.9's requirements from the index" in done.stderr, done.stderr
 
 
 def verl_findings(stack: Stack) -> list[str]:

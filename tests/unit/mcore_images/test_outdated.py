@@ -98,3 +98,37 @@ def test_a_bump_the_rules_allow_but_uv_refuses_is_not_clean_and_not_written(
     args = argparse.Namespace(bump="debian", stack=None, json=True, dry_run=False)
     assert outdated._run(args, fetch=lambda name: PYPI[name], resolve=refuses_te) == 0
     assert json.loads(capsys.readouterr().out) == {}
+
+
+def test_a_candidate_engine_release_is_judged_by_the_requirements_read_for_it() -> None:
+    # Before, a newer vLLM than env/engines.json records was "not recorded; run lock", a fix lock cannot make
+    # (it records the committed pins only). Now the candidate's own metadata is read (here: faked) first.
+    stack = next(s for s in load_stacks().values() if s.has("vllm"))
+    read: list[str] = []
+
+    def fake_read(bumped: Stack) -> None:
+        read.append(bumped.vllm)
+        outdated.engines._CANDIDATES["torch"].setdefault("vllm", {})["99.0.0"] = "==0.0.1"
+
+    pypi = {**PYPI, "vllm": release(stack.vllm, "99.0.0")}
+    try:
+        found = {f.component: f for f in outdated.check_stack(stack, lambda name: pypi.get(name, release("0")), {},
+                                                              resolves, read=fake_read)}
+    finally:
+        outdated.engines._CANDIDATES["torch"].get("vllm", {}).pop("99.0.0", None)
+    assert "99.0.0" in read
+    assert found["vllm"].status == "newer"
+    assert any(b.startswith("[engine-torch]") and "vLLM 99.0.0 requires torch==0.0.1" in b
+               for b in found["vllm"].breaks), found["vllm"].breaks
+
+
+def test_a_candidate_whose_requirements_cannot_be_read_is_an_error_not_clean() -> None:
+    stack = next(s for s in load_stacks().values() if s.has("vllm"))
+
+    def unreachable(bumped: Stack) -> None:
+        raise outdated.InputError("cannot read vllm 99.0.0's requirements from the index: connection refused")
+
+    pypi = {**PYPI, "vllm": release(stack.vllm, "99.0.0")}
+    found = {f.component: f for f in outdated.check_stack(stack, lambda name: pypi.get(name, release("0")), {},
+                                                          resolves, read=unreachable)}
+    assert found["vllm"].status == "error" and "cannot read vllm 99.0.0" in found["vllm"].note

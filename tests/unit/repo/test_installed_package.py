@@ -63,7 +63,10 @@ def test_verify_reaches_the_registry_with_the_shipped_policies(installed: tuple[
     done = _run(installed, "verify", "127.0.0.1:9/none:tag", "--key", str(key))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "COULD-NOT-CHECK" in done.stdout and "policy release" in done.stdout, done.stdout
-    assert "127.0.0.1:9" in done.stdout and "connection refused" in done.stdout, done.stdout
+    if shutil.which("oras") is None:  # `make test` needs no registry tools; verify names how to get them
+        assert "oras is not installed or not on PATH: install it" in done.stdout, done.stdout
+    else:
+        assert "127.0.0.1:9" in done.stdout and "connection refused" in done.stdout, done.stdout
 
 
 def test_the_doctor_runs(installed: tuple[Path, Path]) -> None:

@@ -347,3 +347,11 @@ def test_malformed_baselines_file_is_exit_2(tmp_path: Path) -> None:
 def test_without_torch_it_could_not_run() -> None:
     out = bench("--configs", "tiny")
     assert out.returncode == errors.COULD_NOT_RUN and "run in an image with torch" in out.stderr
+
+
+def test_a_host_run_is_matched_on_the_catalogue_distributions() -> None:
+    # One fact in one place: the bench's stack matching names the distributions the catalogue gives.
+    from mcore_images import components
+    from smoke.bench import gate
+
+    assert gate.MATCHED == {key: components.BY_KEY[key].distributions[0] for key in ("torch", "te", "mcore")}
