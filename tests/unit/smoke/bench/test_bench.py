@@ -351,7 +351,8 @@ def test_without_torch_it_could_not_run() -> None:
 
 def test_a_host_run_is_matched_on_the_catalogue_distributions() -> None:
     # One fact in one place: the bench's stack matching names the distributions the catalogue gives.
-    from mcore_images import components
     from smoke.bench import gate
 
-    assert gate.MATCHED == {key: components.BY_KEY[key].distributions[0] for key in ("torch", "te", "mcore")}
+    from mcore_images import components
+
+    assert {key: components.BY_KEY[key].distributions[0] for key in ("torch", "te", "mcore")} == gate.MATCHED
