@@ -140,6 +140,32 @@ def _te_floor(table: dict[str, str], te: str) -> str | None:
     return table[max(reached, key=Version)] if reached else None
 
 
+# Which CUDA release's nvcc first compiles each GPU architecture (NVIDIA's CUDA toolkit release notes): 12.8 added
+# Blackwell sm_100/sm_101/sm_120, 12.9 sm_103/sm_121; 13.0 renamed sm_101 to sm_110 (and dropped sm_50-sm_72,
+# which no stack serves and the table leaves out).
+ARCH_FIRST_CUDA = {"75": "10.0", "80": "11.0", "86": "11.1", "87": "11.4", "89": "11.8", "90": "11.8",
+                   "100": "12.8", "101": "12.8", "103": "12.9", "110": "13.0", "120": "12.8", "121": "12.9"}
+ARCH_LAST_CUDA = {"101": "12.9"}
+"""An architecture nvcc stopped compiling after this CUDA release."""
+
+
+@rule("cuda-archs")
+def _cuda_archs(s: Stack) -> Iterator[tuple[str, str]]:
+    # The architectures the stack compiles its kernels for (TE's NVTE_CUDA_ARCHS, apex's TORCH_CUDA_ARCH_LIST)
+    # must be ones the stack's CUDA can compile; an "a"/"f" suffix (arch-specific features) names the same GPU.
+    for arch in (a.strip() for a in (s.cuda_archs or "").split(";") if a.strip()):
+        number = arch.rstrip("af")
+        first = ARCH_FIRST_CUDA.get(number)
+        if first is None:
+            yield (f"cuda_archs names '{arch}', which is not a GPU architecture this project knows",
+                   f"use some of {', '.join(ARCH_FIRST_CUDA)} (e.g. 90 for Hopper, 100 for B200/GB200)")
+        elif not at_least(s.cuda, first):
+            yield (f"CUDA {s.cuda} cannot compile sm_{number} (nvcc first compiles it in CUDA {first})",
+                   f"drop {arch} from cuda_archs or use CUDA >= {first}")
+        elif number in ARCH_LAST_CUDA and Version(major_minor(s.cuda)) > Version(ARCH_LAST_CUDA[number]):
+            yield (f"CUDA {s.cuda} no longer compiles sm_{number} (the last release that does is "
+                   f"{ARCH_LAST_CUDA[number]})", f"drop {arch} from cuda_archs (CUDA 13 calls that GPU sm_110)")
+
 @rule("te-cudnn")
 def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
     # The cuDNN torch brings (its nvidia-cudnn-cuXX pin in the stack's base lock) is what TE compiles against.

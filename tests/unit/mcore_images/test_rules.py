@@ -38,6 +38,9 @@ BAD = [
     ("te-cudnn", "debian-verl", {"te": "2.20.2"}),
     ("verl-requirements", "debian-verl", {"vllm": "0.14.0", "torch": "2.9.1"}),
     ("tag-length", "debian", {"name": "d" * 100}),
+    ("cuda-archs", "debian-verl", {"cuda_archs": "90;103"}),
+    ("cuda-archs", "debian", {"cuda_archs": "90;101"}),
+    ("cuda-archs", "debian", {"cuda_archs": "90;95"}),
 ]
 
 
@@ -79,3 +82,15 @@ def test_bridge_mcore_refuses_a_bridge_whose_imports_the_core_lacks(stacks: dict
     monkeypatch.setattr(engines, "bridge_missing", lambda s, root=None: None)
     line = str(next(v for v in rules.check(stacks["cuda"]) if v.rule == "bridge-mcore"))
     assert "not recorded" in line and "mcore-images lock --stack cuda" in line
+
+
+@pytest.mark.parametrize(("cuda", "archs", "found"), [
+    ("12.8", "80;90;100;120", None), ("12.8", "100a", None), ("12.9", "90;100;103", None),
+    ("13.0", "90;100;103;110;120", None), ("12.8", "90;103", "CUDA 12.8 cannot compile sm_103"),
+    ("13.0", "101", "CUDA 13.0 no longer compiles sm_101"), ("13.0", "70", "'70', which is not a GPU architecture"),
+])
+def test_cuda_archs_are_the_ones_the_stacks_cuda_compiles(stacks: dict[str, Stack], cuda: str, archs: str,
+                                                         found: str | None) -> None:
+    lines = [str(v) for v in rules.check(variant(stacks["debian"], cuda=cuda, cuda_archs=archs))
+             if v.rule == "cuda-archs"]
+    assert (lines == []) if found is None else (len(lines) == 1 and found in lines[0]), lines
