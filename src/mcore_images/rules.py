@@ -145,8 +145,8 @@ def _te_floor(table: dict[str, str], te: str) -> str | None:
 # which no stack serves and the table leaves out).
 ARCH_FIRST_CUDA = {"75": "10.0", "80": "11.0", "86": "11.1", "87": "11.4", "89": "11.8", "90": "11.8",
                    "100": "12.8", "101": "12.8", "103": "12.9", "110": "13.0", "120": "12.8", "121": "12.9"}
-ARCH_LAST_CUDA = {"101": "12.9"}
-"""An architecture nvcc stopped compiling after this CUDA release."""
+ARCH_DROPPED_CUDA = {"101": "13.0"}
+"""The CUDA release whose nvcc no longer compiles an architecture."""
 
 
 @rule("cuda-archs")
@@ -162,9 +162,10 @@ def _cuda_archs(s: Stack) -> Iterator[tuple[str, str]]:
         elif not at_least(s.cuda, first):
             yield (f"CUDA {s.cuda} cannot compile sm_{number} (nvcc first compiles it in CUDA {first})",
                    f"drop {arch} from cuda_archs or use CUDA >= {first}")
-        elif number in ARCH_LAST_CUDA and Version(major_minor(s.cuda)) > Version(ARCH_LAST_CUDA[number]):
-            yield (f"CUDA {s.cuda} no longer compiles sm_{number} (the last release that does is "
-                   f"{ARCH_LAST_CUDA[number]})", f"drop {arch} from cuda_archs (CUDA 13 calls that GPU sm_110)")
+        elif number in ARCH_DROPPED_CUDA and at_least(s.cuda, ARCH_DROPPED_CUDA[number]):
+            yield (f"CUDA {s.cuda} no longer compiles sm_{number} (dropped in CUDA {ARCH_DROPPED_CUDA[number]})",
+                   f"drop {arch} from cuda_archs (CUDA 13 calls that GPU sm_110)")
+
 
 @rule("te-cudnn")
 def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
