@@ -88,3 +88,21 @@ def test_every_consumer_picks_up_a_new_component(with_flash: Path) -> None:
     assert image_versions.import_problems(FLASH, labels, facts) == []
     facts["dists"]["flash-attn"]["version"] = "2.7.0"
     assert image_versions.version_problems(FLASH, labels, facts)
+
+
+def test_cudnn_names_the_wheel_of_the_stacks_cuda() -> None:
+    cudnn = components.BY_KEY["cudnn"]
+    assert cudnn.distribution_for("12.8") == "nvidia-cudnn-cu12"
+    assert cudnn.distribution_for("13.0") == "nvidia-cudnn-cu13"
+    assert cudnn.distribution_for("11.8") is None
+    assert components.BY_KEY["te"].distribution_for("13.0") == "transformer-engine"
+    assert [components.cudnn_release(code) for code in (91900, 91002, 90100, 8902)] == \
+        ["9.19.0", "9.10.2", "9.1.0", "8.9.2"]
+
+
+def test_the_catalogue_refuses_a_follower_with_requirements_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    odd = components.Component("odd", "odd", "odd", "base", None, distributions=("odd",), requirements=("odd",),
+                               follows="torch")
+    monkeypatch.setattr(components, "CATALOGUE", (*components.CATALOGUE, odd))
+    assert any(p.startswith("odd: follows 'torch'") for p in components.check())
+
