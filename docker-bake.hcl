@@ -119,6 +119,7 @@ variable "COMPONENTS" {
     { key = "python", label = "python", layer = "base", engine = false },
     { key = "cuda", label = "cuda", layer = "base", engine = false },
     { key = "torch", label = "torch", layer = "base", engine = false },
+    { key = "cudnn", label = "cudnn", layer = "base", engine = false },
     { key = "te", label = "te", layer = "kernels", engine = false },
     { key = "apex", label = "apex", layer = "kernels", engine = false },
     { key = "gcc", label = "gcc", layer = "runtime", engine = false },

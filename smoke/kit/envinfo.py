@@ -3,7 +3,9 @@
 Which packages are recorded comes from the component catalogue (mcore_images.components, standard
 library only). Versions come from installed distributions (importlib.metadata), so reading them imports nothing;
 CUDA, NCCL, cuDNN and GPU facts come from torch, the driver version from nvidia-smi, the C compiler's from
-gcc itself.
+gcc itself. cuDNN is recorded twice, on purpose: packages.cudnn is torch's cuDNN wheel (the pin), or where the
+base image brings cuDNN without one (NGC) the release torch loads; environment.cudnn is what torch loads in
+this process (cudnnGetVersion()), also on a CPU run, so a second cuDNN taking the wheel's place shows.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,11 +38,25 @@ def package_version(key: str) -> str | None:
             return md.version(dist)
         except md.PackageNotFoundError:
             continue
+    if key == "cudnn":  # no wheel: a base image's own cuDNN (NGC), named by what torch loads
+        code = loaded_cudnn()
+        return components.cudnn_release(int(code)) if code and code.isdigit() else None
     try:
         found = bool(comp.modules) and importlib.util.find_spec(comp.modules[0]) is not None
     except ModuleNotFoundError:  # a parent package of the module is missing
         found = False
     return "present (no distribution metadata)" if found else None
+
+
+def loaded_cudnn() -> str | None:
+    """The cuDNN torch loads here as torch.backends.cudnn.version() gives it ('91900'); None where torch has none
+    or is not imported yet (this imports nothing); 'error: …' where torch refuses the cuDNN it finds."""
+    if "torch" not in sys.modules:
+        return None
+    from smoke.kit.transformer_engine import torch_cudnn
+
+    code = torch_cudnn()
+    return str(code) if code else None
 
 
 def compiler_version() -> str | None:
@@ -133,14 +150,13 @@ def collect(world: int, nodes: int, cpu: bool) -> dict[str, Any]:
     """Software and hardware facts of this rank (rank 0's go into the certificate)."""
     import torch
 
-    info: dict[str, Any] = {"packages": packages(), "cuda": torch.version.cuda, "source": source()}
+    info: dict[str, Any] = {"packages": packages(), "cuda": torch.version.cuda, "cudnn": loaded_cudnn(),
+                            "source": source()}
     if cpu or not torch.cuda.is_available():
-        info.update(nccl=None, cudnn=None, gpu={"model": "CPU (gloo)", "count": 0, "driver": None})
+        info.update(nccl=None, gpu={"model": "CPU (gloo)", "count": 0, "driver": None})
         return info
     nccl = torch.cuda.nccl.version()
     info["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
-    cudnn = torch.backends.cudnn.version()
-    info["cudnn"] = str(cudnn) if cudnn else None
     info["gpu"] = {
         "model": torch.cuda.get_device_name(),
         "count": world,

@@ -246,7 +246,8 @@ def build(request: BuildRequest) -> int:
         broken = rules.check(selected[0])
         if broken:
             raise InputError(f"with --set {' '.join(request.sets)}: {broken[0]}")
-    violations = [v for p in make_plan(selected, group) for v in p.violations]
+    plans = make_plan(selected, group)
+    violations = [v for p in plans for v in p.violations]
     if not changes:  # an override's locks are resolved anew below; the committed ones must match the pins
         violations += [problem for s in selected for problem in lock.check_locks(s)]
     if violations:
@@ -256,6 +257,8 @@ def build(request: BuildRequest) -> int:
     check_job_counts(request, selected)
     say = functools.partial(print, file=sys.stderr if request.json else sys.stdout, flush=True)
     say(_jobs_line(request))
+    for note in (n for p in plans for n in p.needs):  # a model's need: told, not refused (env/needs.json)
+        say(f"note: {note}")
     targets = bake_targets(selected, request.stack, group, request.layer)
     stacks_json = root / "docker-bake.json"
     env = bake_env(request)

@@ -13,6 +13,7 @@ Standard library only: the smoke suite imports this module inside images, next t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ NONE = "none"
 """The pin of a component a stack does not carry."""
 
 FROM_BASE = "base"
-"""The pin of a component the base image itself provides (NGC's apex)."""
+"""The pin of a component the base image itself provides (NGC's apex and cuDNN)."""
 
 PIN_KINDS = ("version", "major_minor", "commit")
 """How a pin is written and compared: a PEP 440 version (compared by public release), a major.minor
@@ -64,6 +65,12 @@ class Component:
     """Its key under the certificate's environment.packages (None: recorded elsewhere, e.g. CUDA)."""
     rollout_engine: bool = False
     """verl's rollout engine: named in the app tag, its torch pin judged by the rule engine-torch."""
+    per_cuda_major: bool = False
+    """Its distributions are one wheel per CUDA major (nvidia-cudnn-cu12, -cu13): the pin names the stack's."""
+    follows: str | None = None
+    """The component whose own exact requirement fixes this pin (cuDNN: torch's wheel requires one release).
+    It adds no lock input (the lock holds it as that component's requirement); a rule holds the two together,
+    and `outdated` reports it as following that component instead of PyPI."""
 
     @property
     def oci_label(self) -> str:
@@ -72,6 +79,14 @@ class Component:
     @property
     def distribution(self) -> str | None:
         return self.distributions[0] if self.distributions else None
+
+    def distribution_for(self, cuda: str) -> str | None:
+        """The distribution whose version the pin names on a stack of this CUDA (MAJOR.MINOR): for a component
+        published per CUDA major, the wheel of that major (None when there is none)."""
+        if not self.per_cuda_major:
+            return self.distribution
+        suffix = f"-cu{cuda.split('.')[0]}"
+        return next((d for d in self.distributions if d.endswith(suffix)), None)
 
     def short(self, pin: str) -> str:
         """The pin as tags and tables show it (a commit by its first 8 digits)."""
@@ -96,6 +111,13 @@ CATALOGUE: tuple[Component, ...] = (
     Component("cuda", "cuda", "CUDA", "base", "base", pin="major_minor"),
     Component("torch", "torch", "torch", "base", "base", distributions=("torch",), modules=("torch",),
               requirements=("torch=={version}",), source="torch_source", certificate="torch"),
+    # cuDNN is the copy torch loads: torch's wheel requires one nvidia-cudnn-cuXX release exactly (rule
+    # cudnn-torch), TE's extension is compiled against it (CUDNN_HOME) and loads it (docker/link-nvidia-libs.sh
+    # registers torch's nvidia/* libraries; an image test checks which file the loader maps). So the system
+    # cuDNN of nvidia/cuda's -cudnn- bases is not the one pinned. Where torch comes with the base (NGC), so
+    # does its cuDNN: 'base'.
+    Component("cudnn", "cudnn", "cuDNN", "base", None, distributions=("nvidia-cudnn-cu12", "nvidia-cudnn-cu13"),
+              source="torch_source", certificate="cudnn", per_cuda_major=True, follows="torch"),
     Component("te", "te", "TE", "kernels", "kernels",
               distributions=("transformer-engine", "transformer-engine-torch", "transformer-engine-cu12",
                              "transformer-engine-cu13"),
@@ -154,6 +176,13 @@ def by_certificate(key: str) -> Component:
     return next(c for c in CATALOGUE if c.certificate == key)
 
 
+def cudnn_release(code: int) -> str:
+    """cuDNN's version number as cudnnGetVersion() and torch.backends.cudnn.version() give it, as the release
+    it names: MAJOR*10000 + MINOR*100 + PATCH from cuDNN 9 on (91900 -> '9.19.0'), MAJOR*1000 + … before."""
+    major, rest = divmod(code, 10000) if code >= 90000 else divmod(code, 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
 def check() -> list[str]:
     """Problems with the catalogue itself (a test keeps this empty)."""
     problems = []
@@ -166,6 +195,11 @@ def check() -> list[str]:
             problems.append(f"{c.key}: pin kind {c.pin!r} is not one of {PIN_KINDS}")
         if (c.requirements or c.modules) and not c.distributions:
             problems.append(f"{c.key}: requirements or modules without a distribution")
+        if c.follows is not None and (c.follows not in BY_KEY or c.requirements):
+            problems.append(f"{c.key}: follows {c.follows!r}, which must be another component, and adds no "
+                            "requirements of its own")
+        if c.per_cuda_major and not all(re.search(r"-cu\d+$", d) for d in c.distributions):
+            problems.append(f"{c.key}: per_cuda_major, but not every distribution ends in -cuNN")
     for name, index in (("key", BY_KEY), ("label", BY_LABEL)):
         if len(index) != len(CATALOGUE):
             problems.append(f"two components share a {name}")

@@ -4,11 +4,13 @@ join a stack whose torch it pins; verl itself declares what it runs with (Requir
 requires, is read from its published metadata when a stack carrying it is locked (``mcore-images lock``) and
 kept in env/engines.json, where the rules ``engine-torch`` and ``verl-requirements`` read it offline before
 any build. Megatron-Bridge declares no megatron-core version; what it imports is recorded the same way
-(bridge_imports.py) for the rule ``bridge-mcore``."""
+(bridge_imports.py) for the rule ``bridge-mcore``. torch's wheel requires one cuDNN release exactly (its
+``nvidia-cudnn-cuXX==`` requirement): recorded per torch release for the rule ``cudnn-torch``."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -35,9 +37,13 @@ def engines_file(root: Path | None = None) -> Path:
     return (root or repo_root()) / "env" / "engines.json"
 
 
-_CANDIDATES: dict[str, dict[str, Any]] = {"torch": {}, "verl": {}, "megatron_bridge": {}}
+_CANDIDATES: dict[str, dict[str, Any]] = {"torch": {}, "verl": {}, "megatron_bridge": {}, "cudnn": {}}
 """Requirements read from the index in this process for versions env/engines.json has not recorded: a
 `build --set` or an `outdated` candidate (read_candidates). The rules see them; nothing writes them to env/."""
+
+
+ONE_LEVEL = ("verl", "cudnn")
+"""Sections keyed by one release (the others by a release, then a second key)."""
 
 
 def _recorded(root: Path | None = None) -> dict[str, Any]:
@@ -52,7 +58,7 @@ def _document(root: Path | None = None) -> dict[str, Any]:
     for section, table in _CANDIDATES.items():
         merged = document.setdefault(section, {})
         for key, value in table.items():
-            merged[key] = {**merged.get(key, {}), **value} if section != "verl" else value
+            merged[key] = {**merged.get(key, {}), **value} if section not in ONE_LEVEL else value
     return document
 
 
@@ -71,6 +77,12 @@ def torch_requirement(stack: Stack, engine: components.Component, root: Path | N
     return load(root).get(engine.key, {}).get(stack.pins[engine.key])
 
 
+def torch_cudnn(stack: Stack, root: Path | None = None) -> str | None:
+    """The cuDNN requirement of the stack's torch release (``nvidia-cudnn-cu13==…``; '' when it requires none),
+    None when not recorded."""
+    return _document(root).get("cudnn", {}).get(stack.torch)
+
+
 def bridge_missing(stack: Stack, root: Path | None = None) -> list[str] | None:
     """What the stack's Megatron-Bridge imports at import time that its megatron-core lacks (bridge_imports.py),
     None when not recorded for this pair."""
@@ -80,8 +92,11 @@ def bridge_missing(stack: Stack, root: Path | None = None) -> list[str] | None:
 
 def unrecorded(stack: Stack, root: Path | None = None) -> list[components.Component]:
     """The stack's engines whose torch requirement env/engines.json lacks (and verl, when its requirements are;
-    Megatron-Bridge, when its imports against the stack's megatron-core are)."""
+    Megatron-Bridge, when its imports against the stack's megatron-core are; torch from PyPI, when its cuDNN
+    requirement is)."""
     missing = [e for e in ENGINES if stack.has(e.key) and torch_requirement(stack, e, root) is None]
+    if stack.torch_source == "pypi" and torch_cudnn(stack, root) is None:
+        missing.append(components.BY_KEY["torch"])
     if stack.has("verl") and verl_requirements(stack, root) is None:
         missing.append(components.BY_KEY["verl"])
     if stack.has("megatron_bridge") and stack.has("mcore") and bridge_missing(stack, root) is None:
@@ -113,6 +128,8 @@ def _read(stack: Stack, document: dict[str, Any], which: list[components.Compone
     if components.BY_KEY["megatron_bridge"] in which:
         document.setdefault("megatron_bridge", {}).setdefault(stack.megatron_bridge, {})[stack.mcore] = (
             bridge_imports.read(stack.megatron_bridge, stack.mcore, stack.python))
+    if components.BY_KEY["torch"] in which:
+        document.setdefault("cudnn", {})[stack.torch] = read_cudnn(stack.torch, stack.python)
 
 
 def read_requirement(engine: components.Component, version: str, python: str) -> str:
@@ -122,6 +139,24 @@ def read_requirement(engine: components.Component, version: str, python: str) ->
         requirement = Requirement(text)
         if requirement.name == "torch" and not requirement.marker:
             return str(requirement.specifier)
+    return ""
+
+
+CUDNN_WHEEL = re.compile(r"^nvidia-cudnn-cu\d+$")
+
+
+def read_cudnn(torch: str, python: str) -> str:
+    """torch's cuDNN requirement on the images' platform (``nvidia-cudnn-cu13==…``), from its metadata on the
+    index; '' when it requires none."""
+    from mcore_images.rules import MARKER_ENV
+
+    metadata = read_metadata("torch", torch, python)
+    env = {**MARKER_ENV, "python_version": python, "python_full_version": f"{python}.0", "extra": ""}
+    for text in metadata.get("requires_dist") or []:
+        requirement = Requirement(text)
+        if CUDNN_WHEEL.match(requirement.name.lower()) and (requirement.marker is None
+                                                            or requirement.marker.evaluate(env)):
+            return f"{requirement.name.lower()}{requirement.specifier}"
     return ""
 
 
@@ -150,18 +185,22 @@ def record(stack: Stack, root: Path | None = None) -> Path | None:
         carried.append(components.BY_KEY["verl"])
     if stack.has("megatron_bridge") and stack.has("mcore"):
         carried.append(components.BY_KEY["megatron_bridge"])
+    if stack.torch_source == "pypi":
+        carried.append(components.BY_KEY["torch"])
     if not carried:
         return None
     document = _recorded(root)
     _read(stack, document, carried)
-    table, verl, bridges = (document.get(k, {}) for k in ("torch", "verl", "megatron_bridge"))
+    table, verl, bridges, cudnn = (document.get(k, {}) for k in ("torch", "verl", "megatron_bridge", "cudnn"))
     path = engines_file(root)
     body = {"about": "torch requirement of each rollout-engine release, and the requirements of each verl release, "
                      "from their metadata on PyPI; what each Megatron-Bridge release imports at import time that a "
-                     "megatron-core release lacks, read from both wheels; written by `mcore-images lock`, read by "
-                     "the rules engine-torch, verl-requirements and bridge-mcore",
+                     "megatron-core release lacks, read from both wheels; the cuDNN wheel each torch release "
+                     "requires, from its metadata on PyPI; written by `mcore-images lock`, read by the rules "
+                     "engine-torch, verl-requirements, bridge-mcore and cudnn-torch",
             "torch": {k: dict(sorted(v.items())) for k, v in sorted(table.items())},
             "verl": dict(sorted(verl.items())),
-            "megatron_bridge": {k: dict(sorted(v.items())) for k, v in sorted(bridges.items())}}
+            "megatron_bridge": {k: dict(sorted(v.items())) for k, v in sorted(bridges.items())},
+            "cudnn": dict(sorted(cudnn.items()))}
     path.write_text(json.dumps(body, indent=2) + "\n")
     return path

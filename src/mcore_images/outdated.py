@@ -5,7 +5,8 @@ yanked files and pre-releases left out) is compared with the pin. A newer one is
 stack (``Stack.replace``) through the compatibility rules, so the report says whether the bump alone keeps
 the stack valid or which rule it breaks (mbridge on a newer megatron-core, a TE wheel for another CUDA …).
 Components that come with the base image (NGC's torch and TE) or from a git commit (apex) follow their base
-or their repository, not PyPI: they are reported as such. ``--bump STACK`` writes the newest rule-clean
+or their repository, not PyPI, and cuDNN follows torch's exact requirement (a torch bump names the cuDNN it
+needs through the rule cudnn-torch): they are reported as such. ``--bump STACK`` writes the newest rule-clean
 versions of that stack into env/stacks.json (then `make update` re-locks); the scheduled workflow
 (.github/workflows/outdated.yml) does that and opens a pull request for CI to judge.
 """
@@ -92,10 +93,12 @@ def tracked(stack: Stack, comp: components.Component) -> str | None:
     pin = stack.pins[comp.key]
     if pin == NONE:
         return "not in this stack"
-    if not comp.requirements or comp.pin != "version":
-        return "follows its base image or git commit, not PyPI"
     if comp.source and getattr(stack, comp.source) == "base":
         return f"comes with the base image {stack.base_image}"
+    if comp.follows:
+        return f"follows {components.BY_KEY[comp.follows].title}'s exact requirement, not PyPI"
+    if not comp.requirements or comp.pin != "version":
+        return "follows its base image or git commit, not PyPI"
     return None
 
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import dataclass, field
 
-from mcore_images import components, drivers, rules, tag_content, tags
+from mcore_images import components, drivers, needs, rules, tag_content, tags
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.stacks import Stack, groups, load_stacks
@@ -17,6 +17,8 @@ class StackPlan:
     stack: Stack
     targets: dict[str, list[str]] = field(default_factory=dict)
     violations: list[rules.Violation] = field(default_factory=list)
+    needs: list[str] = field(default_factory=list)
+    """Known needs of models and recipes the stack falls short of (env/needs.json): told, never refused."""
 
     @property
     def base_status(self) -> str:
@@ -35,6 +37,7 @@ class StackPlan:
             "versions": self.stack.versions(),
             "targets": self.targets,
             "violations": [str(v) for v in self.violations],
+            "needs": self.needs,
         }
 
 
@@ -59,12 +62,14 @@ def make_plan(selected: list[Stack], group: str | None = None, registry: str = "
     """Targets, tags and rule verdicts of the selected stacks; the tag-content rule compares each with ``every``
     stack of env/stacks.json (they push to one repository)."""
     every = load_stacks() if every is None else every
+    known = needs.load()
     plans = []
     for stack in selected:
         plan = StackPlan(stack)
         for layer in stack.built_layers:
             plan.targets[tags.target(layer, stack)] = tags.tags(layer, stack, registry)
         plan.violations = rules.check(stack) + tag_content.violations(stack, every)
+        plan.needs = needs.lines(stack, known)
         if group == "release" and not stack.base_pinned:
             plan.violations.append(rules.Violation(
                 "release-pinned", stack.name, f"the release group refuses tag-only base {stack.base_image}",
@@ -85,12 +90,14 @@ def render_text(plans: list[StackPlan]) -> str:
         for target, target_tags in p.targets.items():
             lines.append(f"  {target:<24} {target_tags[0]}")
         lines.extend(f"  ERROR {v}" for v in p.violations)
+        lines.extend(f"  NOTE {n}" for n in p.needs)
     return "\n".join(lines)
 
 
 def render_markdown(plans: list[StackPlan]) -> str:
     """The stacks table embedded in README.md (written by `make update`, checked by `make validate`);
-    one column per catalogue component."""
+    one column per catalogue component, and under it the known needs of models and recipes (env/needs.json)
+    with the stacks that fall short of each."""
     head = ["stack", "flavor", "base", *(c.title for c in components.CATALOGUE), "min driver", "groups"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in plans:
@@ -100,6 +107,10 @@ def render_markdown(plans: list[StackPlan]) -> str:
                  *(c.short(s.pins[c.key]) for c in components.CATALOGUE), drivers.min_driver(s.cuda) or "?",
                  ", ".join(s.groups) or "—"]
         rows.append("| " + " | ".join(cells) + " |")
+    known = needs.summary([p.stack for p in plans], needs.load())
+    if known:
+        rows += ["", "Known needs of models and recipes (env/needs.json; `mcore-images plan` tells each stack):", "",
+                 *known]
     return "\n".join(rows)
 
 

@@ -22,7 +22,7 @@ from mcore_images.errors import InputError
 from mcore_images.images import ImageRef
 from mcore_images.jsonfiles import CERTIFICATE_SCHEMA, PACKAGED, problem, read_json, schema_problem
 from mcore_images.stacks import Stack
-from mcore_images.versions import pin_satisfied
+from mcore_images.versions import InvalidVersion, Version, pin_satisfied
 
 CERTIFIED_LAYERS = ("runtime", "app")
 """Layers that carry megatron-core, so the smoke can certify them; only these get public tags."""
@@ -153,7 +153,8 @@ def certificate_problems(cert: Mapping[str, Any], image: ImageRef, now: dt.datet
 
 def measured_problems(labels: Mapping[str, str], cert: Mapping[str, Any]) -> list[str]:
     """The certificate measured what the image's labels say, for every catalogue component its layer labels
-    (CUDA is what torch was built for, environment.cuda; the rest are recorded packages)."""
+    (CUDA is what torch was built for, environment.cuda; the rest are recorded packages), and torch loaded the
+    labelled cuDNN (environment.cudnn)."""
     env = cert["environment"]
     packages = env.get("packages") or {}
     problems = []
@@ -165,7 +166,29 @@ def measured_problems(labels: Mapping[str, str], cert: Mapping[str, Any]) -> lis
         if not pin_satisfied(comp.pin, label, None if have is None else str(have)):
             problems.append(f"the certificate measured {comp.certificate or comp.key} {have or 'absent'} but the "
                             f"image is labelled {comp.label}={label}; the certificate is not for this image")
+    if problem := loaded_cudnn_problem(labels.get(components.BY_KEY["cudnn"].oci_label), env.get("cudnn")):
+        problems.append(problem)
     return problems
+
+
+def loaded_cudnn_problem(label: str | None, loaded: str | None) -> str | None:
+    """The cuDNN torch loaded in the run (cudnnGetVersion(), '91900'; 'error: …' where torch refused it) is usable
+    and the release the image's cuDNN label pins: another copy in its place makes TE fall back to unfused
+    attention. Nothing to compare without a version label or a recorded cuDNN (older certificates)."""
+    if loaded and not loaded.isdigit():
+        return (f"torch could not use the cuDNN it loaded in the run ({loaded[:200]}); make the image load only "
+                "torch's own cuDNN and certify it again")
+    if not label or label in (components.NONE, components.FROM_BASE) or not loaded:
+        return None
+    release = components.cudnn_release(int(loaded))
+    try:
+        labelled = Version(label).release[:3]
+    except InvalidVersion:
+        return f"the image's cuDNN label {label!r} is not a version; it is not an image built from env/stacks.json"
+    if Version(release).release != labelled:
+        return (f"torch loaded cuDNN {release} in the run, but the image is labelled cudnn={label}; make the image "
+                "load torch's own cuDNN wheel (another copy comes first) and certify it again")
+    return None
 
 
 def image_problems(labels: Mapping[str, str], stack: Stack, layer: str | None = None) -> tuple[str, list[str]]:

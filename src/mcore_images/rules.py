@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from mcore_images.components import FROM_BASE
 from mcore_images.stacks import NONE, Stack
 from mcore_images.versions import Requirement, SpecifierSet, Version, at_least, bounded_below, can_meet, major_minor
 
@@ -167,21 +168,41 @@ def _cuda_archs(s: Stack) -> Iterator[tuple[str, str]]:
                    f"drop {arch} from cuda_archs (CUDA 13 calls that GPU sm_110)")
 
 
+@rule("cudnn-torch")
+def _cudnn_torch(s: Stack) -> Iterator[tuple[str, str]]:
+    # torch's wheel requires one cuDNN release exactly (nvidia-cudnn-cuXX==…, read from its metadata into
+    # env/engines.json when the stack is locked): the one torch loads and TE compiles against. NGC builds torch
+    # against its own cuDNN, so a stack on NGC's torch takes the base image's.
+    from mcore_images import engines
+
+    if s.torch_source != "pypi":
+        if s.cudnn != FROM_BASE:
+            yield (f"torch comes with the base image {s.base_image} and so does its cuDNN, but the stack pins "
+                   f"cuDNN {s.cudnn}", "set cudnn to 'base'")
+        return
+    wanted = engines.torch_cudnn(s)
+    if wanted is None:
+        yield (f"the cuDNN requirement of torch {s.torch} is not recorded in env/engines.json",
+               f"run `mcore-images lock --stack {s.name}`, which reads it from the index")
+    elif not wanted:
+        if s.has("cudnn"):
+            yield f"torch {s.torch} requires no cuDNN wheel, the stack pins cuDNN {s.cudnn}", "set cudnn to 'none'"
+    elif s.cudnn in (NONE, FROM_BASE) or not Requirement(wanted).specifier.contains(s.cudnn, prereleases=True):
+        exact = next(iter(Requirement(wanted).specifier)).version
+        yield (f"torch {s.torch} requires {wanted} (the cuDNN it loads), the stack pins cuDNN {s.cudnn}",
+               f"set cudnn to '{exact}'")
+
+
 @rule("te-cudnn")
 def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
-    # The cuDNN torch brings (its nvidia-cudnn-cuXX pin in the stack's base lock) is what TE compiles against.
-    from mcore_images import lock
-
-    if s.te_source != "build":
+    # The stack's cuDNN (torch's, held to torch's requirement by cudnn-torch) is what TE's extension compiles
+    # against.
+    if s.te_source != "build" or s.cudnn in (NONE, FROM_BASE):
         return
     floor = _te_floor(TE_MIN_CUDNN, s.te)
-    path = lock.lock_path(s, "base")
-    if floor is None or not path.is_file():
-        return
-    have = next((v for name, v in lock.pins(path.read_text()).items() if name.startswith("nvidia-cudnn-cu")), None)
-    if have is not None and not at_least(have, floor):
+    if floor is not None and not at_least(s.cudnn, floor):
         yield (f"TE {s.te}'s extension compiles only against cuDNN >= {floor} headers, and torch {s.torch} brings "
-               f"cuDNN {have}",
+               f"cuDNN {s.cudnn}",
                f"pin a TE release before {min(TE_MIN_CUDNN)} for this torch, or a torch with newer cuDNN")
 
 

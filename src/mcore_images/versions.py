@@ -13,15 +13,15 @@ from __future__ import annotations
 
 try:
     from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.specifiers import SpecifierSet
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
     from packaging.version import InvalidVersion, Version
 except ImportError:  # the tooling in an environment without packaging (a foreign image): pip carries it
     from pip._vendor.packaging.requirements import InvalidRequirement, Requirement  # type: ignore[no-redef]
-    from pip._vendor.packaging.specifiers import SpecifierSet  # type: ignore[no-redef]
+    from pip._vendor.packaging.specifiers import InvalidSpecifier, SpecifierSet  # type: ignore[no-redef]
     from pip._vendor.packaging.version import InvalidVersion, Version  # type: ignore[no-redef]
 
-__all__ = ["InvalidRequirement", "InvalidVersion", "Requirement", "SpecifierSet", "Version", "at_least",
-           "bounded_below", "major_minor", "parse", "pin_satisfied", "same"]
+__all__ = ["InvalidRequirement", "InvalidSpecifier", "InvalidVersion", "Requirement", "SpecifierSet", "Version",
+           "at_least", "bounded_below", "major_minor", "parse", "pin_satisfied", "same"]
 
 
 def parse(version: str) -> Version:

@@ -19,7 +19,8 @@ REGISTRY_DIGEST = "RepoDigests: the registry manifest digest (pull by it to get 
 
 def packages_of(stack: Stack) -> dict[str, str | None]:
     """What the smoke records for an image of this stack (every catalogue component with a certificate key;
-    a local build tag where the base provides torch, as NGC's has; a version for a commit-pinned apex)."""
+    a local build tag where the base provides torch, as NGC's has; a version for a commit-pinned apex; the release
+    torch loads for a base image's own cuDNN)."""
 
     def recorded(comp: components.Component) -> str | None:
         pin = stack.pins[comp.key]
@@ -29,9 +30,20 @@ def packages_of(stack: Stack) -> dict[str, str | None]:
             return f"{pin}.4"
         if comp.key == "torch" and stack.torch_source == "base":
             return f"{pin}+8145d630e8"
+        if comp.key == "cudnn" and pin == "base":
+            return components.cudnn_release(int(loaded_cudnn(stack)))
         return "0.1" if comp.pin == "commit" else pin
 
     return {c.certificate: recorded(c) for c in components.CATALOGUE if c.certificate}
+
+
+def loaded_cudnn(stack: Stack) -> str:
+    """What torch.backends.cudnn.version() reports in an image of the stack: its pinned cuDNN release (91002 for
+    9.10.2.x), or a plausible one where the base image brings its own."""
+    if stack.cudnn in ("base", "none"):
+        return "92000"
+    major, minor, patch = (int(p) for p in stack.cudnn.split(".")[:3])
+    return str(major * 10000 + minor * 100 + patch)
 
 
 def labels_of(stack: Stack, layer: str) -> dict[str, str]:
@@ -44,7 +56,7 @@ def write_certificate(out: Path, stack: Stack, *, repository: str, digest: str, 
                       smoke_status: str = "passed", tests: dict[str, Any] | None = None,
                       digest_source: str = REGISTRY_DIGEST, gpus: int = 8,
                       packages: dict[str, str | None] | None = None,
-                      source: str = schemas.IMAGE_ENVIRONMENT) -> Path:
+                      source: str = schemas.IMAGE_ENVIRONMENT, cudnn: str | None = None) -> Path:
     """A certificate as the smoke writes it, bound to ``repository@digest`` by certify.bind."""
     cert = smoke_certificate.new(["python", "-m", "smoke", "--out", "/cert"], created.isoformat(timespec="seconds"))
     code = {"passed": 0, "failed": 1}[smoke_status]
@@ -52,7 +64,7 @@ def write_certificate(out: Path, stack: Stack, *, repository: str, digest: str, 
     gpu = ({"model": "NVIDIA H100 80GB HBM3", "count": gpus, "driver": "580.65.06"} if gpus
            else {"model": "CPU (gloo)", "count": 0, "driver": None})
     cert["environment"] = {"packages": packages or packages_of(stack), "cuda": stack.cuda, "nccl": "2.27.7",
-                           "cudnn": "91900", "gpu": gpu,
+                           "cudnn": cudnn or loaded_cudnn(stack), "gpu": gpu,
                            "source": {"kind": source, "stack": stack.name,
                                       "constraints": "/opt/mcore-images/constraints.txt",
                                       "differences": [] if source == schemas.IMAGE_ENVIRONMENT

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from mcore_images import components
 from mcore_images.doctor import probes
 from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip, warn
 
@@ -126,9 +127,7 @@ def cudnn_copies(ctx: Context) -> dict[str, int | None]:
 
 
 def cudnn_text(code: int | None) -> str:
-    if code is None:
-        return "?"
-    return f"{code // 10000}.{code % 10000 // 100}.{code % 100}" if code >= 90000 else str(code)
+    return "?" if code is None else components.cudnn_release(code)
 
 
 @check(

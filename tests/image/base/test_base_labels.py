@@ -5,10 +5,12 @@ from __future__ import annotations
 from tests.image.shared_checks import versions
 from tests.image.utils import docker
 
+from mcore_images import components
 from mcore_images.images import label
 from mcore_images.stacks import LAYERS, Stack
 
-BASE_LABELS = ("layer", "stack", "flavor", "base", "python", "cuda", "torch", "size-budget-gb")
+BASE_LABELS = ("layer", "stack", "flavor", "base", *(c.label for c in components.of_layer("base")), "size-budget-gb")
+"""What every layer carries: the stack's identity, the base layer's components (the catalogue's), its budget."""
 
 
 def test_base_labels_present(image: docker.ImageInfo) -> None:

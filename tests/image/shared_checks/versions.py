@@ -12,7 +12,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from mcore_images import components, versions
-from mcore_images.components import NONE, Component
+from mcore_images.components import FROM_BASE, NONE, Component
 from mcore_images.images import label
 from mcore_images.stacks import Stack
 from tests.image.utils.docker import ImageInfo
@@ -40,6 +40,8 @@ def version_problems(comp: Component, labels: Mapping[str, str], facts: Mapping[
         have = torch.get("cuda") or "none (a CPU build of torch)"
         ok = versions.pin_satisfied(comp.pin, pinned, torch.get("cuda"))
         return [] if ok else [f"{comp.oci_label}={pinned} but torch.version.cuda is {have}"]
+    if comp.key == "cudnn":
+        return cudnn_problems(comp, pinned, labels, facts)
     dist = comp.distribution
     assert dist is not None, comp.key
     have = installed(facts, dist)
@@ -52,6 +54,34 @@ def version_problems(comp: Component, labels: Mapping[str, str], facts: Mapping[
         version = installed(facts, sibling)
         if pinned != NONE and version is not None and not versions.same(pinned, version):
             problems.append(f"{comp.oci_label}={pinned} but {sibling} {version} is installed")
+    return problems
+
+
+def cudnn_problems(comp: Component, pinned: str, labels: Mapping[str, str], facts: Mapping[str, Any]) -> list[str]:
+    """cuDNN as labelled: torch's wheel of the image's CUDA major (nvidia-cudnn-cu12 / -cu13) at the pinned
+    version and no other CUDA's, or the base image's own ('base', NGC: no wheel); either way the cuDNN torch
+    loads is that release (another copy first on the loader's path is the trap that makes TE go unfused)."""
+    torch = facts.get("torch")
+    if not torch:
+        return [f"{comp.oci_label}={pinned} but torch does not import, so the cuDNN it loads is unknown"]
+    loaded = torch.get("cudnn")
+    if isinstance(loaded, str):
+        return [f"{comp.oci_label}={pinned} but torch refuses the cuDNN it finds: {loaded}"]
+    if pinned == FROM_BASE:
+        return [] if loaded else [f"{comp.oci_label}=base but torch loads no cuDNN"]
+    cuda = labels.get(components.BY_KEY["cuda"].oci_label, "")
+    dist = comp.distribution_for(cuda)
+    if dist is None:
+        return [f"{comp.oci_label}={pinned} but no {comp.title} wheel is known for CUDA {cuda or '(unlabelled)'}"]
+    have = installed(facts, dist)
+    problems = [] if versions.pin_satisfied(comp.pin, pinned, have) else [
+        f"{comp.oci_label}={pinned} but {dist} is {'not installed' if have is None else f'{have}'}"]
+    problems += [f"{comp.oci_label}={pinned} but {other} {installed(facts, other)} (another CUDA's wheel) is installed"
+                 for other in comp.distributions if other != dist and installed(facts, other) is not None]
+    if pinned != NONE and loaded:
+        release = components.cudnn_release(loaded)
+        if Version(release).release != Version(pinned).release[:3]:
+            problems.append(f"{comp.oci_label}={pinned} but torch loads cuDNN {release}")
     return problems
 
 

@@ -80,6 +80,14 @@ def compiler() -> dict:
     return {"path": path, "version": (version or "").strip() or None}
 
 
+def cudnn(torch: object) -> object:
+    """The cuDNN torch loads (cudnnGetVersion(), e.g. 91900; None without one), or the error torch raises."""
+    try:
+        return torch.backends.cudnn.version()  # type: ignore[attr-defined]
+    except Exception as error:  # two cuDNNs in one process: torch refuses the one it finds
+        return "error: " + (str(error).splitlines() or [type(error).__name__])[0][:300]
+
+
 def main(modules: list) -> dict:
     facts: dict = {
         "python": {
@@ -105,6 +113,7 @@ def main(modules: list) -> dict:
                 "version": torch.__version__,
                 "cuda": torch.version.cuda,
                 "git_version": getattr(torch.version, "git_version", None),
+                "cudnn": cudnn(torch),
             }
     finally:
         sys.stdout.flush()

@@ -108,7 +108,8 @@ def _stacks_with(root: Path, tmp_path: Path, **debian_changes: str) -> Path:
     entries = json.loads((root / "env" / "stacks.json").read_text())["variable"]["STACKS"]["default"]
     debian = {**next(e for e in entries if e["name"] == "debian"), **debian_changes}
     (tmp_path / "env").mkdir()
-    shutil.copy(root / "env" / "stacks.schema.json", tmp_path / "env")
+    for name in ("stacks.schema.json", "engines.json"):  # what upstream releases require, as a checkout has it
+        shutil.copy(root / "env" / name, tmp_path / "env")
     shutil.copytree(root / "env" / "locks" / "debian", tmp_path / "env" / "locks" / "debian")
     write_stacks(tmp_path / "env" / "stacks.json", [debian])
     return tmp_path

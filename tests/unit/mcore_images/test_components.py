@@ -88,3 +88,49 @@ def test_every_consumer_picks_up_a_new_component(with_flash: Path) -> None:
     assert image_versions.import_problems(FLASH, labels, facts) == []
     facts["dists"]["flash-attn"]["version"] = "2.7.0"
     assert image_versions.version_problems(FLASH, labels, facts)
+
+
+def test_cudnn_names_the_wheel_of_the_stacks_cuda() -> None:
+    cudnn = components.BY_KEY["cudnn"]
+    assert cudnn.distribution_for("12.8") == "nvidia-cudnn-cu12"
+    assert cudnn.distribution_for("13.0") == "nvidia-cudnn-cu13"
+    assert cudnn.distribution_for("11.8") is None
+    assert components.BY_KEY["te"].distribution_for("13.0") == "transformer-engine"
+    assert [components.cudnn_release(code) for code in (91900, 91002, 90100, 8902)] == \
+        ["9.19.0", "9.10.2", "9.1.0", "8.9.2"]
+
+
+def test_the_catalogue_refuses_a_follower_with_requirements_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    odd = components.Component("odd", "odd", "odd", "base", None, distributions=("odd",), requirements=("odd",),
+                               follows="torch")
+    monkeypatch.setattr(components, "CATALOGUE", (*components.CATALOGUE, odd))
+    assert any(p.startswith("odd: follows 'torch'") for p in components.check())
+
+
+def cudnn_facts(wheels: dict[str, str], loaded: object = 91900) -> dict:
+    return {"dists": {name: {"version": v} for name, v in wheels.items()},
+            "torch": {"version": "2.11.0", "cuda": "13.0", "cudnn": loaded}}
+
+
+@pytest.mark.parametrize(("cuda", "pin", "facts", "problem"), [
+    ("13.0", "9.19.0.56", cudnn_facts({"nvidia-cudnn-cu13": "9.19.0.56"}), None),
+    ("12.8", "9.10.2.21", cudnn_facts({"nvidia-cudnn-cu12": "9.10.2.21"}, 91002), None),
+    ("13.0", "base", cudnn_facts({}, 92000), None),
+    ("13.0", "9.19.0.56", cudnn_facts({"nvidia-cudnn-cu13": "9.18.1.3"}),
+     "io.mcore-images.cudnn=9.19.0.56 but nvidia-cudnn-cu13 is 9.18.1.3"),
+    ("12.8", "9.10.2.21", cudnn_facts({"nvidia-cudnn-cu13": "9.10.2.21"}, 91002),
+     "io.mcore-images.cudnn=9.10.2.21 but nvidia-cudnn-cu12 is not installed"),
+    ("13.0", "9.19.0.56", cudnn_facts({"nvidia-cudnn-cu13": "9.19.0.56", "nvidia-cudnn-cu12": "9.10.2.21"}),
+     "nvidia-cudnn-cu12 9.10.2.21 (another CUDA's wheel) is installed"),
+    ("13.0", "9.19.0.56", cudnn_facts({"nvidia-cudnn-cu13": "9.19.0.56"}, 91400),
+     "io.mcore-images.cudnn=9.19.0.56 but torch loads cuDNN 9.14.0"),
+    ("13.0", "9.19.0.56", cudnn_facts({"nvidia-cudnn-cu13": "9.19.0.56"}, "error: cuDNN version incompatibility"),
+     "but torch refuses the cuDNN it finds: error: cuDNN version incompatibility"),
+    ("13.0", "base", cudnn_facts({}, None), "io.mcore-images.cudnn=base but torch loads no cuDNN"),
+])
+def test_the_image_check_of_cudnn_reads_the_wheel_of_the_images_cuda_and_what_torch_loads(
+        cuda: str, pin: str, facts: dict, problem: str | None) -> None:
+    cudnn = components.BY_KEY["cudnn"]
+    labels = {components.BY_KEY["cuda"].oci_label: cuda, cudnn.oci_label: pin}
+    found = image_versions.version_problems(cudnn, labels, facts)
+    assert (found == []) if problem is None else any(problem in p for p in found), found

@@ -3,9 +3,11 @@ recorded requirement does not hold, and the app tag names the engine."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -115,3 +117,55 @@ def test_can_meet(first: str, second: str, meet: bool) -> None:
     from mcore_images.versions import SpecifierSet, can_meet
 
     assert can_meet(SpecifierSet(first), SpecifierSet(second)) is meet
+
+
+def test_torchs_cudnn_requirement_is_read_for_the_images_platform(monkeypatch: pytest.MonkeyPatch) -> None:
+    # torch's metadata names its cuDNN wheel with a platform marker (and other platforms' wheels beside it).
+    asked: list[tuple[str, str, str]] = []
+
+    def metadata(distribution: str, version: str, python: str) -> dict[str, object]:
+        asked.append((distribution, version, python))
+        return {"requires_dist": [
+            "filelock", "nvidia-cudnn-cu12==9.1.0.70; platform_system == 'Linux' and platform_machine == 'aarch64'",
+            "nvidia-cudnn-cu12==9.10.2.21; platform_system == 'Linux' and platform_machine == 'x86_64'",
+            "nvidia-cudnn-frontend>=1.0; extra == 'optional'"]}
+
+    monkeypatch.setattr(engines, "read_metadata", metadata)
+    assert engines.read_cudnn("2.9.0", "3.11") == "nvidia-cudnn-cu12==9.10.2.21"
+    assert asked == [("torch", "2.9.0", "3.11")]
+    monkeypatch.setattr(engines, "read_metadata", lambda *args: {"requires_dist": ["filelock"]})
+    assert engines.read_cudnn("2.9.0", "3.11") == ""
+
+
+def test_a_candidate_torch_is_judged_by_the_cudnn_its_metadata_requires(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `build --set torch=X` / `outdated`: torch X's cuDNN requirement is read from the index, never written to env/.
+    stack = variant(load_stacks()["debian"], torch="2.11.9")
+    before = engines.engines_file().read_text()
+    monkeypatch.setattr(engines, "_CANDIDATES", {"torch": {}, "verl": {}, "megatron_bridge": {}, "cudnn": {}})
+    monkeypatch.setattr(engines, "read_cudnn", lambda torch, python: "nvidia-cudnn-cu13==9.99.0.1")
+    assert engines.read_candidates(stack) == ["torch 2.11.9"]
+    lines = [str(v) for v in rules.check(stack) if v.rule == "cudnn-torch"]
+    assert lines == [f"[cudnn-torch] stack 'debian': torch 2.11.9 requires nvidia-cudnn-cu13==9.99.0.1 (the cuDNN it "
+                     f"loads), the stack pins cuDNN {stack.cudnn}; fix: set cudnn to '9.99.0.1'"]
+    assert not [v for v in rules.check(variant(stack, cudnn="9.99.0.1")) if v.rule == "cudnn-torch"]
+    assert engines.engines_file().read_text() == before
+
+
+def test_every_pypi_torch_has_its_cudnn_recorded() -> None:
+    for stack in load_stacks().values():
+        recorded = engines.torch_cudnn(stack)
+        assert (recorded is None) == (stack.torch_source != "pypi"), stack.name
+        assert "torch" not in {c.key for c in engines.unrecorded(stack)}, stack.name
+
+
+def test_lock_records_torchs_cudnn_beside_what_was_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "env").mkdir()
+    committed = json.loads(engines.engines_file().read_text())
+    (tmp_path / "env" / "engines.json").write_text(json.dumps({**committed, "cudnn": {}}))
+    monkeypatch.setattr(engines, "read_cudnn", lambda torch, python: f"nvidia-cudnn-cu13==9.0.{python[-2:]}")
+    engines.record(load_stacks()["debian"], root=tmp_path)
+    written = json.loads((tmp_path / "env" / "engines.json").read_text())
+    assert written["cudnn"] == {"2.11.0": "nvidia-cudnn-cu13==9.0.13"}
+    assert {k: v for k, v in written.items() if k not in ("cudnn", "about")} == \
+        {k: v for k, v in committed.items() if k not in ("cudnn", "about")}
+    assert "cudnn-torch" in written["about"]

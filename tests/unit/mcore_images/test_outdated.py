@@ -132,3 +132,12 @@ def test_a_candidate_whose_requirements_cannot_be_read_is_an_error_not_clean() -
     found = {f.component: f for f in outdated.check_stack(stack, lambda name: pypi.get(name, release("0")), {},
                                                           resolves, read=unreachable)}
     assert found["vllm"].status == "error" and "cannot read vllm 99.0.0" in found["vllm"].note
+
+
+def test_cudnn_follows_torch_not_pypi() -> None:
+    # Before: a component with no lock requirement of its own read "follows its base image or git commit".
+    stacks = load_stacks()
+    found = {f.component: f for f in outdated.check_stack(stacks["debian"], lambda name: PYPI[name], {}, resolves)}
+    assert found["cudnn"].status == "untracked" and found["cudnn"].note == "follows torch's exact requirement, not PyPI"
+    ngc = {f.component: f for f in outdated.check_stack(stacks["ngc"], lambda name: PYPI[name], {}, resolves)}
+    assert ngc["cudnn"].note.startswith("comes with the base image nvcr.io/nvidia/pytorch")

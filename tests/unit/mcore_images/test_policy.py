@@ -212,3 +212,28 @@ def test_candidate_tags_are_recognised_by_their_form(tag: str, ok: bool) -> None
 ])
 def test_version_matching(key: str, pinned: str, have: str | None, same: bool) -> None:
     assert versions.pin_satisfied(components.BY_LABEL[key].pin, pinned, have) is same
+
+
+@pytest.mark.parametrize(("loaded", "message"), [
+    ("91400", "torch loaded cuDNN 9.14.0 in the run, but the image is labelled cudnn=9.19.0.56; make the image load "
+              "torch's own cuDNN wheel"),
+    ("error: cuDNN version incompatibility: PyTorch was compiled against (9, 19, 0)",
+     "torch could not use the cuDNN it loaded in the run (error: cuDNN version incompatibility"),
+])
+def test_a_run_that_loaded_another_cudnn_than_the_label_is_refused(tmp_path: Path, stacks: dict[str, Stack],
+                                                                  loaded: str, message: str) -> None:
+    # The cuDNN mismatch trap: the wheel is installed as pinned, yet another copy is what got loaded.
+    cuda = stacks["cuda"]
+    assert judge(write(tmp_path, cuda), cuda) == []
+    problems = judge(write(tmp_path, cuda, cudnn=loaded), cuda)
+    assert len(problems) == 1 and message in problems[0], problems
+
+
+def test_a_base_images_cudnn_is_recorded_by_what_torch_loads(tmp_path: Path, ngc: Stack) -> None:
+    cert = policy.load_certificate(write(tmp_path, ngc, cudnn="91400"))
+    labels = labels_of(ngc, "runtime")
+    assert labels["io.mcore-images.cudnn"] == "base" and policy.measured_problems(labels, cert) == []
+    cert["environment"]["packages"]["cudnn"] = None
+    assert any("the certificate measured cudnn absent" in p for p in policy.measured_problems(labels, cert))
+    cert["environment"].update(packages=packages_of(ngc), cudnn="error: cuDNN version incompatibility")
+    assert [p for p in policy.measured_problems(labels, cert) if "torch could not use the cuDNN" in p]

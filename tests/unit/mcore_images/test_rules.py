@@ -36,6 +36,11 @@ BAD = [
     ("size-budget", "debian", {"size_budget_gb": {"base": 1.0}}),
     ("te-torch", "debian-verl", {"te": "2.19.0"}),
     ("te-cudnn", "debian-verl", {"te": "2.20.2"}),
+    ("cudnn-torch", "debian", {"cudnn": "9.18.0.1"}),
+    ("cudnn-torch", "debian", {"cudnn": "base"}),
+    ("cudnn-torch", "debian", {"cudnn": "none"}),
+    ("cudnn-torch", "debian", {"torch": "2.10.0"}),
+    ("cudnn-torch", "ngc", {"cudnn": "9.19.0.56"}),
     ("verl-requirements", "debian-verl", {"vllm": "0.14.0", "torch": "2.9.1"}),
     ("tag-length", "debian", {"name": "d" * 100}),
     ("cuda-archs", "debian-verl", {"cuda_archs": "90;103"}),
@@ -94,3 +99,43 @@ def test_cuda_archs_are_the_ones_the_stacks_cuda_compiles(stacks: dict[str, Stac
     lines = [str(v) for v in rules.check(variant(stacks["debian"], cuda=cuda, cuda_archs=archs))
              if v.rule == "cuda-archs"]
     assert (lines == []) if found is None else (len(lines) == 1 and found in lines[0]), lines
+
+
+def cudnn_lines(stack: Stack) -> list[str]:
+    return [str(v) for v in rules.check(stack) if v.rule == "cudnn-torch"]
+
+
+@pytest.mark.parametrize("name", ["debian", "debian-verl", "verl-mcore013"])
+def test_a_cudnn_pin_other_than_torchs_requirement_is_refused_naming_it(stacks: dict[str, Stack], name: str) -> None:
+    # Before: no stack pinned cuDNN; torch's nvidia-cudnn-cuXX came along unseen, read only by te-cudnn from the lock.
+    from mcore_images import engines
+
+    stack = stacks[name]
+    wanted = engines.torch_cudnn(stack)
+    assert wanted and wanted.endswith(f"=={stack.cudnn}") and cudnn_lines(stack) == []
+    assert wanted.startswith(f"nvidia-cudnn-cu{stack.cuda.split('.')[0]}==")
+    assert cudnn_lines(variant(stack, cudnn="9.18.0.1")) == [
+        f"[cudnn-torch] stack '{name}': torch {stack.torch} requires {wanted} (the cuDNN it loads), the stack pins "
+        f"cuDNN 9.18.0.1; fix: set cudnn to '{stack.cudnn}'"]
+
+
+def test_cudnn_comes_with_torch_from_the_base_image(stacks: dict[str, Stack]) -> None:
+    assert stacks["ngc"].cudnn == "base" and cudnn_lines(stacks["ngc"]) == []
+    lines = cudnn_lines(variant(stacks["ngc"], cudnn="9.19.0.56"))
+    assert len(lines) == 1 and "torch comes with the base image" in lines[0] and "set cudnn to 'base'" in lines[0]
+
+
+def test_an_unrecorded_torch_names_the_command_that_reads_its_cudnn(stacks: dict[str, Stack]) -> None:
+    lines = cudnn_lines(variant(stacks["debian"], torch="2.10.0"))
+    assert lines == ["[cudnn-torch] stack 'debian': the cuDNN requirement of torch 2.10.0 is not recorded in "
+                     "env/engines.json; fix: run `mcore-images lock --stack debian`, which reads it from the index"]
+
+
+def test_te_cudnn_judges_the_stacks_cudnn_pin(stacks: dict[str, Stack]) -> None:
+    # Before, te-cudnn re-read torch's cuDNN from the stack's base lock: a stack without committed locks (a new one,
+    # or an override) passed unjudged, and the lock's cuDNN stood in for the pin. Now the pin is the one fact.
+    renamed = variant(stacks["debian-verl"], name="verl-next", te="2.20.2")
+    assert "te-cudnn" in {v.rule for v in rules.check(renamed)}
+    older = variant(stacks["debian"], cudnn="9.11.0.98")  # debian's base lock holds a newer cuDNN
+    line = next(str(v) for v in rules.check(older) if v.rule == "te-cudnn")
+    assert "compiles only against cuDNN >= 9.12 headers, and torch 2.11.0 brings cuDNN 9.11.0.98" in line

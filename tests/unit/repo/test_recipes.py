@@ -84,6 +84,24 @@ def test_add_a_stack(checkout: Path, capsys: pytest.CaptureFixture) -> None:
         assert json.loads(printed)["target"]["runtime-debian-next"]["args"]["STACK"] == "debian-next"
 
 
+def test_record_a_models_need(checkout: Path, capsys: pytest.CaptureFixture) -> None:
+    """One entry in env/needs.json: plan tells each stack below it, `update` lists it under the README's table."""
+    path = checkout / "env" / "needs.json"
+    doc = json.loads(path.read_text())
+    doc["needs"].append({"name": "long-context", "what": "128k-token training", "component": "te",
+                         "requires": ">=2.18", "with": [], "why": "an example need", "source": "a test"})
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    assert cli.main(["plan", "--stack", "debian-verl"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "[need long-context]" in line]
+    assert notes == ["  NOTE [need long-context] stack 'debian-verl' pins TE 2.16.0; 128k-token training needs TE "
+                     ">=2.18 (a test): an example need"]
+    assert cli.main(["validate"]) == 1 and "README.md" in capsys.readouterr().err
+    assert cli.main(["update", "--no-locks"]) == 0
+    readme = (checkout / "README.md").read_text()
+    assert "- 128k-token training needs TE >=2.18 (a test): below it: `ngc` (pins TE 2.16.0)" in readme
+    assert cli.main(["validate"]) == 0
+
+
 def test_add_a_smoke_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     """A name in layouts.CATALOGUE: planned on its machine size, skipped with a reason where it cannot run,
     compared with the dp-only run."""

@@ -1,10 +1,15 @@
-"""environment.source: a run is the image's environment only with the image's settings and pinned versions."""
+"""environment.source: a run is the image's environment only with the image's settings and pinned versions; the
+cuDNN it records."""
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.metadata as md
+import sys
+import types
 from pathlib import Path
 
+import pytest
 from smoke.kit import envinfo
 
 from mcore_images import schemas
@@ -55,3 +60,50 @@ def test_another_python_than_the_stacks_is_a_difference(tmp_path: Path) -> None:
     other = envinfo.source({**env, "MCORE_IMAGES_STACK": "other"})
     assert other["kind"] == schemas.MACHINE_TREE
     assert other["differences"] == [f"python {platform.python_version()}, the image's stack other has 3.0"]
+
+
+def fake_torch(cudnn: object) -> types.ModuleType:
+    """torch as collect() reads it on a CPU run: its CUDA build and the cuDNN it loads (or the error it raises)."""
+    def version() -> object:
+        if isinstance(cudnn, Exception):
+            raise cudnn
+        return cudnn
+
+    torch = types.ModuleType("torch")
+    torch.__spec__ = importlib.machinery.ModuleSpec("torch", None)
+    torch.version = types.SimpleNamespace(cuda="13.0")  # type: ignore[attr-defined]
+    torch.cuda = types.SimpleNamespace(is_available=lambda: False)  # type: ignore[attr-defined]
+    torch.backends = types.SimpleNamespace(cudnn=types.SimpleNamespace(version=version))  # type: ignore[attr-defined]
+    return torch
+
+
+def without_cudnn_wheel(monkeypatch: pytest.MonkeyPatch, wheels: dict[str, str]) -> None:
+    real = md.version
+
+    def version(name: str) -> str:
+        if name.startswith("nvidia-cudnn-"):
+            if name in wheels:
+                return wheels[name]
+            raise md.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(envinfo.md, "version", version)
+
+
+def test_the_certificate_records_cudnn_as_the_wheel_and_as_what_torch_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before: no package entry for cuDNN, and environment.cudnn only on GPU runs.
+    without_cudnn_wheel(monkeypatch, {"nvidia-cudnn-cu13": "9.19.0.56"})
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(91900))
+    info = envinfo.collect(world=1, nodes=1, cpu=True)
+    assert info["packages"]["cudnn"] == "9.19.0.56" and info["cudnn"] == "91900"
+
+
+def test_a_base_images_cudnn_is_the_release_torch_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    without_cudnn_wheel(monkeypatch, {})
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    assert envinfo.package_version("cudnn") is None  # torch not imported: nothing is imported to find out
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(92000))
+    assert envinfo.package_version("cudnn") == "9.20.0"
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(RuntimeError("cuDNN version incompatibility\nmore")))
+    assert envinfo.loaded_cudnn() == "error: cuDNN version incompatibility"
+    assert envinfo.package_version("cudnn") is None
