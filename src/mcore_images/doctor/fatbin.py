@@ -179,11 +179,15 @@ def kernel_binaries(locate: Callable[[str], Path | None] = find_spec_path) -> di
     an A100."""
     found: dict[str, list[Path]] = {}
     te = locate("transformer_engine")
-    core = sorted(p for p in te.rglob("libtransformer_engine*.so*") if p.is_file()) if te and te.is_dir() else []
-    if core:
+    inside = te if te is not None and te.is_dir() else None
+    if core := sorted(p for p in inside.rglob("libtransformer_engine*.so*") if p.is_file()) if inside else []:
         found["te-core"] = core
-    if (ext := locate("transformer_engine_torch")) is not None and ext.is_file():
-        found["te-torch"] = [ext]
+    # the extension sits in TE's wheel_lib/ (TE 2.x loads it from there), or at the top of site-packages
+    ext = sorted(p for p in inside.rglob("transformer_engine_torch*.so") if p.is_file()) if inside else []
+    if not ext and (top := locate("transformer_engine_torch")) is not None and top.is_file():
+        ext = [top]
+    if ext:
+        found["te-torch"] = ext
     if apex := [p for name in APEX_MODULES if (p := locate(name)) is not None and p.is_file()]:
         found["apex"] = apex
     return found

@@ -133,14 +133,14 @@ def test_runs_alone_and_prints_the_kernel_binaries(tmp_path: Path) -> None:
     (te / "__init__.py").write_text("")
     write_so(te / "wheel_lib" / "libtransformer_engine.so", [(2, 90), (2, -103)])
     write_so(tmp_path / "amp_C.so", [(2, 80), (1, 90)])
-    (tmp_path / "transformer_engine_torch.so").write_bytes(elf_with({".text": b"\x90" * 16}))
+    ext = te / "wheel_lib" / "transformer_engine_torch.cpython-311-x86_64-linux-gnu.so"  # where TE 2.x keeps it
+    ext.write_bytes(elf_with({".text": b"\x90" * 16}))
     source = Path(fatbin.__file__).read_text()
     out = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, check=False, cwd=tmp_path,
                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})  # no cuobjdump: the headers
     assert out.returncode == 0, out.stderr[-2000:]
     found = {(b["kind"], Path(b["path"]).name): b for b in json.loads(out.stdout)["binaries"]}
-    assert set(found) == {("te-core", "libtransformer_engine.so"), ("te-torch", "transformer_engine_torch.so"),
-                          ("apex", "amp_C.so")}
+    assert set(found) == {("te-core", "libtransformer_engine.so"), ("te-torch", ext.name), ("apex", "amp_C.so")}
     assert fatbin.from_scan(found[("te-core", "libtransformer_engine.so")]).describe() == "sm_90, sm_103a"
-    assert fatbin.from_scan(found[("te-torch", "transformer_engine_torch.so")]).empty
+    assert fatbin.from_scan(found[("te-torch", ext.name)]).empty
     assert fatbin.from_scan(found[("apex", "amp_C.so")]).describe() == "sm_80, compute_90 (PTX)"
