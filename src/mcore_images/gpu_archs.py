@@ -12,9 +12,9 @@ renumbers sm_101 as sm_110 and drops sm_50-sm_72, which no stack serves). Compat
 Compatibility Guide, 1.2 (a cubin runs on GPUs of the same major and an equal or higher minor compute capability;
 an sm_XXa cubin only on XX). TE: transformer_engine/common/CMakeLists.txt at tag v2.0 builds 100 and 120 by
 default with CUDA >= 12.8 (v1.13: 70 80 89 90 only); from v2.8 (build_tools/utils.py) TE also builds sm_100a and,
-with CUDA >= 12.9, sm_103a kernels; before that a B300 runs TE's sm_100 cubins. Read from the wheels:
-transformer-engine-cu12 2.16.0 and transformer-engine-cu13 2.17.1 carry sm_70|75, 80, 89, 90, 100, 120 with
-sm_90a, 100a and 103a (cuobjdump 13.5 and the doctor's fatbin reader agree).
+with CUDA >= 12.9, sm_103a kernels; before that a B300 runs TE's sm_100 cubins. Read from the wheels of the TE
+releases the stacks pin: their transformer-engine-cu12 and -cu13 libraries carry sm_70|75, 80, 89, 90, 100, 120
+with sm_90a, 100a and 103a (cuobjdump 13.5 and the doctor's fatbin reader agree).
 
 Standard library only: the smoke suite imports it inside images for the certificate.
 """

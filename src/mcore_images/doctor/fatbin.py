@@ -244,8 +244,10 @@ def from_scan(entry: dict[str, object]) -> Archs:
 
 
 def main() -> int:
-    """Print this environment's kernel binaries and their architectures as one JSON document."""
-    print(json.dumps({"binaries": scan(kernel_binaries())}))
+    """Print this environment's kernel binaries and their architectures as one JSON document (not through
+    command.print_json: this file runs alone, in images without the tooling)."""
+    json.dump({"binaries": scan(kernel_binaries())}, sys.stdout)
+    sys.stdout.write("\n")
     return 0
 
 
