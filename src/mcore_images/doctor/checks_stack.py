@@ -198,7 +198,7 @@ def gpu_arch(ctx: Context) -> Outcome:
     if not archs:
         return warn(
             f"no device code found in {len(scanned)} TE/apex binaries (read with {', '.join(methods)})",
-            "a build without CUDA kernels: rebuild with NVTE_CUDA_ARCHS / TORCH_CUDA_ARCH_LIST set",
+            "reinstall TE's transformer-engine-cuXX wheel, or rebuild apex with TORCH_CUDA_ARCH_LIST set",
             **details,
         )
     gpus, why = probes.torch_gpus(ctx)
@@ -206,17 +206,18 @@ def gpu_arch(ctx: Context) -> Outcome:
         compiled = "; ".join(f"{p.name}: {a.describe()}" for p, a in archs.items())
         return skip(f"no GPU to match: {why} ({compiled}; declared: {declared or 'none'})", **details)
     details["gpus"] = [f"{g.name} sm_{g.cc}" for g in gpus]
-    missing, jit, kinds = [], [], set()
+    missing, jit, kinds, lacking = [], [], set(), []
     for gpu in gpus:
         for path, found in archs.items():
             served = fatbin.runs_on(found, gpu.cc)
             if served is None:
                 missing.append(f"{path.name} has no code for sm_{gpu.cc} ({gpu.name}); has {found.describe()}")
                 kinds.add(kind_of[path])
+                lacking.append(gpu.cc)
             elif served == "ptx":
                 jit.append(f"{path.name} runs on sm_{gpu.cc} only through PTX JIT")
     if missing:
-        return trip("; ".join(missing), _fix(kinds, gpus[0].cc), **details)
+        return trip("; ".join(missing), _fix(kinds, lacking[0]), **details)
     if jit:
         return warn(
             "; ".join(jit) + " (slow first start; fails if the driver is older than the compiler)", **details

@@ -295,7 +295,7 @@ def test_gpu_arch_fails_when_a_compiled_extension_lacks_the_gpu_and_names_the_re
     world.unhide("amp_C")
     write_so(amp, [(2, 80), (2, 90)])
     in_image(world, "cuda", "80;90")
-    world.torch(ccs=(100,))
+    world.torch(ccs=(90, 100))  # the fix names the GPU that lacks code, not the first one
     found = world.run("gpu.arch")
     assert found.status == Status.FAIL and found.finding.startswith("amp_C.so has no code for sm_100")
     assert "add 100 to the stack's cuda_archs" in found.fix
