@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mcore_images import components, schemas
+from mcore_images import components, gpu_archs, schemas
 
 SCHEMA = schemas.CERTIFICATE
 STATUSES = ("passed", "failed", "could-not-run", "running")
@@ -116,6 +116,18 @@ def _source_line(source: dict[str, Any] | None) -> str:
             + (f" — differs from the image: {'; '.join(differs)}" if differs else ""))
 
 
+def _archs_line(archs: dict[str, Any] | None, capability: str | None) -> str:
+    """The GPU architectures the image declares, the GPUs they are, and whether this run's GPU is one of them."""
+    if not archs:
+        return "- GPU architectures: not recorded (not run in an image)"
+    line = f"- GPU architectures: {archs['declared']} ({archs['gpus']})"
+    if capability:
+        sm = capability.replace(".", "")
+        declared = {str(gpu_archs.number(a)) for a in gpu_archs.parse(str(archs["declared"]))}
+        line += f"; this run's GPU is sm_{sm}" + ("" if sm in declared else ", which the image does not declare")
+    return line
+
+
 def render_markdown(cert: dict[str, Any]) -> str:
     """The certificate as Markdown: header facts, one table row per run, failed checks listed."""
     env, settings, image = cert["environment"], cert["settings"], cert["image"]
@@ -131,6 +143,7 @@ def render_markdown(cert: dict[str, Any]) -> str:
         f"- Hardware: {gpu.get('count', 0)} × {gpu.get('model', 'no GPU')}, driver {gpu.get('driver', '–')}, "
         f"CUDA {env.get('cuda') or '–'}, NCCL {env.get('nccl') or '–'}, cuDNN {env.get('cudnn') or '–'}",
         _source_line(env.get("source")),
+        _archs_line(env.get("gpu_archs"), gpu.get("capability")),
         "- Packages: " + ", ".join(f"{name} {pkgs.get(name) or '–'}" for name in components.certificate_packages()),
         f"- Settings: {settings.get('world_size', '?')} rank(s) on {settings.get('nodes', '?')} node(s), "
         f"{settings.get('backend', '?')}, {settings.get('dtype', '?')}, {settings.get('steps', '?')} steps × "

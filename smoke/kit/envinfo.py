@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mcore_images import components, schemas
+from mcore_images import components, gpu_archs, schemas
 
 
 def package_version(key: str) -> str | None:
@@ -127,6 +127,15 @@ def stack_python(stack: str, env: Mapping[str, str]) -> str | None:
     return str(found["python"]) if found and found.get("python") else None
 
 
+def declared_archs(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """The GPU architectures the image serves (its stack's cuda_archs in the env/stacks.json under
+    ``MCORE_IMAGES_ROOT``) and the GPUs they are; None outside an image."""
+    env = os.environ if environ is None else environ
+    root = env.get("MCORE_IMAGES_ROOT")
+    declared = gpu_archs.declared(env.get("MCORE_IMAGES_STACK"), Path(root) / "env" / "stacks.json") if root else None
+    return {"declared": declared, "gpus": gpu_archs.serves(declared)} if declared else None
+
+
 def packages() -> dict[str, str | None]:
     """Every package the certificate lists (mcore_images.components), in catalogue order."""
     return {key: package_version(key) for key in components.certificate_packages()}
@@ -151,7 +160,7 @@ def collect(world: int, nodes: int, cpu: bool) -> dict[str, Any]:
     import torch
 
     info: dict[str, Any] = {"packages": packages(), "cuda": torch.version.cuda, "cudnn": loaded_cudnn(),
-                            "source": source()}
+                            "source": source(), "gpu_archs": declared_archs()}
     if cpu or not torch.cuda.is_available():
         info.update(nccl=None, gpu={"model": "CPU (gloo)", "count": 0, "driver": None})
         return info

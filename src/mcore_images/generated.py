@@ -4,7 +4,9 @@ A region sits between two marker lines in its file and is rendered from the one 
 
 - README.md, the stacks table: from env/stacks.json and the component catalogue;
 - docker-bake.hcl, the ``COMPONENTS`` and ``LAYER_ORDER`` variables its labels are computed from:
-  from the catalogue (components.py), so bake labels every component without a list of its own.
+  from the catalogue (components.py), so bake labels every component without a list of its own;
+- docker-bake.hcl, the ``GPU_ARCHS`` variable its ``io.mcore-images.gpus`` label is computed from: from the GPU
+  architecture table (gpu_archs.py).
 
 The locks (env/locks) are the other generated files; lock.py writes and checks them.
 """
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcore_images import components, lock, plan
+from mcore_images import components, gpu_archs, lock, plan
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.stacks import checkout_root, load_stacks, stacks_file
@@ -54,9 +56,15 @@ def _bake_components(root: Path) -> str:
             f'variable "COMPONENTS" {{\n  default = [\n{rows}\n  ]\n}}\n')
 
 
+def _bake_gpu_archs(root: Path) -> str:
+    rows = "\n".join(f'    "{a.sm}" = "{a.gpus}"' for a in gpu_archs.TABLE)
+    return f'variable "GPU_ARCHS" {{\n  default = {{\n{rows}\n  }}\n}}\n'
+
+
 REGIONS: tuple[Region, ...] = (
     Region("README.md", "<!-- stacks:begin", "<!-- stacks:end -->", _readme_table),
     Region("docker-bake.hcl", "# components:begin", "# components:end", _bake_components),
+    Region("docker-bake.hcl", "# gpu-archs:begin", "# gpu-archs:end", _bake_gpu_archs),
 )
 
 
@@ -124,12 +132,14 @@ def _validate(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         if not problems:
-            print("generated files current: README stacks table, docker-bake.hcl components, locks")
+            print("generated files current: README stacks table, docker-bake.hcl components and GPU architectures, "
+                  "locks")
     return 1 if problems else 0
 
 
 COMMANDS = (
-    Command("update", "rewrite every generated file from its source: README stacks table, bake components, locks",
+    Command("update", "rewrite every generated file from its source: README stacks table, bake components and GPU "
+            "architectures, locks",
             _update_arguments, _update, prints_data=True),
     Command("validate", "check every generated file against its source (exit 1 when one is stale)",
             lambda p: None, _validate, prints_data=True),

@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import dataclass, field
 
-from mcore_images import components, drivers, needs, rules, tag_content, tags
+from mcore_images import components, drivers, gpu_archs, needs, rules, tag_content, tags
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.stacks import Stack, groups, load_stacks
@@ -35,6 +35,8 @@ class StackPlan:
             "base_pinned": self.stack.base_pinned,
             "groups": list(self.stack.groups),
             "versions": self.stack.versions(),
+            "cuda_archs": self.stack.cuda_archs,
+            "gpus": gpu_archs.serves(self.stack.cuda_archs),
             "targets": self.targets,
             "violations": [str(v) for v in self.violations],
             "needs": self.needs,
@@ -96,16 +98,17 @@ def render_text(plans: list[StackPlan]) -> str:
 
 def render_markdown(plans: list[StackPlan]) -> str:
     """The stacks table embedded in README.md (written by `make update`, checked by `make validate`);
-    one column per catalogue component, and under it the known needs of models and recipes (env/needs.json)
-    with the stacks that fall short of each."""
-    head = ["stack", "flavor", "base", *(c.title for c in components.CATALOGUE), "min driver", "groups"]
+    one column per catalogue component and the GPUs the stack's cuda_archs serve, and under it the known needs
+    of models and recipes (env/needs.json) with the stacks that fall short of each."""
+    head = ["stack", "flavor", "base", *(c.title for c in components.CATALOGUE), "min driver", "GPU architectures",
+            "groups"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in plans:
         s = p.stack
         base = f"base and kernels of `{s.layers_from}`" if s.layers_from else f"`{s.base_image}` ({p.base_status})"
         cells = [f"`{s.name}`", s.flavor, base,
                  *(c.short(s.pins[c.key]) for c in components.CATALOGUE), drivers.min_driver(s.cuda) or "?",
-                 ", ".join(s.groups) or "—"]
+                 gpu_archs.serves(s.cuda_archs), ", ".join(s.groups) or "—"]
         rows.append("| " + " | ".join(cells) + " |")
     known = needs.summary([p.stack for p in plans], needs.load())
     if known:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from mcore_images import gpu_archs
 from mcore_images.components import FROM_BASE
 from mcore_images.stacks import NONE, Stack
 from mcore_images.versions import Requirement, SpecifierSet, Version, at_least, bounded_below, can_meet, major_minor
@@ -141,30 +142,21 @@ def _te_floor(table: dict[str, str], te: str) -> str | None:
     return table[max(reached, key=Version)] if reached else None
 
 
-# Which CUDA release's nvcc first compiles each GPU architecture (NVIDIA's CUDA toolkit release notes): 12.8 added
-# Blackwell sm_100/sm_101/sm_120, 12.9 sm_103/sm_121; 13.0 renamed sm_101 to sm_110 (and dropped sm_50-sm_72,
-# which no stack serves and the table leaves out).
-ARCH_FIRST_CUDA = {"75": "10.0", "80": "11.0", "86": "11.1", "87": "11.4", "89": "11.8", "90": "11.8",
-                   "100": "12.8", "101": "12.8", "103": "12.9", "110": "13.0", "120": "12.8", "121": "12.9"}
-ARCH_DROPPED_CUDA = {"101": "13.0"}
-"""The CUDA release whose nvcc no longer compiles an architecture."""
-
-
 @rule("cuda-archs")
 def _cuda_archs(s: Stack) -> Iterator[tuple[str, str]]:
-    # The architectures the stack compiles its kernels for (TE's NVTE_CUDA_ARCHS, apex's TORCH_CUDA_ARCH_LIST)
-    # must be ones the stack's CUDA can compile; an "a"/"f" suffix (arch-specific features) names the same GPU.
-    for arch in (a.strip() for a in (s.cuda_archs or "").split(";") if a.strip()):
-        number = arch.rstrip("af")
-        first = ARCH_FIRST_CUDA.get(number)
-        if first is None:
+    # The GPU architectures the stack serves (its kernels are compiled for them: apex's TORCH_CUDA_ARCH_LIST) must
+    # be ones the stack's CUDA can compile; an "a"/"f" suffix (arch-specific features) names the same GPU.
+    for arch in gpu_archs.parse(s.cuda_archs):
+        entry = gpu_archs.known(arch)
+        if entry is None:
             yield (f"cuda_archs names '{arch}', which is not a GPU architecture this project knows",
-                   f"use some of {', '.join(ARCH_FIRST_CUDA)} (e.g. 90 for Hopper, 100 for B200/GB200)")
-        elif not at_least(s.cuda, first):
-            yield (f"CUDA {s.cuda} cannot compile sm_{number} (nvcc first compiles it in CUDA {first})",
-                   f"drop {arch} from cuda_archs or use CUDA >= {first}")
-        elif number in ARCH_DROPPED_CUDA and at_least(s.cuda, ARCH_DROPPED_CUDA[number]):
-            yield (f"CUDA {s.cuda} no longer compiles sm_{number} (dropped in CUDA {ARCH_DROPPED_CUDA[number]})",
+                   f"use some of {', '.join(str(a.sm) for a in gpu_archs.TABLE)} (e.g. 90 for Hopper, 100 for "
+                   "B200/GB200); src/mcore_images/gpu_archs.py lists them")
+        elif not at_least(s.cuda, entry.first_cuda):
+            yield (f"CUDA {s.cuda} cannot compile sm_{entry.sm} (nvcc first compiles it in CUDA {entry.first_cuda})",
+                   f"drop {arch} from cuda_archs or use CUDA >= {entry.first_cuda}")
+        elif entry.dropped_cuda and at_least(s.cuda, entry.dropped_cuda):
+            yield (f"CUDA {s.cuda} no longer compiles sm_{entry.sm} (dropped in CUDA {entry.dropped_cuda})",
                    f"drop {arch} from cuda_archs (CUDA 13 calls that GPU sm_110)")
 
 
@@ -191,6 +183,19 @@ def _cudnn_torch(s: Stack) -> Iterator[tuple[str, str]]:
         exact = next(iter(Requirement(wanted).specifier)).version
         yield (f"torch {s.torch} requires {wanted} (the cuDNN it loads), the stack pins cuDNN {s.cudnn}",
                f"set cudnn to '{exact}'")
+
+
+@rule("te-archs")
+def _te_archs(s: Stack) -> Iterator[tuple[str, str]]:
+    # TE's core library is never compiled here (its transformer-engine-cuXX wheel or the NGC base brings it), so
+    # a GPU the stack serves must be one the TE release's own build carries code for.
+    if not s.has("te"):
+        return
+    for arch in gpu_archs.parse(s.cuda_archs):
+        entry = gpu_archs.known(arch)
+        if entry is not None and entry.first_te and not at_least(s.te, entry.first_te):
+            yield (f"TE {s.te} carries no code for sm_{entry.sm} ({entry.gpus}); TE builds it from {entry.first_te}",
+                   f"drop {arch} from cuda_archs or use TE >= {entry.first_te}")
 
 
 @rule("te-cudnn")

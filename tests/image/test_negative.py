@@ -1,8 +1,9 @@
 """The checks fail against deliberately wrong images built on top of --image.
 
-Three throwaway images are built FROM the image under test with plain `docker build` and removed
-afterwards: one whose label disagrees with what is installed, one with a package uninstalled and a
-dirty build left in it, and one whose build leaked a secret into a layer that a later layer deletes.
+Throwaway images are built FROM the image under test with plain `docker build` and removed afterwards: one
+whose label disagrees with what is installed, one declaring a GPU architecture its kernels lack, one with a
+package uninstalled and a dirty build left in it, one whose build leaked a secret into a layer that a later
+layer deletes, and one without the run-time toolchain.
 Each check's function must report a problem, and the image tests themselves (run in a subprocess
 with `--image <wrong image>`) must fail, naming the checks that caught it.
 """
@@ -22,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from mcore_images import components
+from mcore_images import components, gpu_archs
 from mcore_images.images import label
-from tests.image.shared_checks import environment, hygiene, versions
+from tests.image.shared_checks import archs, environment, hygiene, versions
 from tests.image.shared_checks import layers as layer_checks
 from tests.image.shared_checks.hygiene import REPO
 from tests.image.utils import docker, layers, probing, saved_layers
@@ -94,6 +95,34 @@ def test_negative_label_disagrees(image: docker.ImageInfo, facts: dict[str, Any]
     if stack is not None:
         expected.add("test_labels_match_stacks_json")
     assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+
+
+def test_negative_declared_arch_not_carried(image: docker.ImageInfo, host: Any, wrong_images: list[str]) -> None:
+    """LABEL io.mcore-images.cuda-archs=<the declared list>;<an architecture a kernel binary has no cubin for> (a
+    LABEL-only image: the same binaries): the fatbin check fails, directly and through the test file."""
+    if not layers.layer_applies("kernels", image.layer or "base"):
+        pytest.skip(f"a {image.layer} image carries no kernels layer")
+    stack = layers.stack_for(image)
+    if stack is None:
+        pytest.skip(f"stack '{image.stack_name}' is not in env/stacks.json of this checkout")
+    declared, _ = archs.declared(image, stack)
+    binaries = archs.scan(host.run)
+    compiled = archs.compiled_here(stack)
+    assert not archs.problems(binaries, declared, compiled), "the check must pass on the original image"
+    extra = archs.unserved(binaries)
+    assert extra, f"every kernel binary serves every architecture of the table: {binaries}"
+    dockerfile = f'FROM {image.ref}\nLABEL {label(gpu_archs.LABEL)}="{";".join([*declared, extra])}"\n'
+    wrong = docker.inspect_image(docker.build_image(dockerfile, _tag("archs")))
+    wrong_images.append(wrong.ref)
+    assert wrong.layers == image.layers, "a LABEL-only build must keep the layers (so the binaries are the same)"
+
+    wrong_declared, where = archs.declared(wrong, stack)
+    assert wrong_declared == [*declared, extra] and where.startswith("label"), (wrong_declared, where)
+    found = archs.problems(binaries, wrong_declared, compiled)
+    assert any(f"sm_{extra}" in p for p in found), found
+    rc, failed, output = _failed_tests(wrong.ref, "kernels_carry_the_declared_archs")
+    assert rc == 1 and "test_kernels_carry_the_declared_archs" in failed, f"exit {rc}, failed {sorted(failed)}:\n" \
+        f"{output[-3000:]}"
 
 
 def test_negative_package_missing_and_dirty(

@@ -10,7 +10,7 @@ from typing import Any
 
 from smoke import certificate as smoke_certificate
 
-from mcore_images import certify, components, schemas
+from mcore_images import certify, components, gpu_archs, schemas
 from mcore_images.images import label
 from mcore_images.stacks import Stack
 
@@ -49,6 +49,9 @@ def loaded_cudnn(stack: Stack) -> str:
 def labels_of(stack: Stack, layer: str) -> dict[str, str]:
     """The io.mcore-images.* labels docker-bake.hcl's layer_labels gives a layer of the stack."""
     labels = {label("layer"): layer, label("stack"): stack.name, label("flavor"): stack.flavor}
+    if layer != "base":
+        labels |= {label(gpu_archs.LABEL): stack.cuda_archs,
+                   label(gpu_archs.GPUS_LABEL): gpu_archs.serves(stack.cuda_archs)}
     return labels | {c.oci_label: stack.pins[c.key] for c in components.labelled_in(layer)}
 
 
@@ -65,6 +68,7 @@ def write_certificate(out: Path, stack: Stack, *, repository: str, digest: str, 
            else {"model": "CPU (gloo)", "count": 0, "driver": None})
     cert["environment"] = {"packages": packages or packages_of(stack), "cuda": stack.cuda, "nccl": "2.27.7",
                            "cudnn": cudnn or loaded_cudnn(stack), "gpu": gpu,
+                           "gpu_archs": {"declared": stack.cuda_archs, "gpus": gpu_archs.serves(stack.cuda_archs)},
                            "source": {"kind": source, "stack": stack.name,
                                       "constraints": "/opt/mcore-images/constraints.txt",
                                       "differences": [] if source == schemas.IMAGE_ENVIRONMENT

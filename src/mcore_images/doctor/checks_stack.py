@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from mcore_images import gpu_archs
 from mcore_images.doctor import fatbin, probes
 from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip, warn
 from mcore_images.versions import at_least
@@ -154,70 +155,83 @@ def cuda_driver(ctx: Context) -> Outcome:
     )
 
 
-APEX_MODULES = ("fused_layer_norm_cuda", "amp_C", "fused_weight_gradient_mlp_cuda")
-
-
-def kernel_binaries() -> dict[str, list[Path]]:
-    """TE's core library and torch extension and apex's extensions, found without importing them."""
-    found: dict[str, list[Path]] = {}
-    te = probes.locate("transformer_engine")
-    if te is not None and te.is_dir():
-        # the core library only: optional extras (libnccl_ep.so: sm_90+ only) must not fail an A100
-        found["transformer_engine"] = sorted(p for p in te.rglob("libtransformer_engine*.so*") if p.is_file())
-    if (ext := probes.locate("transformer_engine_torch")) is not None and ext.is_file():
-        found.setdefault("transformer_engine", []).append(ext)
-    apex = [p for name in APEX_MODULES if (p := probes.locate(name)) is not None and p.is_file()]
-    if apex:
-        found["apex"] = apex
-    return found
-
-
 def binary_archs(binaries: dict[str, list[Path]]) -> dict[Path, fatbin.Archs]:
     return {path: fatbin.archs_of(path) for paths in binaries.values() for path in paths}
+
+
+def declared_archs(ctx: Context) -> str | None:
+    """The GPU architectures the image serves: its stack's cuda_archs (MCORE_IMAGES_STACK) in the env/stacks.json
+    the image carries under MCORE_IMAGES_ROOT (the io.mcore-images.cuda-archs label, which a container cannot
+    read); None outside an image."""
+    root = ctx.environ.get("MCORE_IMAGES_ROOT")
+    return gpu_archs.declared(ctx.environ.get("MCORE_IMAGES_STACK"), Path(root) / "env" / "stacks.json") \
+        if root else None
+
+
+def _fix(kinds: set[str], cc: int) -> str:
+    """The one-line fix for a GPU some kernel binary has no code for: an image that serves it, or a rebuild."""
+    where = f"use an image whose io.mcore-images.cuda-archs include {cc}"
+    if "apex" in kinds:
+        return f"{where}, or add {cc} to the stack's cuda_archs in env/stacks.json and rebuild (apex compiles for it)"
+    return f"{where}, or install a Transformer Engine whose transformer-engine-cuXX wheel carries sm_{cc}"
 
 
 @check(
     "gpu.arch",
     Status.FAIL,
-    "rebuild for this GPU: TE with NVTE_CUDA_ARCHS=<cc> (e.g. 90), apex with "
-    "TORCH_CUDA_ARCH_LIST=<x.y> (e.g. 9.0)",
-    isolated=True,  # asks the driver for the GPUs
+    "use an image whose io.mcore-images.cuda-archs include this GPU's compute capability (e.g. 90 for H100)",
+    isolated=True,  # imports torch and asks it for the GPUs
 )
 def gpu_arch(ctx: Context) -> Outcome:
-    """Each GPU has device code in TE's and apex's binaries (a cubin, or PTX that JIT-compiles)."""
-    binaries = kernel_binaries()
+    """Each GPU torch sees has device code in TE's and apex's binaries (a cubin, or PTX that JIT-compiles), and is
+    one of the architectures the image declares."""
+    binaries = fatbin.kernel_binaries(probes.locate)
+    declared = declared_archs(ctx)
     if not binaries:
         return skip("neither Transformer Engine nor apex is installed")
     scanned = binary_archs(binaries)
+    kind_of = {path: kind for kind, paths in binaries.items() for path in paths}
     archs = {p: a for p, a in scanned.items() if not a.empty}
     methods = sorted({a.method for a in scanned.values()})
+    details = {"method": methods, "binaries": {str(p): a.describe() for p, a in archs.items()},
+               "declared": declared, "declared_gpus": gpu_archs.serves(declared) if declared else None}
     if not archs:
         return warn(
             f"no device code found in {len(scanned)} TE/apex binaries (read with {', '.join(methods)})",
-            "a build without CUDA kernels: rebuild with NVTE_CUDA_ARCHS / TORCH_CUDA_ARCH_LIST set",
-            binaries=[str(p) for p in scanned],
+            "reinstall TE's transformer-engine-cuXX wheel, or rebuild apex with TORCH_CUDA_ARCH_LIST set",
+            **details,
         )
-    listing = {str(p): a.describe() for p, a in archs.items()}
-    info = probes.gpu_info(ctx)
-    if not info.gpus:
-        compiled = "; ".join(f"{Path(p).name}: {d}" for p, d in listing.items()) or "no device code found"
-        return skip(f"no GPU here to match ({compiled})", method=methods, binaries=listing)
-    missing, jit = [], []
-    for gpu in info.gpus:
+    gpus, why = probes.torch_gpus(ctx)
+    if not gpus:
+        compiled = "; ".join(f"{p.name}: {a.describe()}" for p, a in archs.items())
+        return skip(f"no GPU to match: {why} ({compiled}; declared: {declared or 'none'})", **details)
+    details["gpus"] = [f"{g.name} sm_{g.cc}" for g in gpus]
+    missing, jit, kinds, lacking = [], [], set(), []
+    for gpu in gpus:
         for path, found in archs.items():
             served = fatbin.runs_on(found, gpu.cc)
             if served is None:
-                missing.append(
-                    f"{path.name} has no code for sm_{gpu.cc} ({gpu.name}); has {found.describe()}"
-                )
+                missing.append(f"{path.name} has no code for sm_{gpu.cc} ({gpu.name}); has {found.describe()}")
+                kinds.add(kind_of[path])
+                lacking.append(gpu.cc)
             elif served == "ptx":
                 jit.append(f"{path.name} runs on sm_{gpu.cc} only through PTX JIT")
-    details = {"method": methods, "binaries": listing, "gpus": [f"{g.name} sm_{g.cc}" for g in info.gpus]}
     if missing:
-        return trip("; ".join(missing), **details)
+        return trip("; ".join(missing), _fix(kinds, lacking[0]), **details)
     if jit:
         return warn(
             "; ".join(jit) + " (slow first start; fails if the driver is older than the compiler)", **details
         )
-    ccs = ", ".join(sorted({f"sm_{g.cc}" for g in info.gpus}))
-    return ok(f"{len(archs)} binaries carry cubins for {ccs} (read with {', '.join(methods)})", **details)
+    declared_sms = {gpu_archs.number(a) for a in gpu_archs.parse(declared)}
+    outside = sorted({g.cc for g in gpus if declared is not None and g.cc not in declared_sms})
+    if outside:
+        names = ", ".join(f"sm_{g.cc} ({g.name})" for g in gpus if g.cc in outside)
+        return warn(
+            f"{names}: the kernels carry code for it, but the image declares {declared} ({details['declared_gpus']})"
+            ", so no certificate of this image speaks for this GPU",
+            f"use an image whose io.mcore-images.cuda-archs include {outside[0]}, or certify this one on this GPU",
+            **details,
+        )
+    ccs = ", ".join(sorted({f"sm_{g.cc}" for g in gpus}))
+    said = f"; declared {declared}" if declared else ""
+    return ok(f"{len(archs)} binaries carry cubins for {ccs} (read with {', '.join(methods)}){said}", **details)

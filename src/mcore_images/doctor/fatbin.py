@@ -8,16 +8,23 @@ A string scan for "sm_90" would be unreliable: compressed payloads hide the text
 Entry header fields used: kind (u16 @0: 1 PTX, 2 cubin), header size (u32 @4), payload size
 (u64 @8), SM (u32 @28), flags (u32 @40; bit 20 marks an arch-specific "sm_90a" cubin). Checked
 entry for entry against cuobjdump 13.5 on TE 2.20.2's libtransformer_engine.so (sm_75 … sm_120
-with sm_90a/100a/103a/107a) and on libcurand 10.4.
+with sm_90a/100a/103a/107a), on TE 2.16.0's (cu12) and 2.17.1's (cu13), and on libcurand 10.4.
+
+Standard library only, and self-contained: the image tests run this file in an image that has no tooling
+(`python -c "$(cat fatbin.py)"` prints the kernel binaries and their architectures as JSON).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import mmap
 import re
 import shutil
 import struct
 import subprocess
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,3 +149,107 @@ def archs_of(path: Path, cuobjdump: str | None = None) -> Archs:
     if tool and (listed := from_cuobjdump(path, tool)) is not None:
         return listed
     return from_file(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Which binaries of an environment carry the kernels a stack serves GPUs with, and how their code compares with a
+# declared list of architectures (a stack's cuda_archs, e.g. "80;90;100;103;120").
+
+APEX_MODULES = ("fused_layer_norm_cuda", "amp_C", "fused_weight_gradient_mlp_cuda")
+"""apex's CUDA extensions megatron-core uses."""
+_DECLARED = re.compile(r"^([0-9]{2,3})([af]?)$")
+
+
+def find_spec_path(name: str) -> Path | None:
+    """Where `name` would be imported from, without running it; None when it is not installed."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(spec.origin) if spec.origin else None
+
+
+def kernel_binaries(locate: Callable[[str], Path | None] = find_spec_path) -> dict[str, list[Path]]:
+    """TE's core library (te-core), TE's PyTorch extension (te-torch) and apex's CUDA extensions (apex), found
+    without importing them. TE's optional extras (libnccl_ep.so: sm_90+ only) are left out: they must not fail
+    an A100."""
+    found: dict[str, list[Path]] = {}
+    te = locate("transformer_engine")
+    inside = te if te is not None and te.is_dir() else None
+    if core := sorted(p for p in inside.rglob("libtransformer_engine*.so*") if p.is_file()) if inside else []:
+        found["te-core"] = core
+    # the extension sits in TE's wheel_lib/ (TE 2.x loads it from there), or at the top of site-packages
+    ext = sorted(p for p in inside.rglob("transformer_engine_torch*.so") if p.is_file()) if inside else []
+    if not ext and (top := locate("transformer_engine_torch")) is not None and top.is_file():
+        ext = [top]
+    if ext:
+        found["te-torch"] = ext
+    if apex := [p for name in APEX_MODULES if (p := locate(name)) is not None and p.is_file()]:
+        found["apex"] = apex
+    return found
+
+
+def _declared(declared: Iterable[str]) -> list[tuple[str, int, bool]]:
+    """(text, SM number, arch-specific) of each declared architecture; an "f" suffix counts as the plain SM."""
+    out = []
+    for arch in declared:
+        match = _DECLARED.match(arch)
+        if not match:
+            raise ValueError(f"{arch!r} is not an SM number such as 90 or 100a")
+        out.append((arch, int(match.group(1)), match.group(2) == "a"))
+    return out
+
+
+def missing(archs: Archs, declared: Iterable[str]) -> list[str]:
+    """Declared architectures no cubin of `archs` runs on: the rule for a prebuilt library, which must carry at
+    least them (an "a" suffix asks for that arch-specific cubin; PTX, JIT-compiled at load, does not count)."""
+    out = []
+    for arch, sm, specific in _declared(declared):
+        runs = sm in archs.specific if specific else runs_on(Archs(cubin=archs.cubin, specific=archs.specific), sm)
+        if not runs:
+            out.append(f"sm_{arch}")
+    return out
+
+
+def undeclared(archs: Archs, declared: Iterable[str]) -> list[str]:
+    """Code `archs` holds for architectures not declared: for a binary compiled here, whose code must be
+    exactly the declared list (with `missing`), since its build is given that list and nothing else."""
+    wanted = _declared(declared)
+    plain = {sm for _, sm, specific in wanted if not specific}
+    specific = {sm for _, sm, is_specific in wanted if is_specific}
+    return ([f"sm_{sm}" for sm in sorted(archs.cubin - plain)]
+            + [f"sm_{sm}a" for sm in sorted(archs.specific - specific)]
+            + [f"compute_{sm} (PTX)" for sm in sorted(archs.ptx)])
+
+
+def scan(binaries: dict[str, list[Path]]) -> list[dict[str, object]]:
+    """Each binary's kind, path and architectures, as plain data (what `main` prints)."""
+    out: list[dict[str, object]] = []
+    for kind, paths in binaries.items():
+        for path in paths:
+            found = archs_of(path)
+            out.append({"kind": kind, "path": str(path), "cubin": sorted(found.cubin),
+                        "specific": sorted(found.specific), "ptx": sorted(found.ptx), "method": found.method})
+    return out
+
+
+def from_scan(entry: dict[str, object]) -> Archs:
+    """An Archs back from one `scan` entry."""
+    return Archs(cubin=set(entry["cubin"]), specific=set(entry["specific"]), ptx=set(entry["ptx"]),  # type: ignore[call-overload]
+                 method=str(entry["method"]))
+
+
+def main() -> int:
+    """Print this environment's kernel binaries and their architectures as one JSON document (not through
+    command.print_json: this file runs alone, in images without the tooling)."""
+    json.dump({"binaries": scan(kernel_binaries())}, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -23,6 +23,8 @@ IMPORT = "import:"
 """Prefix of the cache key of an import: `import:torch`."""
 GPUS = "gpus"
 """Cache key of the driver query."""
+TORCH_GPUS = "torch-gpus"
+"""Cache key of the GPUs as torch sees them."""
 NOT_RETRIED = "not retried by the doctor"
 """Ends the ImportError the worker raises for an import that crashed or hung in an earlier check."""
 
@@ -221,6 +223,24 @@ def _driver_release(ctx: Context) -> str | None:
 def gpu_info(ctx: Context) -> GpuInfo:
     """Ask libcuda directly (ctypes): works without torch and without creating a CUDA context."""
     return ctx.cached(GPUS, lambda: _query_libcuda(ctx))
+
+
+def torch_gpus(ctx: Context) -> tuple[tuple[Gpu, ...], str]:
+    """The GPUs torch sees, each with the compute capability its kernels launch on; with none, the reason."""
+    return ctx.cached(TORCH_GPUS, lambda: _ask_torch(ctx))
+
+
+def _ask_torch(ctx: Context) -> tuple[tuple[Gpu, ...], str]:
+    if error := import_error(ctx, "torch"):
+        return (), f"torch does not import ({error})"
+    cuda = imported(ctx, "torch").cuda
+    if not cuda.is_available():
+        return (), "torch.cuda.is_available() is False"
+    gpus = []
+    for index in range(cuda.device_count()):
+        major, minor = cuda.get_device_capability(index)
+        gpus.append(Gpu(index, str(cuda.get_device_name(index)), int(major) * 10 + int(minor)))
+    return tuple(gpus), "" if gpus else "torch counts no CUDA device"
 
 
 LIBCUDA = "libcuda.so.1"

@@ -10,7 +10,7 @@ import datetime as dt
 from html import escape
 from typing import Any
 
-from mcore_images import components, drivers, rules, tags
+from mcore_images import components, drivers, gpu_archs, rules, tags
 from mcore_images.report import charts
 from mcore_images.report.inputs import Certificate
 from mcore_images.stacks import Stack
@@ -127,6 +127,7 @@ def index(stacks: dict[str, Stack], certs: list[Certificate]) -> str:
                     escape(_date(cert)) if cert else "–",
                     escape(drivers.min_driver(stack.cuda) or "–"),
                     size_text,
+                    escape(gpu_archs.serves(stack.cuda_archs)) if layer != "base" else "–",
                 ]
             )
             classes.append(status)
@@ -144,6 +145,7 @@ def index(stacks: dict[str, Stack], certs: list[Certificate]) -> str:
                 "date",
                 "min driver",
                 "size",
+                "GPU architectures",
             ],
             rows,
             "images",
@@ -192,6 +194,13 @@ def index(stacks: dict[str, Stack], certs: list[Certificate]) -> str:
     return page("mcore-images: images and certificates", body)
 
 
+def _archs(archs: Any) -> str:
+    """What a certificate records of the GPU architectures the image declares (smoke: environment.gpu_archs)."""
+    if not isinstance(archs, dict) or not archs.get("declared"):
+        return "– (not recorded)"
+    return escape(f"{archs['declared']}: {archs.get('gpus') or '–'}")
+
+
 def certificate_page(cert: Certificate) -> str:
     data = cert.data or {}
     env, image, settings = data.get("environment") or {}, data.get("image") or {}, data.get("settings") or {}
@@ -225,6 +234,7 @@ def certificate_page(cert: Certificate) -> str:
                     ),
                 ],
                 ["packages", escape(", ".join(f"{n} {pkgs.get(n) or '–'}" for n in components.certificate_packages()))],
+                ["GPU architectures", _archs(env.get("gpu_archs"))],
                 [
                     "settings",
                     escape(

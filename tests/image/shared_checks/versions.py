@@ -11,7 +11,7 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from mcore_images import components, versions
+from mcore_images import components, gpu_archs, versions
 from mcore_images.components import FROM_BASE, NONE, Component
 from mcore_images.images import label
 from mcore_images.stacks import Stack
@@ -179,6 +179,8 @@ def label_pin_problems(image: ImageInfo, stack: Stack) -> list[str]:
         expected[comp.label] = stack.pins[comp.key]
     if image.layer in stack.size_budget_gb:
         expected["size-budget-gb"] = str(stack.size_budget_gb[image.layer])
+    expected[gpu_archs.LABEL] = stack.cuda_archs
+    expected[gpu_archs.GPUS_LABEL] = gpu_archs.serves(stack.cuda_archs)
     problems = []
     for key, want in expected.items():
         have = image.label(key)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import plan, tags
+from mcore_images import gpu_archs, plan, tags
+from mcore_images.images import label
 from mcore_images.stacks import Stack, groups
 
 pytestmark = pytest.mark.skipif(
@@ -51,6 +52,20 @@ def test_args_and_labels_carry_the_pins(printed: dict, stacks: dict[str, Stack])
         assert "io.mcore-images.verl" not in labels
         base_labels = printed["target"][f"base-{s.layer_stack('base')}"]["labels"]
         assert "io.mcore-images.mcore" not in base_labels
+
+
+def test_kernels_and_up_label_the_gpu_architectures_from_the_one_table(printed: dict,
+                                                                       stacks: dict[str, Stack]) -> None:
+    """io.mcore-images.cuda-archs is the stack's cuda_archs and io.mcore-images.gpus what gpu_archs.serves() says
+    they are (bake reads the table from its generated GPU_ARCHS block); the base layer carries neither."""
+    for s in stacks.values():
+        for layer in s.built_layers:
+            labels = printed["target"][tags.target(layer, s)]["labels"]
+            if layer == "base":
+                assert label(gpu_archs.LABEL) not in labels and label(gpu_archs.GPUS_LABEL) not in labels
+                continue
+            assert labels[label(gpu_archs.LABEL)] == s.cuda_archs, (s.name, layer)
+            assert labels[label(gpu_archs.GPUS_LABEL)] == gpu_archs.serves(s.cuda_archs), (s.name, layer)
 
 
 def test_layers_chain_through_target_contexts(printed: dict, stacks: dict[str, Stack]) -> None:

@@ -41,6 +41,10 @@ def test_index_files_a_certificate_under_its_stack_and_links_its_page(tmp_path: 
     assert DIGEST in row.group(0) and "CPU (gloo)" in row.group(0) and "580.65.06" in row.group(0)
     page = re.search(r'href="(cert-debian-runtime-[^"]+\.html)"', row.group(0)).group(1)
     assert (tmp_path / "site" / page).is_file()
+    assert row.group(0).endswith("<td>sm_90 H100/H200/GH200</td></tr>")  # the GPUs the tag serves
+    assert (tmp_path / "site" / page).read_text().count("<td>GPU architectures</td><td>90: sm_90 H100/H200/GH200</td>")
+    cuda = re.search(r'<tr class="none"><td>cuda</td><td>kernels</td>.*?</tr>', index).group(0)
+    assert "sm_100 B200/GB200; sm_103 B300/GB300; sm_120 RTX PRO 6000 Blackwell/RTX 50xx</td></tr>" in cuda
     # the other layers and stacks are listed with no certificate
     assert '<tr class="none"><td>debian</td><td>base</td>' in index
     assert '<tr class="none"><td>cuda</td><td>runtime</td>' in index

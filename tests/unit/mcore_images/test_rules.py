@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcore_images import rules
+from mcore_images import gpu_archs, rules
 from mcore_images.stacks import Stack
 from tests.unit.conftest import variant
 
@@ -46,6 +46,7 @@ BAD = [
     ("cuda-archs", "debian-verl", {"cuda_archs": "90;103"}),
     ("cuda-archs", "debian", {"cuda_archs": "90;101"}),
     ("cuda-archs", "debian", {"cuda_archs": "90;95"}),
+    ("te-archs", "verl-mcore013", {"te": "1.13.0", "cuda_archs": "90;100"}),
 ]
 
 
@@ -139,3 +140,18 @@ def test_te_cudnn_judges_the_stacks_cudnn_pin(stacks: dict[str, Stack]) -> None:
     older = variant(stacks["debian"], cudnn="9.11.0.98")  # debian's base lock holds a newer cuDNN
     line = next(str(v) for v in rules.check(older) if v.rule == "te-cudnn")
     assert "compiles only against cuDNN >= 9.12 headers, and torch 2.11.0 brings cuDNN 9.11.0.98" in line
+@pytest.mark.parametrize(("te", "archs", "found"), [
+    ("2.0.0", "90;100;103;120", None), ("1.13.0", "80;90", None), ("none", "100", None),
+    ("1.13.0", "90;100a", "TE 1.13.0 carries no code for sm_100 (B200/GB200); TE builds it from 2.0"),
+    ("1.13.0", "120", "TE 1.13.0 carries no code for sm_120"),
+])
+def test_te_archs_are_the_ones_the_te_release_carries(stacks: dict[str, Stack], te: str, archs: str,
+                                                     found: str | None) -> None:
+    stack = variant(stacks["verl-mcore013"], te=te, te_source="none" if te == "none" else "build", cuda_archs=archs)
+    lines = [str(v) for v in rules.check(stack) if v.rule == "te-archs"]
+    assert (lines == []) if found is None else (len(lines) == 1 and found in lines[0]), lines
+
+
+def test_release_stacks_serve_hopper_and_blackwell(stacks: dict[str, Stack]) -> None:
+    for stack in (s for s in stacks.values() if "release" in s.groups):
+        assert {"90", "100", "103", "120"} <= set(gpu_archs.parse(stack.cuda_archs)), stack.name

@@ -82,6 +82,18 @@ def test_markdown_has_header_facts_and_one_row_per_run() -> None:
     assert len(rows) == 3
     assert "| tp2/dense/local | passed | 8.001 → 4 |" in md
     assert "skipped: needs TE" in md
+    assert "- GPU architectures: not recorded (not run in an image)" in md
+
+
+def test_markdown_names_the_declared_gpu_architectures_and_this_runs_gpu() -> None:
+    cert = sample_cert()
+    cert["environment"]["gpu_archs"] = {"declared": "90;100", "gpus": "sm_90 H100/H200/GH200; sm_100 B200/GB200"}
+    cert["environment"]["gpu"]["capability"] = "9.0"
+    md = certificate.render_markdown(cert)
+    assert "- GPU architectures: 90;100 (sm_90 H100/H200/GH200; sm_100 B200/GB200); this run's GPU is sm_90\n" in md
+    cert["environment"]["gpu"]["capability"] = "10.3"
+    md = certificate.render_markdown(cert)
+    assert "this run's GPU is sm_103, which the image does not declare" in md
 
 
 def test_parity_failure_is_reported_with_numbers() -> None:

@@ -3,6 +3,7 @@ modules in sys.modules, a fake /proc and environment. Runs on a host without tor
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 import types
@@ -117,16 +118,20 @@ class World:
         cudnn: int = 91900,
         nccl: tuple[int, ...] = (2, 27, 7),
         available: bool = True,
+        ccs: tuple[int, ...] = (),
     ) -> types.ModuleType:
-        """A fake imported torch with the attributes the checks read."""
+        """A fake imported torch with the attributes the checks read; `ccs` are the GPUs its CUDA sees."""
         self.unhide("torch")
         torch = types.ModuleType("torch")
         torch.__version__ = version  # type: ignore[attr-defined]
         torch.__file__ = str(self.site / "torch" / "__init__.py")
         torch.version = types.SimpleNamespace(cuda=cuda)  # type: ignore[attr-defined]
-        torch.cuda = types.SimpleNamespace(
-            is_available=lambda: available,  # type: ignore[attr-defined]
+        torch.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+            is_available=lambda: available,
             nccl=types.SimpleNamespace(version=lambda: nccl),
+            device_count=lambda: len(ccs),
+            get_device_capability=lambda i: divmod(ccs[i], 10),
+            get_device_name=lambda i: f"GPU sm_{ccs[i]}",
         )
         torch.backends = types.SimpleNamespace(  # type: ignore[attr-defined]
             cudnn=types.SimpleNamespace(is_available=lambda: True, version=lambda: cudnn)
@@ -236,15 +241,64 @@ def test_gpu_arch(world: World) -> None:
     write_te(world, (2, 80))
     found = world.run("gpu.arch")
     assert found.status == Status.SKIP and "sm_80" in found.finding  # no GPU: says what is compiled
-    world.gpus(90, driver_cuda=13000)
+    world.torch(ccs=(90,))
     found = world.run("gpu.arch")
     assert found.status == Status.FAIL and "no code for sm_90" in found.finding
+    assert "cuda-archs include 90" in found.fix and "\n" not in found.fix
     assert found.details["method"] == ["fatbin headers (.nv_fatbin)"]
     write_te(world, (2, 80), (1, 80))
     assert status(world, "gpu.arch") == Status.WARN  # PTX JIT only
     write_te(world, (2, 90))
     write_so(world.site / "transformer_engine" / "libnccl_ep.so", [(2, 100)])  # optional extra: ignored
     assert status(world, "gpu.arch") == Status.OK
+
+
+def test_gpu_arch_reads_the_gpus_from_torch(world: World) -> None:
+    write_te(world, (2, 90), (2, 100))
+    world.gpus(80, driver_cuda=13000)  # the driver's view is not what this check asks
+    world.torch(ccs=(100, 90))
+    found = world.run("gpu.arch")
+    assert found.status == Status.OK and "sm_100, sm_90" in found.finding
+    assert found.details["gpus"] == ["GPU sm_100 sm_100", "GPU sm_90 sm_90"]
+    world.torch(ccs=(90,), available=False)
+    found = world.run("gpu.arch")
+    assert found.status == Status.SKIP and "torch.cuda.is_available() is False" in found.finding
+
+
+def in_image(world: World, stack: str, cuda_archs: str) -> None:
+    """The settings an image gives the doctor: its stack, and env/stacks.json under MCORE_IMAGES_ROOT."""
+    root = world.tmp / "opt"
+    (root / "env").mkdir(parents=True, exist_ok=True)
+    (root / "env" / "stacks.json").write_text(json.dumps(
+        {"variable": {"STACKS": {"default": [{"name": stack, "cuda_archs": cuda_archs}]}}}))
+    world.environ.update(MCORE_IMAGES_STACK=stack, MCORE_IMAGES_ROOT=str(root))
+
+
+def test_gpu_arch_compares_the_gpu_with_the_declared_architectures(world: World) -> None:
+    write_te(world, (2, 80), (2, 90), (2, 100), (2, 120), (2, -103))
+    in_image(world, "debian", "90")
+    world.torch(ccs=(90,))
+    found = world.run("gpu.arch")
+    assert found.status == Status.OK and "declared 90" in found.finding
+    assert found.details["declared_gpus"] == "sm_90 H100/H200/GH200"
+    world.torch(ccs=(103,))  # TE carries sm_103a and sm_100 (runs on 10.3), but the image declares 90 only
+    found = world.run("gpu.arch")
+    assert found.status == Status.WARN and "sm_103 (GPU sm_103)" in found.finding
+    assert "declares 90 (sm_90 H100/H200/GH200)" in found.finding and "cuda-archs include 103" in found.fix
+    in_image(world, "cuda", "90;100;103;120")
+    assert status(world, "gpu.arch") == Status.OK
+
+
+def test_gpu_arch_fails_when_a_compiled_extension_lacks_the_gpu_and_names_the_rebuild(world: World) -> None:
+    write_te(world, (2, 90), (2, 100))
+    amp = world.site / "amp_C.so"
+    world.unhide("amp_C")
+    write_so(amp, [(2, 80), (2, 90)])
+    in_image(world, "cuda", "80;90")
+    world.torch(ccs=(90, 100))  # the fix names the GPU that lacks code, not the first one
+    found = world.run("gpu.arch")
+    assert found.status == Status.FAIL and found.finding.startswith("amp_C.so has no code for sm_100")
+    assert "add 100 to the stack's cuda_archs" in found.fix
 
 
 # --- megatron-core ----------------------------------------------------------------------------------

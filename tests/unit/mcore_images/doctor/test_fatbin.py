@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import struct
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from mcore_images.doctor import fatbin
 
@@ -99,3 +104,43 @@ def test_cuobjdump_listing_is_preferred(tmp_path: Path) -> None:
     so = write_so(tmp_path / "libk.so", [(2, 80)])
     archs = fatbin.archs_of(so, str(tool))
     assert archs.specific == {90} and archs.ptx == {100} and archs.method.startswith("cuobjdump")
+
+
+def test_missing_is_the_at_least_rule_of_a_prebuilt_library() -> None:
+    te = fatbin.Archs(cubin={80, 90, 100, 120}, specific={90, 100, 103})
+    assert fatbin.missing(te, ["80", "90", "100", "103", "120", "90a"]) == []  # sm_100 cubins run on 10.3
+    assert fatbin.missing(te, ["86", "121"]) == []  # same major, higher minor
+    assert fatbin.missing(te, ["110", "75", "120a"]) == ["sm_110", "sm_75", "sm_120a"]
+    assert fatbin.missing(fatbin.Archs(ptx={90}), ["90"]) == ["sm_90"]  # PTX JIT is not a carried architecture
+
+
+def test_undeclared_with_missing_is_the_exact_rule_of_a_binary_compiled_here() -> None:
+    apex = fatbin.Archs(cubin={80, 90, 100, 103, 120})
+    declared = ["80", "90", "100", "103", "120"]
+    assert fatbin.missing(apex, declared) == [] and fatbin.undeclared(apex, declared) == []
+    assert fatbin.undeclared(apex, ["90", "100"]) == ["sm_80", "sm_103", "sm_120"]
+    assert fatbin.undeclared(fatbin.Archs(cubin={90}, specific={90}, ptx={90}), ["90"]) == [
+        "sm_90a", "compute_90 (PTX)"]
+    assert fatbin.undeclared(fatbin.Archs(specific={90}), ["90a"]) == []
+    with pytest.raises(ValueError, match="not an SM number"):
+        fatbin.missing(apex, ["sm_90"])
+
+
+def test_runs_alone_and_prints_the_kernel_binaries(tmp_path: Path) -> None:
+    """The image tests run this file's source with `python -c` in an image without the tooling."""
+    te = tmp_path / "transformer_engine"
+    (te / "wheel_lib").mkdir(parents=True)
+    (te / "__init__.py").write_text("")
+    write_so(te / "wheel_lib" / "libtransformer_engine.so", [(2, 90), (2, -103)])
+    write_so(tmp_path / "amp_C.so", [(2, 80), (1, 90)])
+    ext = te / "wheel_lib" / "transformer_engine_torch.cpython-311-x86_64-linux-gnu.so"  # where TE 2.x keeps it
+    ext.write_bytes(elf_with({".text": b"\x90" * 16}))
+    source = Path(fatbin.__file__).read_text()
+    out = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, check=False, cwd=tmp_path,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})  # no cuobjdump: the headers
+    assert out.returncode == 0, out.stderr[-2000:]
+    found = {(b["kind"], Path(b["path"]).name): b for b in json.loads(out.stdout)["binaries"]}
+    assert set(found) == {("te-core", "libtransformer_engine.so"), ("te-torch", ext.name), ("apex", "amp_C.so")}
+    assert fatbin.from_scan(found[("te-core", "libtransformer_engine.so")]).describe() == "sm_90, sm_103a"
+    assert fatbin.from_scan(found[("te-torch", ext.name)]).empty
+    assert fatbin.from_scan(found[("apex", "amp_C.so")]).describe() == "sm_80, compute_90 (PTX)"

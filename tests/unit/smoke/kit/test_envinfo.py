@@ -107,3 +107,14 @@ def test_a_base_images_cudnn_is_the_release_torch_loads(monkeypatch: pytest.Monk
     monkeypatch.setitem(sys.modules, "torch", fake_torch(RuntimeError("cuDNN version incompatibility\nmore")))
     assert envinfo.loaded_cudnn() == "error: cuDNN version incompatibility"
     assert envinfo.package_version("cudnn") is None
+def test_the_declared_gpu_architectures_come_from_the_images_stack(tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "env").mkdir()
+    stacks = [{"name": "cuda", "cuda_archs": "90;100;103"}]
+    (tmp_path / "env" / "stacks.json").write_text(json.dumps({"variable": {"STACKS": {"default": stacks}}}))
+    env = {"MCORE_IMAGES_ROOT": str(tmp_path), "MCORE_IMAGES_STACK": "cuda"}
+    assert envinfo.declared_archs(env) == {"declared": "90;100;103",
+                                           "gpus": "sm_90 H100/H200/GH200; sm_100 B200/GB200; sm_103 B300/GB300"}
+    assert envinfo.declared_archs({**env, "MCORE_IMAGES_STACK": "other"}) is None
+    assert envinfo.declared_archs({"MCORE_IMAGES_STACK": "cuda"}) is None
