@@ -30,16 +30,23 @@ def package_version(key: str) -> str | None:
         return platform.python_version()
     if key == "gcc":
         return compiler_version()
-    for dist in comp.distributions:
-        try:
-            return md.version(dist)
-        except md.PackageNotFoundError:
-            continue
+    if (found := distribution_version(*comp.distributions)) is not None:
+        return found
     try:
         found = bool(comp.modules) and importlib.util.find_spec(comp.modules[0]) is not None
     except ModuleNotFoundError:  # a parent package of the module is missing
         found = False
     return "present (no distribution metadata)" if found else None
+
+
+def distribution_version(*names: str) -> str | None:
+    """The installed version of the first of ``names`` (PyPI distributions) that is installed; None when none is."""
+    for name in names:
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return None
 
 
 def compiler_version() -> str | None:
