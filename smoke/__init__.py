@@ -4,12 +4,12 @@
   a certificate (this package's top-level modules);
 - ``python -m smoke.bridge``: Hugging Face <-> Megatron through mbridge / Megatron-Bridge (smoke/bridge/);
 - ``python -m smoke.bench``: training throughput of reference models, gated (smoke/bench/);
-- ``smoke.kit``: what all three stand on (bootstrap, tolerances, seeds, environment facts).
+- ``smoke.kit``: what all three stand on (bootstrap, the one GPT builder, tolerances, seeds, environment facts).
 
 They import torch, megatron-core (TE and the bridges when present), the standard library and, from the
 tooling, only its standard-library data modules (``mcore_images.components``, ``mcore_images.schemas``).
-The pure modules (layouts, shards, judge, certificate, kit.errors, kit.numerics, kit.seeds, bridge.spec,
-bench.model, bench.gate) import without torch, so host tests and ``--dry-run`` work anywhere.
+The pure modules (layouts, shards, judge, certificate, kit.errors, kit.numerics, kit.seeds, kit.gpt_builder,
+bridge.spec, bench.model, bench.gate) import without torch, so host tests and ``--dry-run`` work anywhere.
 """
 
 __version__ = "0.2.0"

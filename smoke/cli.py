@@ -10,11 +10,7 @@ import tempfile
 from pathlib import Path
 
 from smoke import faults, layouts, projection
-from smoke.kit import errors, folders
-
-SEEDS = 2**32
-"""Seeds are 0 … SEEDS - 1, well inside the 64 bits torch takes once megatron-core adds its per-rank offsets
-(a seed beyond them failed in every rank, with a traceback)."""
+from smoke.kit import errors, folders, seeds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--layouts", help="comma-separated layouts, e.g. tp2,pp2-vpp2,tp2-ep2 (default: all that fit)")
     parser.add_argument("--models", default="dense,moe", help="comma-separated subset of: dense,moe")
-    parser.add_argument("--spec", choices=("auto", "local", "te"), default="auto",
+    parser.add_argument("--spec", choices=("auto", *layouts.SPECS), default="auto",
                         help="layer spec: auto = local always, plus Transformer Engine when it imports")
     parser.add_argument("--steps", type=int, default=10, help="training steps per run (>= 2)")
     parser.add_argument("--nproc", type=int,
@@ -53,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint-dir", metavar="DIR",
                         help="the folder the round trips save in: each makes a new folder inside it and removes "
                         "only that; every rank must see it (default: OUT/checkpoint, else the temporary folder)")
-    parser.add_argument("--seed", type=int, default=1234, help="base seed of the name-seeded global model")
+    parser.add_argument("--seed", type=int, default=seeds.DEFAULT_SEED,
+                        help="base seed of the name-seeded global model and the batch")
     parser.add_argument("--lr", type=float, default=3e-3, help=argparse.SUPPRESS)
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan and its projected wall time, and exit (needs no GPU, torch or "
@@ -80,8 +77,8 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
             raise errors.CouldNotRun(f"{flag} {value} is not a positive number of seconds: give one, e.g. {flag} 60")
     if not (math.isfinite(args.lr) and args.lr > 0):
         raise errors.CouldNotRun(f"--lr {args.lr} is not a positive learning rate: give one, e.g. --lr 3e-3")
-    if not 0 <= args.seed < SEEDS:
-        raise errors.CouldNotRun(f"--seed {args.seed} is out of range: give 0 … {SEEDS - 1}")
+    if problem := seeds.seed_problem(args.seed):
+        raise errors.CouldNotRun(problem)
     if args.nproc is not None and args.nproc < 1:
         raise errors.CouldNotRun(f"--nproc {args.nproc} is not a count of ranks: give 1 or more, or leave it out "
                                  "for every visible GPU (2 with --cpu)")

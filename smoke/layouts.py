@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from smoke.kit import gpt_builder
 from smoke.kit.errors import CouldNotRun
 
 DIMS = ("dp", "tp", "pp", "vpp", "ep", "cp")
@@ -32,7 +33,7 @@ the expert optimizer apart from the dense one or both merge it (ep > 1 on both s
 megatron-core cannot load a checkpoint whose optimizer was split in two into one that is not."""
 
 MODELS = ("dense", "moe")
-SPECS = ("local", "te")
+SPECS = gpt_builder.SPECS
 
 _TOKEN = re.compile(r"^(dp|tp|pp|vpp|ep|cp)(\d+)$")
 

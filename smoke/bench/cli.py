@@ -2,7 +2,8 @@
 
 Runs inside images (standard library + torch + megatron-core, Transformer Engine when present). For
 each config (``dense-1b``, ``moe-small``; smoke/bench/model.py) and layer spec (local; TE when it
-imports) it builds the model with megatron's own initialisation, wraps it in megatron DDP with
+imports) it builds the model through the kit's GPT builder (smoke/kit/gpt_builder.py, the smoke's too)
+with megatron's own initialisation, wraps it in megatron DDP with
 megatron's optimizer (TE's FusedAdam when TE is installed, torch's Adam otherwise — the result names
 which), runs warm-up steps, then times steps with CUDA events and reports the median. FLOPs formula,
 peaks and MFU: smoke/bench/model.py; regression gate against env/bench-baselines.json:
@@ -32,7 +33,7 @@ from smoke.bench import data as bench_data
 from smoke.bench import gate as bench_gate
 from smoke.bench import model as bench_model
 from smoke.bench.model import BenchConfig
-from smoke.kit import errors
+from smoke.kit import errors, gpt_builder, seeds
 from smoke.kit import transformer_engine as te
 
 
@@ -79,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default: the file's, else {bench_gate.DEFAULT_MAX_DROP_PCT:g})")
     p.add_argument("--out", help="folder for bench.json and bench.md")
     p.add_argument("--certificate", metavar="DIR", help="a smoke certificate folder to add the bench section to")
+    p.add_argument("--seed", type=int, default=seeds.DEFAULT_SEED,
+                   help="base seed of megatron's initialisation and the training tokens (the same for every row)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds before a collective gives up")
     p.add_argument("--write-baselines", metavar="PATH",
                    help="store this run's results as baselines in PATH (merged; existing keys replaced)")
@@ -95,7 +98,7 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
         raise errors.CouldNotRun(f"unknown config(s) {bad or names}: choose from {', '.join(bench_model.CONFIGS)}")
     args.configs = names
     specs = [s.strip() for s in args.specs.split(",") if s.strip()]
-    if not specs or any(s not in ("auto", "local", "te") for s in specs) or ("auto" in specs and len(specs) > 1):
+    if not specs or any(s not in ("auto", *gpt_builder.SPECS) for s in specs) or ("auto" in specs and len(specs) > 1):
         raise errors.CouldNotRun(f"bad --specs {args.specs!r}: use auto, local, te or local,te")
     args.specs = specs
     if args.cpu and "te" in specs:
@@ -111,6 +114,8 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
         args.precisions = ["bf16", *args.precisions]  # the FP8 rows are judged against it
     if args.steps < 1 or args.warmup < 0 or args.tp < 1 or args.micro_batch < 0 or args.micro_batches < 0:
         raise errors.CouldNotRun("--steps >= 1, --warmup >= 0, --tp >= 1, micro-batch overrides >= 0")
+    if problem := seeds.seed_problem(args.seed):
+        raise errors.CouldNotRun(problem)
     if args.baselines is None and default_baselines().is_file():
         args.baselines = str(default_baselines())
     args.baseline_data = None
@@ -172,54 +177,17 @@ def _optimizer_name(opt: Any) -> str:
     return ",".join(sorted(names))
 
 
-def _model(cfg: BenchConfig, spec: str, tp: int, cpu: bool, settings: dict[str, Any], dispatcher: str
-           ) -> tuple[Any, Any, list[str]]:
-    """The GPTModel and its config with the variant's and precision's settings; settings this megatron-core
-    does not know are left out and named (third item)."""
-    import dataclasses
-
-    import torch
-    import torch.nn.functional as F
-    from megatron.core.models.gpt import gpt_layer_specs as specs
-    from megatron.core.models.gpt.gpt_model import GPTModel
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    from smoke.kit import bootstrap
-
-    moe: dict[str, Any] = {}
+def gpt(cfg: BenchConfig, spec: str, args: argparse.Namespace) -> gpt_builder.Gpt:
+    """The kit's GPT of one config and spec: parameters in bf16 on GPUs, as Megatron-LM keeps them with --bf16;
+    MoE routing as Megatron-LM trains (aux loss), grouped GEMMs where TE runs them."""
+    moe = None
     if cfg.moe:
-        moe = dict(
-            num_moe_experts=cfg.experts, moe_router_topk=cfg.topk, moe_ffn_hidden_size=cfg.moe_ffn,
-            moe_token_dispatcher_type=dispatcher,
-            moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2, moe_router_dtype="fp32",
-            moe_grouped_gemm=spec == "te",
-        )
-    known = {f.name for f in dataclasses.fields(TransformerConfig)}
-    unknown = [k for k in settings if k not in known]
-    dtype = torch.float32 if cpu else torch.bfloat16
-    config = TransformerConfig(
-        num_layers=cfg.layers, hidden_size=cfg.hidden, num_attention_heads=cfg.heads,
-        num_query_groups=cfg.kv_heads, ffn_hidden_size=cfg.ffn, gated_linear_unit=cfg.gated,
-        activation_func=F.silu, add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0,
-        tensor_model_parallel_size=tp, sequence_parallel=spec == "te" and tp > 1,
-        bf16=not cpu, params_dtype=dtype, pipeline_dtype=dtype, use_cpu_initialization=cpu,
-        calculate_per_token_loss=True, **moe, **{k: v for k, v in settings.items() if k in known},
-    )
-    experts = cfg.experts if cfg.moe else None
-    if spec == "te":
-        layer_spec = specs.get_gpt_layer_with_transformer_engine_spec(num_experts=experts,
-                                                                      moe_grouped_gemm=bool(cfg.moe))
-    else:
-        layer_spec = specs.get_gpt_layer_local_spec(num_experts=experts, moe_grouped_gemm=False,
-                                                    **bootstrap.supported(specs.get_gpt_layer_local_spec,
-                                                                          normalization=config.normalization))
-    model = GPTModel(config=config, transformer_layer_spec=layer_spec, vocab_size=cfg.vocab,
-                     max_sequence_length=cfg.seq, pre_process=True, post_process=True,
-                     share_embeddings_and_output_weights=False,
-                     position_embedding_type="learned_absolute" if cpu else "rope")
-    if not cpu:
-        model.cuda(torch.cuda.current_device())
-    return model, config, [f"{k} (not in this megatron-core)" for k in unknown]
+        moe = gpt_builder.Moe(cfg.experts, cfg.topk, cfg.moe_ffn, dispatcher=args.dispatcher, load_balancing="aux_loss",
+                              aux_loss_coeff=1e-2, grouped_gemm=spec == "te")
+    dtype = "fp32" if args.cpu else "bf16"
+    return gpt_builder.Gpt(layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, ffn=cfg.ffn, vocab=cfg.vocab,
+                           seq=cfg.seq, spec=spec, cpu=args.cpu, dtype=dtype, params_dtype=dtype,
+                           kv_heads=cfg.kv_heads, gated=cfg.gated, moe=moe, tp=args.tp)
 
 
 @dataclass(frozen=True)
@@ -260,24 +228,23 @@ def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dic
         torch.cuda.empty_cache()
         before_gib = torch.cuda.memory_allocated() / 2**30
     t0 = time.perf_counter()
-    bootstrap.init_parallel(tp=args.tp, cpu=cpu, timeout_s=args.timeout, seed=1234)
-    torch.manual_seed(1234)  # every row of a config starts from the same weights (FP8 is compared with bf16)
+    # The same base seed for every row: each row of a config starts from the same weights (FP8 is compared with bf16).
+    bootstrap.init_parallel(tp=args.tp, cpu=cpu, timeout_s=args.timeout, seed=args.seed)
     dp = ps.get_data_parallel_world_size()
-    model, config, unknown = _model(cfg, spec, args.tp, cpu, settings, args.dispatcher)
-    dropped += unknown
-    chunks, opt = bootstrap.wrap([model], config, dist_opt=args.dist_opt and not cpu, cpu=cpu, lr=1e-4,
-                                weight_decay=0.01, check_for_nan=False)
+    model = gpt(cfg, spec, args)
+    config, unknown = gpt_builder.transformer_config(model, **settings)
+    dropped += [f"{k} (not in this megatron-core)" for k in unknown]
+    chunks, opt = bootstrap.wrap(gpt_builder.build(model, config), config, dist_opt=args.dist_opt and not cpu,
+                                 cpu=cpu, lr=1e-4, weight_decay=0.01, check_for_nan=False)
     device = torch.device("cpu") if cpu else torch.device("cuda", torch.cuda.current_device())
     # A fresh batch every step (smoke/bench/data.py); the same ones for every row of a config.
     n_steps = args.warmup + args.steps + (PROFILED_STEPS if args.profile else 0)
     per_step = cfg.micro_batches * cfg.micro_batch
-    tokens = bench_data.markov_tokens(cfg.vocab, n_steps * per_step, cfg.seq + 1,
-                                      seed=7 + ps.get_data_parallel_rank()).to(device)
+    tokens = bench_data.markov_tokens(cfg.vocab, n_steps * per_step, cfg.seq + 1, seed=seeds.data_seed(
+        "bench-tokens", args.seed, stream=ps.get_data_parallel_rank())).to(device)
     tokens = tokens.view(n_steps, cfg.micro_batches, cfg.micro_batch, cfg.seq + 1)
     positions = torch.arange(cfg.seq, device=device)[None].expand(cfg.micro_batch, -1)
-    mask = None
-    if spec == "local":  # TE's causal attention needs no mask; the local spec's softmax takes one
-        mask = torch.triu(torch.ones(cfg.seq, cfg.seq, dtype=torch.bool, device=device), diagonal=1)[None, None]
+    mask = gpt_builder.causal_mask(cfg.seq, device) if spec == "local" else None
     steps_data = [[{"tokens": tokens[s, i, :, :-1].contiguous(), "labels": tokens[s, i, :, 1:].contiguous(),
                     "position_ids": positions, "attention_mask": mask} for i in range(cfg.micro_batches)]
                   for s in range(n_steps)]
@@ -323,7 +290,7 @@ def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dic
     record = {
         "config": cfg.name, "spec": spec, "variant": case.variant, "precision": case.precision,
         "status": "ok", "error": None,
-        "settings": {k: v for k, v in settings.items() if f"{k} (not in this megatron-core)" not in unknown},
+        "settings": {k: v for k, v in settings.items() if k not in unknown},
         "dropped": dropped, "dispatcher": config.moe_token_dispatcher_type if cfg.moe else None,
         "world_size": world, "dp": dp, "tp": args.tp, "sequence_parallel": bool(config.sequence_parallel),
         "micro_batch": cfg.micro_batch, "micro_batches": cfg.micro_batches, "seq": cfg.seq,
@@ -369,7 +336,7 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
             from smoke.kit import cpu_shim
 
             cpu_shim.install()
-            cpu_shim.hide_transformer_engine()  # megatron would pick TE's final norm even for the local spec
+            cpu_shim.hide_transformer_engine()  # megatron's optimizer would pick TE's FusedAdam (CUDA only)
         import megatron.core  # noqa: F401  (fails early and clearly when megatron-core is missing)
 
         if args.cpu:

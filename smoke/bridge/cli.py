@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from smoke.bridge import spec
-from smoke.kit import errors, numerics
+from smoke.kit import errors, numerics, seeds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allow-tf32", action="store_true",
                         help="with --dtype fp32 on GPUs: let GEMMs run as TF32 and judge with TF32's tolerance "
                         "(default: TF32 off, fp32's tolerance)")
-    parser.add_argument("--seed", type=int, default=1234, help="seed of the random weights and tokens")
+    parser.add_argument("--seed", type=int, default=seeds.DEFAULT_SEED,
+                        help="base seed of the random weights and tokens")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before a collective gives up")
     parser.add_argument("--out", metavar="DIR", help="also write DIR/bridge.json")
     parser.add_argument("--certificate", metavar="DIR",
@@ -94,14 +95,15 @@ def _run(args: argparse.Namespace, report: dict[str, Any], tol: numerics.Toleran
         raise errors.CouldNotRun(f"{exc}: the bridge check needs torch, megatron-core, transformers and safetensors; "
                                "run it inside an mcore-images runtime image") from exc
     numerics.apply_to_torch(args.maths)
-    report["packages"] = bridge_run.packages()
+    report["packages"] = spec.packages()
     found, why = bridge_run.available_bridges()
     bridges, missing = select_bridges(args.bridges, found, why)
     report["bridges"] = {"run": bridges, "not_importable": why}
     configs = bridge_run.arch_configs(args.archs, args.hf_config)
     for cfg in configs:
         for name, reason in missing.items():
-            record = spec.new_result(cfg["model_type"], name, bridge_run.version(name), tol)
+            record = spec.new_result(cfg["model_type"], name, bridge_run.RUNNERS[name](args.cpu, args.dtype).version,
+                                     tol)
             record.update(stage="import", reason=f"{name} does not import: {reason}")
             report["architectures"].append(record)
     if not bridges:
@@ -138,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         args.archs = spec.parse_archs(args.archs) if not args.hf_config else ()
         if args.hf_config and not Path(args.hf_config).exists():
             raise ValueError(f"--hf-config {args.hf_config} does not exist: give a config.json or its folder")
+        if problem := seeds.seed_problem(args.seed):
+            raise ValueError(problem)
     except ValueError as exc:
         print(f"smoke.bridge: could not run: {exc}", file=sys.stderr)
         return 2

@@ -26,6 +26,7 @@ from megatron.core.tensor_parallel.layers import (
 )
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 
+from smoke.kit import transformer_engine as te
 from smoke.kit.errors import CouldNotRun
 
 
@@ -163,13 +164,8 @@ STAND_INS: dict[str, type] = {
 }
 
 
-def _is_te(cls: type) -> bool:
-    module = getattr(cls, "__module__", "") or ""
-    return module.startswith(("megatron.core.extensions.transformer_engine", "transformer_engine"))
-
-
 def _swap_class(cls: type, swapped: dict[str, str]) -> type:
-    if not _is_te(cls):
+    if not te.is_te_class(cls):
         return cls
     stand_in = STAND_INS.get(cls.__name__)
     if stand_in is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib.metadata as md
 import inspect
 import json
 import math
@@ -33,29 +32,17 @@ from smoke.bridge.spec import (
     logit_delta,
     mcore_incompatible_message,
     new_result,
+    packages,
     unsupported_message,
 )
-from smoke.kit import bootstrap
+from smoke.kit import bootstrap, envinfo, seeds
 from smoke.kit.errors import CouldNotRun
+from smoke.kit.gpt_builder import causal_mask, torch_dtype
 from smoke.kit.numerics import Tolerance, rel_delta
 from smoke.kit.seeds import seed_for
 
 BATCH, SEQ = 2, 32
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 HF_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16"}
-
-
-def version(dist: str) -> str | None:
-    try:
-        return md.version(dist)
-    except md.PackageNotFoundError:
-        return None
-
-
-def packages() -> dict[str, str | None]:
-    names = ("torch", "megatron-core", "transformer-engine", "mbridge", "megatron-bridge", "verl", "transformers",
-             "safetensors")
-    return {name: version(name) for name in names}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,7 +87,7 @@ def write_weights(folder: Path, cfg: dict[str, Any], dtype: str, seed: int) -> d
     for name, shape in shapes.items():
         mean, std = init_stats(name, shape)
         gen = torch.Generator().manual_seed(seed_for(name, seed))
-        tensors[name] = (torch.randn(shape, generator=gen, dtype=torch.float32) * std + mean).to(DTYPES[dtype])
+        tensors[name] = (torch.randn(shape, generator=gen, dtype=torch.float32) * std + mean).to(torch_dtype(dtype))
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return tensors
 
@@ -119,14 +106,13 @@ def plant_fault(folder: Path, original: dict[str, torch.Tensor], fault: str) -> 
 
 
 def inputs(vocab: int, seed: int, device: torch.device) -> dict[str, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed + 1)
+    gen = torch.Generator().manual_seed(seeds.data_seed("bridge-tokens", seed))
     tokens = torch.randint(0, vocab, (BATCH, SEQ + 1), generator=gen)
     return {
         "tokens": tokens[:, :-1].contiguous().to(device),
         "labels": tokens[:, 1:].contiguous().to(device),
         "position_ids": torch.arange(SEQ).unsqueeze(0).expand(BATCH, SEQ).contiguous().to(device),
-        # True = masked: the local attention needs the causal mask given; TE's makes its own.
-        "attention_mask": torch.triu(torch.ones(SEQ, SEQ, dtype=torch.bool), diagonal=1)[None, None].to(device),
+        "attention_mask": causal_mask(SEQ, device),
     }
 
 
@@ -146,7 +132,7 @@ class BridgeRun:
 
     @property
     def version(self) -> str | None:
-        return version(self.name)
+        return envinfo.package_version(self.name)
 
     def check_supported(self, folder: Path) -> None:
         """Raise Unsupported (one line) when the bridge has no conversion for this config's architecture."""
@@ -165,8 +151,7 @@ class BridgeRun:
 
 def _ddp_config() -> dict[str, Any]:
     # Plain DDP: one rank, no distributed optimizer; NaN check on, as in the smoke suite.
-    return {"use_distributed_optimizer": False, "grad_reduce_in_fp32": True, "overlap_grad_reduce": False,
-            "check_for_nan_in_grad": True}
+    return bootstrap.ddp_options(dist_opt=False)
 
 
 def _hf_config(folder: Path) -> Any:
@@ -192,7 +177,7 @@ class MBridgeRun(BridgeRun):
 
         cfg = _hf_config(folder)
         try:
-            bridge = AutoBridge.from_config(cfg, dtype=DTYPES[self.dtype])
+            bridge = AutoBridge.from_config(cfg, dtype=torch_dtype(self.dtype))
         except Exception as exc:
             raise RuntimeError(f"config conversion failed: {type(exc).__name__}: {exc}") from exc
         if self.cpu:
@@ -211,7 +196,7 @@ class MBridgeRun(BridgeRun):
             return cpu_spec(parent(self, vp_stage), swapped)
 
         sub = type(f"Cpu{cls.__name__}", (cls,), {"_get_transformer_layer_spec": _get_transformer_layer_spec})
-        bridge = sub(cfg, dtype=DTYPES[self.dtype])
+        bridge = sub(cfg, dtype=torch_dtype(self.dtype))
         # megatron's local attention (the stand-in for TE's) would pick a CUDA softmax kernel in bf16.
         self.cpu_overrides = {"masked_softmax_fusion": False}
         bridge.set_extra_args(**self.cpu_overrides)
@@ -223,7 +208,8 @@ class MBridgeRun(BridgeRun):
                                            ddp_config=_ddp_config(), data_parallel_random_init=False)
         except AttributeError as exc:
             if "encoder_and_decoder" in str(exc):
-                raise CouldNotRun(mcore_incompatible_message(self.name, self.version, version("megatron-core"),
+                mcore = envinfo.package_version("megatron-core")
+                raise CouldNotRun(mcore_incompatible_message(self.name, self.version, mcore,
                                                              f"AttributeError: {exc}")) from exc
             raise
         self.bridge.load_weights(models, str(folder))
@@ -241,7 +227,8 @@ class VerlMBridgeRun(MBridgeRun):
 
     @property
     def version(self) -> str | None:
-        return f"verl {version('verl')}, mbridge {version('mbridge')}"
+        verl = envinfo.package_version("verl")
+        return f"verl {verl}, mbridge {envinfo.package_version('mbridge')}" if verl else None
 
     def check_supported(self, folder: Path) -> None:
         from verl.models.mcore.mbridge import AutoBridge
@@ -257,7 +244,7 @@ class VerlMBridgeRun(MBridgeRun):
 
         cfg = _hf_config(folder)
         try:
-            bridge = AutoBridge.from_config(cfg, dtype=DTYPES[self.dtype])
+            bridge = AutoBridge.from_config(cfg, dtype=torch_dtype(self.dtype))
         except Exception as exc:
             raise RuntimeError(f"config conversion failed: {type(exc).__name__}: {exc}") from exc
         self.bridge = self._cpu_bridge(type(bridge), cfg) if self.cpu else bridge
@@ -280,7 +267,7 @@ class MegatronBridgeRun(BridgeRun):
 
         kw = "dtype" if _transformers_major() >= 5 else "torch_dtype"
         try:
-            self.bridge = AutoBridge.from_hf_pretrained(str(folder), **{kw: DTYPES[self.dtype]})
+            self.bridge = AutoBridge.from_hf_pretrained(str(folder), **{kw: torch_dtype(self.dtype)})
             provider = self.bridge.to_megatron_provider(load_weights=True)
         except Exception as exc:
             raise RuntimeError(f"config conversion failed: {type(exc).__name__}: {exc}") from exc
@@ -289,8 +276,8 @@ class MegatronBridgeRun(BridgeRun):
         provider.expert_model_parallel_size = 1
         provider.context_parallel_size = 1
         provider.sequence_parallel = False
-        provider.params_dtype = DTYPES[self.dtype]
-        provider.pipeline_dtype = DTYPES[self.dtype]
+        provider.params_dtype = torch_dtype(self.dtype)
+        provider.pipeline_dtype = torch_dtype(self.dtype)
         provider.bf16, provider.fp16 = self.dtype == "bf16", False
         if self.cpu:
             self._cpu_provider(provider)
@@ -335,7 +322,7 @@ RUNNERS: dict[str, type[BridgeRun]] = {"mbridge": MBridgeRun, "megatron-bridge":
 
 
 def _transformers_major() -> int:
-    return int((version("transformers") or "0").split(".")[0])
+    return int((envinfo.distribution_version("transformers") or "0").split(".")[0])
 
 
 def available_bridges() -> tuple[list[str], dict[str, str]]:
@@ -386,7 +373,7 @@ def hf_logits(folder: Path, dtype: str, device: torch.device, batch: dict[str, t
     kw = "dtype" if _transformers_major() >= 5 else "torch_dtype"
     model, info = AutoModelForCausalLM.from_pretrained(
         str(folder), output_loading_info=True, attn_implementation="eager" if device.type == "cpu" else "sdpa",
-        **{kw: DTYPES[dtype]})
+        **{kw: torch_dtype(dtype)})
     problems = {k: sorted(map(str, v)) for k, v in info.items() if v}
     if problems:
         raise RuntimeError(f"transformers did not load the checkpoint cleanly: {problems}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcore_images import schemas
+from smoke.kit import envinfo
 from smoke.kit.numerics import Tolerance, guarded_ratio
 
 SCHEMA = schemas.BRIDGE
@@ -236,6 +237,16 @@ def known_cause(error: str, bridge: str, version: str | None, packages: dict[str
         return (f"config.head_dim is null and {bridge} {version} uses it as given: set head_dim in config.json "
                 "(hidden_size / num_attention_heads)")
     return None
+
+
+HF_PACKAGES = ("transformers", "safetensors")
+"""What the check reads and writes Hugging Face checkpoints with: its own needs, not image components."""
+
+
+def packages() -> dict[str, str | None]:
+    """Versions the report records: every component of the catalogue (as the certificate records them), and
+    HF_PACKAGES."""
+    return {**envinfo.packages(), **{name: envinfo.distribution_version(name) for name in HF_PACKAGES}}
 
 
 def no_bridge_message() -> str:

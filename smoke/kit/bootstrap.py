@@ -9,10 +9,9 @@ the hooks megatron.training would install (no_sync, finalize_model_grads, grad_s
 
 from __future__ import annotations
 
-import inspect
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -21,12 +20,7 @@ import torch
 from megatron.core import parallel_state as ps
 
 from smoke.kit.errors import CouldNotRun
-
-
-def supported(func: Callable[..., Any], **kwargs: Any) -> dict[str, Any]:
-    """Keep only the keyword arguments ``func`` accepts (megatron-core grows options release by release)."""
-    params = inspect.signature(func).parameters
-    return {k: v for k, v in kwargs.items() if k in params}
+from smoke.kit.releases import supported
 
 
 def free_port() -> int:
@@ -55,7 +49,8 @@ def init_process_group(cpu: bool, timeout_s: float) -> tuple[int, int]:
 
 def init_parallel(*, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1, ep: int = 1, cpu: bool,
                   timeout_s: float, seed: int) -> None:
-    """(Re-)initialise megatron's process groups for one layout and seed its RNG trackers; the world group
+    """(Re-)initialise megatron's process groups for one layout and seed torch's generator and megatron's RNG
+    trackers with the base seed, as Megatron-LM's training does (its ``_set_random_seed``); the world group
     stays, so NCCL's setup is paid once per process."""
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
@@ -67,6 +62,7 @@ def init_parallel(*, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1, ep: in
         expert_model_parallel_size=ep, distributed_timeout_minutes=timeout_s / 60.0,
         create_gloo_process_groups=cpu,
     ))
+    torch.manual_seed(seed)
     model_parallel_cuda_manual_seed(seed)
 
 
@@ -75,6 +71,13 @@ def teardown() -> None:
     ps.destroy_model_parallel()
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+def ddp_options(*, dist_opt: bool, overlap_grad_reduce: bool = False, check_for_nan: bool = True) -> dict[str, Any]:
+    """megatron DDP's settings for every program (the bridge check hands them to the bridges): gradients reduced
+    in fp32."""
+    return {"grad_reduce_in_fp32": True, "overlap_grad_reduce": overlap_grad_reduce,
+            "use_distributed_optimizer": dist_opt, "check_for_nan_in_grad": check_for_nan}
 
 
 def wrap(models: Sequence[torch.nn.Module], config: Any, *, dist_opt: bool, cpu: bool, lr: float,
@@ -87,8 +90,8 @@ def wrap(models: Sequence[torch.nn.Module], config: Any, *, dist_opt: bool, cpu:
     from megatron.core.transformer.module import Float16Module
 
     ddp_config = DistributedDataParallelConfig(**supported(
-        DistributedDataParallelConfig, grad_reduce_in_fp32=True, overlap_grad_reduce=overlap_grad_reduce,
-        use_distributed_optimizer=dist_opt, check_for_nan_in_grad=check_for_nan))
+        DistributedDataParallelConfig, **ddp_options(dist_opt=dist_opt, overlap_grad_reduce=overlap_grad_reduce,
+                                                     check_for_nan=check_for_nan)))
     chunks = [DistributedDataParallel(config=config, ddp_config=ddp_config,
                                       module=Float16Module(config, m) if config.bf16 else m) for m in models]
     opt = get_megatron_optimizer(

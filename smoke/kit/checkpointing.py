@@ -27,7 +27,7 @@ from megatron.core import dist_checkpointing
 from megatron.core import parallel_state as ps
 
 from smoke.kit import folders
-from smoke.kit.bootstrap import supported
+from smoke.kit.releases import supported
 
 COMMON_FILES = ("metadata.json", ".metadata")
 """What megatron-core writes next to the shards: its own config and torch's index (the unsharded state

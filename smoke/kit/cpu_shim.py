@@ -100,9 +100,10 @@ class _HideTransformerEngine:
 def hide_transformer_engine() -> None:
     """Keep megatron-core off Transformer Engine in a CPU run (call before importing megatron).
 
-    With TE installed, megatron-core uses it even under the local spec: the block's final norm,
-    FusedAdam and the multi-tensor grad norm are TE's CUDA kernels. Hidden, megatron-core takes its
-    torch fallbacks, which is what the local spec on CPU means.
+    With TE installed, megatron-core uses it even under the local spec: its optimizer takes TE's
+    FusedAdam and multi-tensor grad norm, CUDA kernels both (the block's final norm the kit's GPT
+    builder keeps local itself). Hidden, megatron-core takes its torch fallbacks, which is what the
+    local spec on CPU means.
     """
     import sys
 

@@ -33,11 +33,8 @@ def package_version(key: str) -> str | None:
         return platform.python_version()
     if key == "gcc":
         return compiler_version()
-    for dist in comp.distributions:
-        try:
-            return md.version(dist)
-        except md.PackageNotFoundError:
-            continue
+    if (found := distribution_version(*comp.distributions)) is not None:
+        return found
     if key == "cudnn":  # no wheel: a base image's own cuDNN (NGC), named by what torch loads
         code = loaded_cudnn()
         return components.cudnn_release(int(code)) if code and code.isdigit() else None
@@ -57,6 +54,16 @@ def loaded_cudnn() -> str | None:
 
     code = torch_cudnn()
     return str(code) if code else None
+
+
+def distribution_version(*names: str) -> str | None:
+    """The installed version of the first of ``names`` (PyPI distributions) that is installed; None when none is."""
+    for name in names:
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return None
 
 
 def compiler_version() -> str | None:

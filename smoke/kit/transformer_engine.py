@@ -18,6 +18,16 @@ def state(wanted: bool) -> tuple[bool, str | None]:
     return True, None
 
 
+TE_MODULES = ("transformer_engine", "megatron.core.extensions.transformer_engine")
+"""Where Transformer Engine's classes live: TE itself, and megatron-core's wrappers of them (TENorm, …)."""
+
+
+def is_te_class(cls: type) -> bool:
+    """Whether a class is Transformer Engine's (a module of that class runs TE's kernels)."""
+    module = getattr(cls, "__module__", "") or ""
+    return any(module == root or module.startswith(f"{root}.") for root in TE_MODULES)
+
+
 def cudnn_libraries() -> list[str]:
     """libcudnn main libraries mapped into this process (two different copies: TE may go unfused)."""
     try:

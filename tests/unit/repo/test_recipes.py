@@ -137,7 +137,8 @@ def test_add_a_doctor_check(extra_check: str, capsys: pytest.CaptureFixture) -> 
 # The walls the guide states.
 
 PURE = ("smoke.layouts", "smoke.shards", "smoke.judge", "smoke.certificate", "smoke.kit.errors",
-        "smoke.kit.numerics", "smoke.kit.seeds", "smoke.bridge.spec", "smoke.bench.model", "smoke.bench.gate")
+        "smoke.kit.numerics", "smoke.kit.seeds", "smoke.kit.gpt_builder", "smoke.bridge.spec", "smoke.bench.model",
+        "smoke.bench.gate")
 
 
 def test_the_pure_modules_import_without_torch() -> None:

@@ -331,6 +331,7 @@ def test_dry_run_prints_the_flops_without_torch() -> None:
     (["--precisions", "fp32"], "fp32 is the CPU runs' precision"),
     (["--baselines", "/nonexistent.json"], "not found"),
     (["--cert", "/nonexistent"], "certificate.json not found"),
+    (["--seed", "-1"], "--seed -1 is out of range: give 0 … 4294967295"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(args: list[str], message: str) -> None:
     out = bench(*args, "--dry-run")

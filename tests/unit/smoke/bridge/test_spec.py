@@ -14,10 +14,12 @@ import pytest
 from smoke import certificate
 from smoke.bridge import spec
 from smoke.bridge.cli import select_bridges
+from smoke.kit import envinfo
 from smoke.kit.errors import CouldNotRun
 from smoke.kit.numerics import Math, bridge
 from smoke.kit.seeds import seed_for
 
+from mcore_images import components
 from tests.unit.conftest import PYTHONPATH
 
 TOL_FP32 = bridge(Math("fp32", "fp32", "fp32 on the CPU"))
@@ -279,6 +281,29 @@ def test_unknown_architecture_exits_2_with_one_line() -> None:
 def test_missing_hf_config_exits_2(tmp_path: Path) -> None:
     out = run_bridge("--hf-config", str(tmp_path / "nope.json"))
     assert out.returncode == 2 and "does not exist" in out.stderr
+
+
+def test_a_seed_out_of_range_exits_2_with_one_line() -> None:
+    out = run_bridge("--seed", "-1", "--dry-run")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == ["smoke.bridge: could not run: --seed -1 is out of range: give 0 … "
+                                               "4294967295"]
+
+
+def test_the_report_records_the_catalogues_packages_and_the_hf_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    installed = {"torch": "2.9.0", "megatron-core": "0.16.1", "mbridge": "0.15.1", "transformers": "4.57.1"}
+
+    def version(name: str) -> str:
+        if name not in installed:
+            raise envinfo.md.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(envinfo.md, "version", version)
+    monkeypatch.setattr(envinfo.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(envinfo, "compiler_version", lambda: None)
+    got = spec.packages()
+    assert list(got) == [*components.certificate_packages(), *spec.HF_PACKAGES]
+    assert {k: v for k, v in got.items() if v and k != "python"} == installed
 
 
 def test_dry_run_needs_no_torch() -> None:
