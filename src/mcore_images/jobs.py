@@ -31,6 +31,9 @@ class CompileProfile:
     host_gib: float
     per_arch_thread_gib: float
     source: str
+    device_code: bool = True
+    """Whether the build compiles CUDA device code; without it nvcc never runs, so the number of GPU
+    architectures adds neither nvcc threads nor memory."""
 
     def job_gib(self, archs: int, nvcc_threads: int) -> float:
         # nvcc --threads compiles up to `threads` architectures at once, each with its own cicc/ptxas.
@@ -41,8 +44,11 @@ class CompileProfile:
 
 PROFILES: dict[str, CompileProfile] = {
     # Measured: TE 2.20 PyTorch extension, one arch (sm_90): largest compiler process 2.35 GiB
-    # (16-core H200 box) and 2.7 GB (2-core machine). C++ against torch headers dominates.
-    "te": CompileProfile(2.3, 0.4, "TE torch extension, measured 2.35-2.7 GiB per job at 1 arch"),
+    # (16-core H200 box) and 2.7 GB (2-core machine). It is C++ against torch headers only: TE 2.x's
+    # build_tools/pytorch.py builds a CppExtension of .cpp sources (its fatbin-less .so is checked by the image
+    # tests), so the stack's architectures change nothing here.
+    "te": CompileProfile(2.3, 0.4, "TE torch extension (host C++ only), measured 2.35-2.7 GiB per job",
+                         device_code=False),
     # apex's CUDA extensions (multi-tensor apply, fused layer norm): template-heavy .cu files.
     "apex": CompileProfile(1.5, 1.5, "apex CUDA extensions, estimated from coreweave's cpus/8 rule"),
     # flash-attn: about 5 GB per nvcc thread (its setup.py and issue #2493).
@@ -167,6 +173,8 @@ def plan(resources: Resources, component: str = "te", archs: int = 1,
     if archs < 1:
         raise InputError("at least one CUDA architecture is needed; set NVTE_CUDA_ARCHS, e.g. '90'")
     profile = PROFILES[component]
+    if not profile.device_code:
+        archs = 1
     explicit_jobs = parse_positive("MAX_JOBS", max_jobs)
     explicit_threads = parse_positive("NVCC_THREADS", nvcc_threads)
     headroom = max(2.0, 0.2 * resources.available_gib)

@@ -85,8 +85,17 @@ def test_threads_never_divide_explicit_jobs() -> None:
 
 def test_nvcc_threads_bounded_by_archs() -> None:
     res = jobs.Resources(cpus=16, available_gib=100, cpu_source="", memory_source="")
-    assert jobs.plan(res, archs=1).nvcc_threads == 1
-    assert jobs.plan(res, archs=3).nvcc_threads == 3
+    assert jobs.plan(res, component="apex", archs=1).nvcc_threads == 1
+    assert jobs.plan(res, component="apex", archs=3).nvcc_threads == 3
+
+
+def test_te_extension_jobs_ignore_the_architectures() -> None:
+    """TE's PyTorch extension is host C++ only: declaring Blackwell beside Hopper must not turn the 2-core
+    builder's two compile jobs into one job with two idle nvcc threads (before: 1 job × 2 threads)."""
+    res = jobs.Resources(cpus=2, available_gib=22, cpu_source="", memory_source="")
+    one, two = jobs.plan(res, component="te", archs=1), jobs.plan(res, component="te", archs=2)
+    assert (two.max_jobs, two.nvcc_threads, two.per_job_gib) == (one.max_jobs, one.nvcc_threads, one.per_job_gib)
+    assert (two.max_jobs, two.nvcc_threads) == (2, 1)
 
 
 def test_tiny_machine_still_gets_one_job() -> None:

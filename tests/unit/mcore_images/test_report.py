@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import build_timing, cli, report
+from mcore_images import build_timing, cli, gpu_archs, report
 from mcore_images.stacks import load_stacks
 from tests.support.certificates import add_sections, write_certificate
 from tests.support.sentinels import PLACES, make_root, snapshot
@@ -41,8 +41,10 @@ def test_index_files_a_certificate_under_its_stack_and_links_its_page(tmp_path: 
     assert DIGEST in row.group(0) and "CPU (gloo)" in row.group(0) and "580.65.06" in row.group(0)
     page = re.search(r'href="(cert-debian-runtime-[^"]+\.html)"', row.group(0)).group(1)
     assert (tmp_path / "site" / page).is_file()
-    assert row.group(0).endswith("<td>sm_90 H100/H200/GH200</td></tr>")  # the GPUs the tag serves
-    assert (tmp_path / "site" / page).read_text().count("<td>GPU architectures</td><td>90: sm_90 H100/H200/GH200</td>")
+    serves = gpu_archs.serves(load_stacks()["debian"].cuda_archs)
+    assert row.group(0).endswith(f"<td>{serves}</td></tr>")  # the GPUs the tag serves
+    declared = load_stacks()["debian"].cuda_archs
+    assert (tmp_path / "site" / page).read_text().count(f"<td>GPU architectures</td><td>{declared}: {serves}</td>")
     cuda = re.search(r'<tr class="none"><td>cuda</td><td>kernels</td>.*?</tr>', index).group(0)
     assert "sm_100 B200/GB200; sm_103 B300/GB300; sm_120 RTX PRO 6000 Blackwell/RTX 50xx</td></tr>" in cuda
     # the other layers and stacks are listed with no certificate
