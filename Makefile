@@ -44,10 +44,10 @@ jobs: ## show the MAX_JOBS / NVCC_THREADS the planner picks on this machine
 lock: ## re-resolve the stale hashed locks in env/locks (lower layers kept byte for byte; needs uv and PyPI)
 	$(FROM_MAKE) lock STACK
 
-update: ## rewrite every generated file from its source: README stacks table, bake components, locks
+update: ## rewrite every generated file from its source: README stacks table, bake components and tag scheme, locks
 	$(MCORE) update
 
-validate: ## check every generated file against its source (what CI runs; offline)
+validate: ## check every generated file against its source, and the Dockerfile against the catalogue (what CI runs; offline)
 	$(MCORE) validate
 
 docker-engine: ## install (if needed) and start dockerd + buildx on a Debian host

@@ -1,12 +1,13 @@
 """The component catalogue: what each versioned part of an image is, written once.
 
 A component is something a stack pins in env/stacks.json (under the component's ``key``) and an image
-carries. Everything that needs to know about components derives it from ``CATALOGUE``: the OCI labels
-docker-bake.hcl sets (its generated ``COMPONENTS`` block), the stack fields and their validation, the
-lock inputs and which lock layer a pin change re-resolves, the README stacks table, promotion's label
-and certificate checks, the image tests' version and import checks, and the package list the smoke
-certificate records. Adding a component is one entry here, its pin in each stack of env/stacks.json,
-and the Dockerfile step that installs it (docs/contributing.md).
+carries. Everything that needs to know about components derives it from ``CATALOGUE``: the OCI labels and
+build args docker-bake.hcl sets and the tags it computes (its generated ``COMPONENTS`` and tag-scheme blocks),
+the Dockerfile's ARG and check-version lines (`make validate` holds them to the catalogue), the stack fields
+and their validation, the lock inputs and which lock layer a pin change re-resolves, the README stacks table,
+promotion's label and certificate checks, the image tests' version and import checks, and the package list
+the smoke certificate records. Adding a component is one entry here, its pin in each stack of
+env/stacks.json, and the Dockerfile step that installs it (docs/contributing.md).
 
 Standard library only: the smoke suite imports this module inside images, next to torch.
 """
@@ -32,6 +33,22 @@ FROM_BASE = "base"
 PIN_KINDS = ("version", "major_minor", "commit")
 """How a pin is written and compared: a PEP 440 version (compared by public release), a major.minor
 version (Python, CUDA: any patch release matches), or a 40-hex git commit (a source checkout)."""
+
+
+@dataclass(frozen=True)
+class TagPart:
+    """How image tags name a component's pin: ``<prefix><pin>`` (``te2.16.0``; a commit by its first 8 digits).
+    tags.py writes every tag from these, and bake computes the same from its generated tag-scheme block."""
+
+    prefix: str
+    """What stands before the pin (``cu`` for CUDA: ``cu12.8``)."""
+    rank: int
+    """Where the part stands in a tag: parts run by rank, lowest first, so a tag reads from its own layer's
+    components down to the platform (``app-verl…-vllm…-mcore…-te…-torch…-cu…-py…-<origin>``)."""
+    until: str = "app"
+    """The highest layer whose tag names it; from the component's own layer up to here (apex: kernels alone)."""
+    optional: bool = False
+    """Left out where the stack does not carry it (``-vllm0.12.0``, never ``-vllmnone``)."""
 
 
 @dataclass(frozen=True)
@@ -64,13 +81,20 @@ class Component:
     certificate: str | None = None
     """Its key under the certificate's environment.packages (None: recorded elsewhere, e.g. CUDA)."""
     rollout_engine: bool = False
-    """verl's rollout engine: named in the app tag, its torch pin judged by the rule engine-torch."""
+    """verl's rollout engine: its torch pin is judged by the rule engine-torch."""
     per_cuda_major: bool = False
     """Its distributions are one wheel per CUDA major (nvidia-cudnn-cu12, -cu13): the pin names the stack's."""
     follows: str | None = None
     """The component whose own exact requirement fixes this pin (cuDNN: torch's wheel requires one release).
     It adds no lock input (the lock holds it as that component's requirement); a rule holds the two together,
     and `outdated` reports it as following that component instead of PyPI."""
+    build_arg: str | None = None
+    """The Dockerfile build arg bake passes the pin as (``stack_args`` of docker-bake.hcl, from the generated
+    ``COMPONENTS`` block). The Dockerfile declares it in the stages that read it, from the component's layer up,
+    and checks a PyPI release there with docker/check-version.sh (dockerfile.py; `make validate`). None: no
+    build step reads the pin (a lock installs it, or it follows another component)."""
+    in_tag: TagPart | None = None
+    """How tags name the pin (tags.py, and bake's generated ``TAG_LAYERS`` block); None: tags do not name it."""
 
     @property
     def oci_label(self) -> str:
@@ -107,10 +131,13 @@ LOCKED_SOURCES = ("pypi", "build")
 """Sources whose packages the locks pin (`base` means the base image provides them)."""
 
 CATALOGUE: tuple[Component, ...] = (
-    Component("python", "python", "Python", "base", "base", pin="major_minor", certificate="python"),
-    Component("cuda", "cuda", "CUDA", "base", "base", pin="major_minor"),
+    Component("python", "python", "Python", "base", "base", pin="major_minor", certificate="python",
+              build_arg="PYTHON_VERSION", in_tag=TagPart("py", 42)),
+    Component("cuda", "cuda", "CUDA", "base", "base", pin="major_minor", build_arg="CUDA_VERSION",
+              in_tag=TagPart("cu", 41)),
     Component("torch", "torch", "torch", "base", "base", distributions=("torch",), modules=("torch",),
-              requirements=("torch=={version}",), source="torch_source", certificate="torch"),
+              requirements=("torch=={version}",), source="torch_source", certificate="torch",
+              build_arg="TORCH_VERSION", in_tag=TagPart("torch", 40)),
     # cuDNN is the copy torch loads: torch's wheel requires one nvidia-cudnn-cuXX release exactly (rule
     # cudnn-torch), TE's extension is compiled against it (CUDNN_HOME) and loads it (docker/link-nvidia-libs.sh
     # registers torch's nvidia/* libraries; an image test checks which file the loader maps). So the system
@@ -123,33 +150,38 @@ CATALOGUE: tuple[Component, ...] = (
                              "transformer-engine-cu13"),
               modules=("transformer_engine", "transformer_engine.pytorch"),
               requirements=("transformer-engine=={version}", "transformer-engine-cu{cuda_major}=={version}"),
-              source="te_source", certificate="transformer-engine"),
+              source="te_source", certificate="transformer-engine", build_arg="TE_VERSION",
+              in_tag=TagPart("te", 30)),
     # apex is compiled from its git source (a commit), so a change re-runs the builder's compile step.
     Component("apex", "apex", "apex", "kernels", "builder", pin="commit", distributions=("apex",),
               modules=("apex", "fused_layer_norm_cuda", "amp_C", "fused_weight_gradient_mlp_cuda"),
-              certificate="apex"),
+              certificate="apex", build_arg="APEX_COMMIT", in_tag=TagPart("apex", 31, until="kernels")),
     # The run-time C/C++ compiler (gcc from the OS): Triton builds its kernel launcher with it on the first
     # launch, torch.compile's inductor and torch.utils.cpp_extension compile with it. Pinned as gcc's
     # major.minor, which the OS release fixes; no lock holds it (it is not a PyPI package).
-    Component("gcc", "gcc", "gcc", "runtime", None, pin="major_minor", certificate="gcc"),
+    Component("gcc", "gcc", "gcc", "runtime", None, pin="major_minor", certificate="gcc", build_arg="GCC_VERSION"),
     Component("mcore", "mcore", "megatron-core", "runtime", "runtime",
               distributions=("megatron-core", "megatron_core"),
               modules=("megatron.core", "megatron.core.parallel_state", "megatron.core.models.gpt"),
               # [mlm]: what Megatron-LM's training scripts import (transformers, sentencepiece, tiktoken, wandb,
               # flask-restful; accelerate and omegaconf from 0.19), so they run on the image.
-              requirements=("megatron-core[mlm]=={version}",), certificate="megatron-core"),
+              requirements=("megatron-core[mlm]=={version}",), certificate="megatron-core",
+              build_arg="MCORE_VERSION", in_tag=TagPart("mcore", 20)),
     Component("mbridge", "mbridge", "mbridge", "runtime", "runtime", distributions=("mbridge",),
               modules=("mbridge",), requirements=("mbridge[megatron]=={version}",), certificate="mbridge"),
     Component("megatron_bridge", "megatron-bridge", "Megatron-Bridge", "runtime", "runtime",
               distributions=("megatron-bridge", "megatron_bridge"), modules=("megatron.bridge",),
               requirements=("megatron-bridge=={version}",), certificate="megatron-bridge"),
     Component("verl", "verl", "verl", "app", "app", distributions=("verl",), modules=("verl",),
-              requirements=("verl=={version}",), certificate="verl"),
+              requirements=("verl=={version}",), certificate="verl", build_arg="VERL_VERSION",
+              in_tag=TagPart("verl", 10)),
     # verl's rollout engine next to the Megatron backend; it pins torch exactly (rule engine-torch).
     Component("vllm", "vllm", "vLLM", "app", "app", distributions=("vllm",), modules=("vllm",),
-              requirements=("vllm=={version}",), certificate="vllm", rollout_engine=True),
+              requirements=("vllm=={version}",), certificate="vllm", rollout_engine=True,
+              build_arg="VLLM_VERSION", in_tag=TagPart("vllm", 11, optional=True)),
     Component("sglang", "sglang", "SGLang", "app", "app", distributions=("sglang",), modules=("sglang",),
-              requirements=("sglang=={version}",), certificate="sglang", rollout_engine=True),
+              requirements=("sglang=={version}",), certificate="sglang", rollout_engine=True,
+              build_arg="SGLANG_VERSION", in_tag=TagPart("sglang", 12, optional=True)),
 )
 
 BY_KEY: dict[str, Component] = {c.key: c for c in CATALOGUE}
@@ -200,7 +232,23 @@ def check() -> list[str]:
                             "requirements of its own")
         if c.per_cuda_major and not all(re.search(r"-cu\d+$", d) for d in c.distributions):
             problems.append(f"{c.key}: per_cuda_major, but not every distribution ends in -cuNN")
-    for name, index in (("key", BY_KEY), ("label", BY_LABEL)):
-        if len(index) != len(CATALOGUE):
+        if c.build_arg is not None and not re.fullmatch(r"[A-Z][A-Z0-9_]*", c.build_arg):
+            problems.append(f"{c.key}: build_arg {c.build_arg!r} is not an ARG name such as 'TE_VERSION'")
+        if c.in_tag is not None:
+            problems += _tag_part_problems(c, c.in_tag)
+    named = [c.in_tag for c in CATALOGUE if c.in_tag is not None]
+    for name, values in (("key", [c.key for c in CATALOGUE]), ("label", [c.label for c in CATALOGUE]),
+                         ("build_arg", [c.build_arg for c in CATALOGUE if c.build_arg]),
+                         ("tag prefix", [p.prefix for p in named]), ("tag rank", [p.rank for p in named])):
+        if len(set(values)) != len(values):
             problems.append(f"two components share a {name}")
+    return problems
+
+
+def _tag_part_problems(c: Component, part: TagPart) -> list[str]:
+    problems = []
+    if not re.fullmatch(r"[a-z][a-z0-9]*", part.prefix):
+        problems.append(f"{c.key}: tag prefix {part.prefix!r} is not lowercase letters and digits, e.g. 'te'")
+    if part.until not in LAYERS or (c.layer in LAYERS and LAYERS.index(part.until) < LAYERS.index(c.layer)):
+        problems.append(f"{c.key}: in_tag until {part.until!r} must be a layer from its own ({c.layer!r}) up")
     return problems

@@ -3,12 +3,15 @@
 A region sits between two marker lines in its file and is rendered from the one place its facts live:
 
 - README.md, the stacks table: from env/stacks.json and the component catalogue;
-- docker-bake.hcl, the ``COMPONENTS`` and ``LAYER_ORDER`` variables its labels are computed from:
-  from the catalogue (components.py), so bake labels every component without a list of its own;
+- docker-bake.hcl, the ``COMPONENTS`` and ``LAYER_ORDER`` variables its labels and build args are computed from:
+  from the catalogue (components.py), so bake labels every component and passes its pin without a list of its own;
+- docker-bake.hcl, the ``TAG_LAYERS`` and ``ORIGINS`` variables its tags are computed from: from the tag scheme
+  (tags.py's ``parts`` and ``ORIGINS``), so bake and tags.py name the same parts in the same order;
 - docker-bake.hcl, the ``GPU_ARCHS`` variable its ``io.mcore-images.gpus`` label is computed from: from the GPU
   architecture table (gpu_archs.py).
 
-The locks (env/locks) are the other generated files; lock.py writes and checks them.
+The locks (env/locks) are the other generated files; lock.py writes and checks them. `validate` also holds the
+Dockerfile's hand-written ARG and check-version lines to the catalogue (dockerfile.py).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcore_images import components, gpu_archs, lock, plan
+from mcore_images import components, dockerfile, gpu_archs, lock, plan, tags
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.stacks import checkout_root, load_stacks, stacks_file
@@ -48,12 +51,35 @@ def _readme_table(root: Path) -> str:
     return plan.render_markdown(plan.make_plan(list(stacks.values()))) + "\n"
 
 
+def _hcl(value: object) -> str:
+    """A value as HCL writes it: a quoted string (``${`` and ``%{`` escaped, so bake does not interpolate), a bool,
+    null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("${", "$${").replace("%{", "%%{")
+    return f'"{text}"'
+
+
 def _bake_components(root: Path) -> str:
     order = ", ".join(f"{layer} = {i}" for i, layer in enumerate(components.LAYERS))
-    rows = "\n".join(f'    {{ key = "{c.key}", label = "{c.label}", layer = "{c.layer}", '
-                     f'engine = {str(c.rollout_engine).lower()} }},' for c in components.CATALOGUE)
+    rows = "\n".join(
+        f"    {{ key = {_hcl(c.key)}, label = {_hcl(c.label)}, layer = {_hcl(c.layer)}, pin = {_hcl(c.pin)}, "
+        f"build_arg = {_hcl(c.build_arg)}, tag = {_hcl(c.in_tag and c.in_tag.prefix)}, "
+        f"tag_optional = {_hcl(bool(c.in_tag and c.in_tag.optional))} }},"
+        for c in components.CATALOGUE)
     return (f'variable "LAYER_ORDER" {{\n  default = {{ {order} }}\n}}\n\n'
             f'variable "COMPONENTS" {{\n  default = [\n{rows}\n  ]\n}}\n')
+
+
+def _bake_tag_scheme(root: Path) -> str:
+    layers = "\n".join(f"    {layer} = [{', '.join(_hcl(c.key) for c in tags.parts(layer))}]"
+                       for layer in components.LAYERS)
+    origins = "\n".join(f"    {flavor} = {{ prefix = {_hcl(o.prefix)}, field = {_hcl(o.field)}, "
+                        f"pattern = {_hcl(o.pattern)} }}" for flavor, o in tags.ORIGINS.items())
+    return (f'variable "TAG_LAYERS" {{\n  default = {{\n{layers}\n  }}\n}}\n\n'
+            f'variable "ORIGINS" {{\n  default = {{\n{origins}\n  }}\n}}\n')
 
 
 def _bake_gpu_archs(root: Path) -> str:
@@ -64,6 +90,7 @@ def _bake_gpu_archs(root: Path) -> str:
 REGIONS: tuple[Region, ...] = (
     Region("README.md", "<!-- stacks:begin", "<!-- stacks:end -->", _readme_table),
     Region("docker-bake.hcl", "# components:begin", "# components:end", _bake_components),
+    Region("docker-bake.hcl", "# tag-scheme:begin", "# tag-scheme:end", _bake_tag_scheme),
     Region("docker-bake.hcl", "# gpu-archs:begin", "# gpu-archs:end", _bake_gpu_archs),
 )
 
@@ -87,7 +114,7 @@ def update(root: Path) -> list[str]:
         body = region.render(root)
         if text[start:stop] != body:
             (root / region.path).write_text(text[:start] + body + text[stop:])
-            changed.append(region.path)
+            changed += [] if region.path in changed else [region.path]
     return changed
 
 
@@ -117,8 +144,9 @@ def _update(args: argparse.Namespace) -> int:
 
 
 def validation_problems(root: Path) -> list[str]:
-    """Every derived file out of step with its source (env/stacks.json is read, so its schema is checked)."""
-    problems = stale(root)
+    """Every derived file out of step with its source (env/stacks.json is read, so its schema is checked), and the
+    Dockerfile's build args and version checks out of step with the catalogue."""
+    problems = stale(root) + dockerfile.problems(root)
     for stack in load_stacks(stacks_file(root)).values():
         problems += lock.check_locks(stack, root)
     return problems
@@ -132,15 +160,16 @@ def _validate(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         if not problems:
-            print("generated files current: README stacks table, docker-bake.hcl components and GPU architectures, "
-                  "locks")
+            print("generated files current: README stacks table, docker-bake.hcl components, tag scheme and GPU "
+                  "architectures, locks; the Dockerfile's build args and version checks follow the catalogue")
     return 1 if problems else 0
 
 
 COMMANDS = (
-    Command("update", "rewrite every generated file from its source: README stacks table, bake components and GPU "
-            "architectures, locks",
+    Command("update", "rewrite every generated file from its source: README stacks table, bake components, tag "
+            "scheme and GPU architectures, locks",
             _update_arguments, _update, prints_data=True),
-    Command("validate", "check every generated file against its source (exit 1 when one is stale)",
+    Command("validate", "check every generated file against its source, and the Dockerfile's build args against "
+            "the catalogue (exit 1 when one is out of step)",
             lambda p: None, _validate, prints_data=True),
 )

@@ -1,47 +1,76 @@
-"""The tag scheme: a tag tells what the image holds. Mirrors the functions in docker-bake.hcl
-(tests/unit/mcore_images/test_bake.py compares both on every stack)."""
+"""The tag scheme: a tag tells what the image holds. Written once, here and in the catalogue: each component's
+``in_tag`` (components.py) says how a tag names its pin, ``ORIGINS`` how a tag names where the base comes from.
+docker-bake.hcl computes the same tags from the generated ``TAG_LAYERS`` and ``ORIGINS`` blocks that `make update`
+renders from ``parts`` and ``ORIGINS`` (tests/unit/mcore_images/test_bake.py compares both on every stack)."""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
 import re
+from dataclasses import dataclass
 
+from mcore_images import components
 from mcore_images.command import Command, print_json
-from mcore_images.components import BY_KEY
-from mcore_images.engines import ENGINES as ROLLOUT_ENGINES
+from mcore_images.components import LAYERS, Component
 from mcore_images.errors import InputError
 from mcore_images.stacks import Stack, get_stack
 
 DEFAULT_REPO = "mcore-images"
 
 
+@dataclass(frozen=True)
+class Origin:
+    """How a tag ends for a flavor: ``prefix`` and the first group of ``pattern`` in the stack's ``field`` (bake's
+    HCL evaluates the same pattern with its RE2 ``regex``, so it keeps to what both engines read alike)."""
+
+    prefix: str
+    field: str
+    pattern: str
+    example: str
+    """What the field must look like (the fix an error names)."""
+
+
+ORIGINS: dict[str, Origin] = {
+    "ngc": Origin("ngc", "base_image", ":([0-9]+[.][0-9]+)", "nvcr.io/nvidia/pytorch:YY.MM-py3"),
+    "cuda": Origin("cuda", "base_image", ":([0-9]+[.][0-9]+[.][0-9]+)", "nvidia/cuda:X.Y.Z-cudnn-devel-ubuntu24.04"),
+    "debian": Origin("debian-", "debian_suite", "^([a-z]*)$", "a suite name such as trixie"),
+}
+"""Where the base comes from, as the end of every tag: ngc26.06 / cuda13.0.2 / debian-trixie (one per flavor)."""
+
+
 def origin(stack: Stack) -> str:
     """Where the base comes from: ngc26.06 / cuda13.0.2 / debian-trixie."""
-    if stack.flavor == "ngc":
-        return "ngc" + re.search(r":([0-9]+[.][0-9]+)", stack.base_image).group(1)
-    if stack.flavor == "cuda":
-        return "cuda" + re.search(r":([0-9]+[.][0-9]+[.][0-9]+)", stack.base_image).group(1)
-    return f"debian-{stack.debian_suite}"
+    rule = ORIGINS[stack.flavor]
+    value = getattr(stack, rule.field)
+    match = re.search(rule.pattern, value)
+    if match is None:
+        raise InputError(f"stack '{stack.name}': {rule.field} {value!r} does not give the release its tags end with "
+                         f"(pattern {rule.pattern}); write it like {rule.example}")
+    return rule.prefix + match.group(1)
 
 
-def platform(stack: Stack) -> str:
-    return f"torch{stack.torch}-cu{stack.cuda}-py{stack.python}-{origin(stack)}"
+def parts(layer: str) -> list[Component]:
+    """The components a tag of ``layer`` names, in the order it names them (by ``in_tag.rank``)."""
+    here = LAYERS.index(layer)
+    named = [c for c in components.CATALOGUE
+             if c.in_tag and LAYERS.index(c.layer) <= here <= LAYERS.index(c.in_tag.until)]
+    return sorted(named, key=lambda c: c.in_tag.rank if c.in_tag else 0)
 
 
-def engine(stack: Stack) -> str:
-    """The rollout engine in an app tag (``-vllm0.25.0``), empty without one."""
-    return "".join(f"-{c.key}{stack.pins[c.key]}" for c in ROLLOUT_ENGINES if stack.has(c.key))
+def part(component: Component, stack: Stack) -> str:
+    """How a tag names one pin: ``te2.16.0``, ``apex6424da3b``; '' for an optional part the stack lacks."""
+    assert component.in_tag is not None
+    if component.in_tag.optional and not stack.has(component.key):
+        return ""
+    return component.in_tag.prefix + component.short(stack.pins[component.key])
 
 
 def layer_tag(layer: str, stack: Stack) -> str:
-    apex = BY_KEY["apex"].short(stack.apex)
-    return {
-        "base": f"base-{platform(stack)}",
-        "kernels": f"kernels-te{stack.te}-apex{apex}-{platform(stack)}",
-        "runtime": f"runtime-mcore{stack.mcore}-te{stack.te}-{platform(stack)}",
-        "app": f"app-verl{stack.verl}{engine(stack)}-mcore{stack.mcore}-te{stack.te}-{platform(stack)}",
-    }[layer]
+    """The content tag: the layer, each part its tag names, the origin (``runtime-mcore…-te…-torch…-debian-trixie``).
+    """
+    named = [text for c in parts(layer) if (text := part(c, stack))]
+    return "-".join([layer, *named, origin(stack)])
 
 
 IMMUTABLE_SUFFIX = re.compile(r"-[0-9]{8}-([0-9a-f]{12})$")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import gpu_archs, plan, tags
+from mcore_images import components, dockerfile, gpu_archs, plan, tags
 from mcore_images.images import label
 from mcore_images.stacks import Stack, groups
 
@@ -39,8 +39,13 @@ def test_tags_match_python_scheme(printed: dict, stacks: dict[str, Stack]) -> No
             assert printed["target"][tags.target(layer, s)]["tags"] == tags.tags(layer, s)
 
 
-def test_args_and_labels_carry_the_pins(printed: dict, stacks: dict[str, Stack]) -> None:
+def test_args_and_labels_carry_the_pins(printed: dict, stacks: dict[str, Stack], root: Path) -> None:
+    settings = dockerfile.setting_args((root / "docker-bake.hcl").read_text())
     for s in stacks.values():
+        for layer in s.built_layers:  # every component's pin as its catalogue build_arg, and the settings: no other
+            args = printed["target"][tags.target(layer, s)]["args"]
+            assert {k: v for k, v in args.items() if k not in settings} == {
+                c.build_arg: s.pins[c.key] for c in components.CATALOGUE if c.build_arg}, (s.name, layer)
         target = printed["target"][f"runtime-{s.name}"]
         assert target["args"]["TORCH_VERSION"] == s.torch
         assert target["args"]["MCORE_VERSION"] == s.mcore

@@ -4,6 +4,7 @@ README table, promotion, the image tests and the certificate."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -105,6 +106,23 @@ def test_the_catalogue_refuses_a_follower_with_requirements_of_its_own(monkeypat
                                follows="torch")
     monkeypatch.setattr(components, "CATALOGUE", (*components.CATALOGUE, odd))
     assert any(p.startswith("odd: follows 'torch'") for p in components.check())
+
+
+@pytest.mark.parametrize(("changes", "problem"), [
+    ({"build_arg": "flash_attn"}, "flash_attn: build_arg 'flash_attn' is not an ARG name such as 'TE_VERSION'"),
+    ({"build_arg": "TE_VERSION"}, "two components share a build_arg"),
+    ({"in_tag": components.TagPart("te", 33)}, "two components share a tag prefix"),
+    ({"in_tag": components.TagPart("fa", 30)}, "two components share a tag rank"),
+    ({"in_tag": components.TagPart("flash-attn", 33)},
+     "flash_attn: tag prefix 'flash-attn' is not lowercase letters and digits, e.g. 'te'"),
+    ({"in_tag": components.TagPart("fa", 33, until="base")},
+     "flash_attn: in_tag until 'base' must be a layer from its own ('kernels') up"),
+])
+def test_the_catalogue_refuses_a_build_edge_it_cannot_name(monkeypatch: pytest.MonkeyPatch, changes: dict,
+                                                           problem: str) -> None:
+    """Build args and tag parts reach bake's args and tags: each must be one bake and the tags can tell apart."""
+    monkeypatch.setattr(components, "CATALOGUE", (*components.CATALOGUE, dataclasses.replace(FLASH, **changes)))
+    assert components.check() == [problem]
 
 
 def cudnn_facts(wheels: dict[str, str], loaded: object = 91900) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from mcore_images.generated import _hcl
 from mcore_images.plan import make_plan, render_markdown
 from mcore_images.stacks import Stack
 
@@ -23,3 +24,10 @@ def test_readme_commands_exist(root: Path) -> None:
     for target in re.findall(r"^make ([a-z-]+)", text, re.M):
         assert re.search(rf"^{target}:", makefile, re.M), target
     assert "bash .ci/run" in text and (root / ".ci" / "run").is_file()
+
+
+def test_generated_hcl_strings_are_taken_literally() -> None:
+    """A catalogue string reaches bake as written: quotes and backslashes escaped, and ${ and %{ doubled so that
+    bake does not interpolate them."""
+    assert _hcl('a${b}%{c}"d\\') == '"a$${b}%%{c}\\"d\\\\"'
+    assert (_hcl(None), _hcl(True), _hcl(False)) == ("null", "true", "false")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,9 +22,9 @@ from tests.unit.conftest import ROOT
 
 @pytest.fixture
 def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """env/, README.md and docker-bake.hcl copied; the tooling reads and writes them there."""
+    """env/, README.md, docker-bake.hcl and the Dockerfile copied; the tooling reads and writes them there."""
     shutil.copytree(ROOT / "env", tmp_path / "env")
-    for name in ("README.md", "docker-bake.hcl"):
+    for name in ("README.md", "docker-bake.hcl", "Dockerfile"):
         shutil.copy(ROOT / name, tmp_path / name)
     monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
     return tmp_path
@@ -82,6 +83,92 @@ def test_add_a_stack(checkout: Path, capsys: pytest.CaptureFixture) -> None:
                                   "--print", "runtime-debian-next"], cwd=checkout, capture_output=True, text=True,
                                  check=True).stdout
         assert json.loads(printed)["target"]["runtime-debian-next"]["args"]["STACK"] == "debian-next"
+
+
+FLASH_ATTN = """\
+    # flash-attn, compiled from its sdist in kernels-build (the recipe's example of a compiled component).
+    Component("flash_attn", "flash-attn", "flash-attn", "kernels", "builder", distributions=("flash-attn",),
+              modules=("flash_attn",), certificate="flash-attn", build_arg="FLASH_ATTN_VERSION",
+              in_tag=TagPart("fa", 32, until="kernels")),
+"""
+
+FLASH_ATTN_STEPS = {  # the Dockerfile lines the recipe adds: its ARG where it is compiled and checked, the steps
+    "ARG CUDA_ARCHS\n": "ARG CUDA_ARCHS\nARG FLASH_ATTN_VERSION\n",
+    "\n# The tooling (mcore_images and the smoke programs)":
+        '\nRUN if [ "${FLASH_ATTN_VERSION}" != none ]; then echo "compile flash-attn ${FLASH_ATTN_VERSION}"; fi\n'
+        "\n# The tooling (mcore_images and the smoke programs)",
+    "FROM base AS kernels\nARG LAYERS_STACK\nARG TE_VERSION\n":
+        "FROM base AS kernels\nARG LAYERS_STACK\nARG TE_VERSION\nARG FLASH_ATTN_VERSION\n",
+    '/mnt/build/check-version.sh transformer-engine "${TE_VERSION}"':
+        '/mnt/build/check-version.sh transformer-engine "${TE_VERSION}" \\\n'
+        ' && /mnt/build/check-version.sh flash-attn "${FLASH_ATTN_VERSION}"',
+}
+
+
+def tool(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`mcore-images ARGS` as the copy's own code runs it on the copy's files."""
+    return subprocess.run([sys.executable, "-m", "mcore_images", *args], cwd=tree, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(tree / "src"), "MCORE_IMAGES_ROOT": str(tree)},
+                          timeout=120)
+
+
+def test_add_a_compiled_component(checkout: Path) -> None:
+    """The guide's steps for a component a kernels stage compiles, in a copy of the tree, its code included: the
+    catalogue entry, a pin in every stack, `make update`, the Dockerfile lines `make validate` names; bake then
+    passes its build arg, labels it and names it in the kernels tag as tags.py does. Nothing is built."""
+    shutil.copytree(ROOT / "src", checkout / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    catalogue = checkout / "src" / "mcore_images" / "components.py"
+    text = catalogue.read_text()
+    assert text.count("\n)\n\nBY_KEY") == 1
+    catalogue.write_text(text.replace("\n)\n\nBY_KEY", "\n" + FLASH_ATTN + ")\n\nBY_KEY"))
+
+    # 1. the entry: every stack must now pin it
+    assert "stack 'ngc': no pin for flash_attn" in tool(checkout, "validate").stderr
+
+    # 2. its pin in every stack ('none' where a stack does not carry it)
+    def pin(stacks: list[dict]) -> None:
+        for s in stacks:
+            s["flash_attn"] = "2.8.3" if "debian" in (s["name"], s.get("layers_from")) else "none"
+    edit_stacks(checkout, pin)
+
+    # 3. `make update`, then `make validate` names each Dockerfile line still missing
+    assert tool(checkout, "update", "--no-locks").stdout.splitlines() == [
+        "rewrote the generated region of README.md", "rewrote the generated region of docker-bake.hcl"]
+    missing = tool(checkout, "validate")
+    assert missing.returncode == 1
+    assert missing.stderr.splitlines() == [
+        "error: Dockerfile: bake passes FLASH_ATTN_VERSION (components.py's flash_attn) but no stage declares it; add "
+        "`ARG FLASH_ATTN_VERSION` to the stage that reads it, or drop it there",
+        "error: Dockerfile: no stage of the kernels layer reads FLASH_ATTN_VERSION (flash-attn); read it where the "
+        "layer installs or checks it, or drop build_arg from components.py",
+        "error: Dockerfile stage kernels does not check flash-attn's release: add `/mnt/build/check-version.sh "
+        'flash-attn "${FLASH_ATTN_VERSION}"` to its install step']
+
+    # 4. its compile step and version check in the Dockerfile
+    dockerfile = checkout / "Dockerfile"
+    text = dockerfile.read_text()
+    for old, new in FLASH_ATTN_STEPS.items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    dockerfile.write_text(text)
+    assert tool(checkout, "validate").returncode == 0
+
+    if not shutil.which("docker"):
+        return
+    printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", "env/stacks.json", "--print",
+                              "kernels-debian", "runtime-debian", "kernels-cuda"], cwd=checkout, capture_output=True,
+                             text=True, check=True).stdout
+    targets = json.loads(printed)["target"]
+    kernels = targets["kernels-debian"]
+    assert kernels["args"]["FLASH_ATTN_VERSION"] == "2.8.3"
+    assert kernels["labels"]["io.mcore-images.flash-attn"] == "2.8.3"
+    assert "-apexnone-fa2.8.3-torch" in kernels["tags"][0]
+    assert targets["kernels-cuda"]["args"]["FLASH_ATTN_VERSION"] == "none"
+    assert "-fa" not in targets["runtime-debian"]["tags"][0]  # until="kernels": the runtime tag does not name it
+    assert targets["runtime-debian"]["labels"]["io.mcore-images.flash-attn"] == "2.8.3"
+    ours = json.loads(tool(checkout, "tags", "--stack", "debian", "--json").stdout)
+    assert {name: targets[name]["tags"] for name in ("kernels-debian", "runtime-debian")} == {
+        name: ours[name] for name in ("kernels-debian", "runtime-debian")}
 
 
 def test_record_a_models_need(checkout: Path, capsys: pytest.CaptureFixture) -> None:
