@@ -154,10 +154,6 @@ class BuildRequest:
                                  "'.', '_' and '-' (e.g. --local-tag reproduce-1a2b3c)")
 
 
-COMPILED = {"te": "te", "apex": "apex"}
-"""Catalogue keys whose component a kernels layer compiles, and the planner's memory model for each."""
-
-
 def check_job_counts(request: BuildRequest, selected: list[Stack]) -> None:
     """Explicit MAX_JOBS / NVCC_THREADS judged against this machine (the local builder's) memory and CPUs
     for every component the build compiles, before bake starts; ``force`` accepts them anyway."""
@@ -165,11 +161,11 @@ def check_job_counts(request: BuildRequest, selected: list[Stack]) -> None:
         return
     resources = jobs.detect()
     for stack in selected:
-        for key, profile in COMPILED.items():
-            if stack.pins.get(key, components.NONE) in (components.NONE, components.FROM_BASE):
+        for c in components.CATALOGUE:
+            if not c.compiled(stack) or c.compile_profile is None:
                 continue
             try:
-                jobs.plan(resources, profile, len(stack.cuda_archs.split(";")), request.max_jobs,
+                jobs.plan(resources, c.compile_profile, len(stack.cuda_archs.split(";")), request.max_jobs,
                           request.nvcc_threads)
             except InputError as exc:
                 raise InputError(f"stack {stack.name}: {exc}") from None

@@ -95,6 +95,10 @@ class Component:
     build step reads the pin (a lock installs it, or it follows another component)."""
     in_tag: TagPart | None = None
     """How tags name the pin (tags.py, and bake's generated ``TAG_LAYERS`` block); None: tags do not name it."""
+    compile_profile: str | None = None
+    """The job planner's memory profile (jobs.PROFILES) of the Dockerfile step that compiles it: `build` judges an
+    explicit MAX_JOBS / NVCC_THREADS against it, and a stack that compiles anything locks the builder's compile
+    toolchain (lock.py). None: never compiled here."""
 
     @property
     def oci_label(self) -> str:
@@ -115,6 +119,13 @@ class Component:
     def short(self, pin: str) -> str:
         """The pin as tags and tables show it (a commit by its first 8 digits)."""
         return pin[:8] if self.pin == "commit" and len(pin) == 40 else pin
+
+    def compiled(self, stack: Any) -> bool:
+        """Whether a build of ``stack`` (any object with the stack's fields as attributes) compiles it: it has a
+        compile profile, the stack pins it, not as the base image's, and its source (where it names one) is 'build'."""
+        if self.compile_profile is None or getattr(stack, self.key) in (NONE, FROM_BASE):
+            return False
+        return self.source is None or getattr(stack, self.source) == "build"
 
     def lock_requirements(self, stack: Any) -> list[str]:
         """What this component adds to the lock of its layer for a stack (any object with the stack's
@@ -151,11 +162,12 @@ CATALOGUE: tuple[Component, ...] = (
               modules=("transformer_engine", "transformer_engine.pytorch"),
               requirements=("transformer-engine=={version}", "transformer-engine-cu{cuda_major}=={version}"),
               source="te_source", certificate="transformer-engine", build_arg="TE_VERSION",
-              in_tag=TagPart("te", 30)),
+              in_tag=TagPart("te", 30), compile_profile="te"),
     # apex is compiled from its git source (a commit), so a change re-runs the builder's compile step.
     Component("apex", "apex", "apex", "kernels", "builder", pin="commit", distributions=("apex",),
               modules=("apex", "fused_layer_norm_cuda", "amp_C", "fused_weight_gradient_mlp_cuda"),
-              certificate="apex", build_arg="APEX_COMMIT", in_tag=TagPart("apex", 31, until="kernels")),
+              certificate="apex", build_arg="APEX_COMMIT", in_tag=TagPart("apex", 31, until="kernels"),
+              compile_profile="apex"),
     # The run-time C/C++ compiler (gcc from the OS): Triton builds its kernel launcher with it on the first
     # launch, torch.compile's inductor and torch.utils.cpp_extension compile with it. Pinned as gcc's
     # major.minor, which the OS release fixes; no lock holds it (it is not a PyPI package).

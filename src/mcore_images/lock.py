@@ -113,7 +113,7 @@ def layer_inputs(stack: Stack, te_torch_requires: list[str] | None = None) -> di
     inputs: dict[str, list[str]] = {layer: [] for layer in LOCK_LAYERS}
     for comp in components.CATALOGUE:
         inputs[comp.layer] += comp.lock_requirements(stack)
-    compiles = stack.te_source == "build" or stack.apex not in ("none", "base")
+    compiles = any(c.compiled(stack) for c in components.CATALOGUE)
     # setuptools and wheel build the tooling's own wheel (every stack); the rest compiles extensions.
     inputs["builder"] += ["setuptools", "wheel", *(("pybind11", "ninja", "packaging") if compiles else ())]
     inputs["runtime"] += [r for r in UNDECLARED_RUNTIME if stack.mcore != components.NONE]

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from smoke.kit import envinfo
 
-from mcore_images import components, generated, lock, overrides, plan, policy
-from mcore_images.stacks import load_stacks
+from mcore_images import build, components, generated, jobs, lock, overrides, plan, policy
+from mcore_images.errors import InputError
+from mcore_images.stacks import Stack, load_stacks
 from tests.image.shared_checks import versions as image_versions
 from tests.unit.conftest import ROOT
 
@@ -123,6 +124,33 @@ def test_the_catalogue_refuses_a_build_edge_it_cannot_name(monkeypatch: pytest.M
     """Build args and tag parts reach bake's args and tags: each must be one bake and the tags can tell apart."""
     monkeypatch.setattr(components, "CATALOGUE", (*components.CATALOGUE, dataclasses.replace(FLASH, **changes)))
     assert components.check() == [problem]
+
+
+def test_what_a_stack_compiles_follows_the_catalogue(stacks: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """compile_profile names a profile of the job planner; a component is compiled where it is pinned, not taken from
+    the base image, and (where it names a source field) built here. A new compiled component needs nothing else:
+    `build` judges an explicit MAX_JOBS against its profile and the builder lock gets the compile toolchain."""
+    assert {c.compile_profile for c in components.CATALOGUE if c.compile_profile} <= set(jobs.PROFILES)
+    te, apex = components.BY_KEY["te"], components.BY_KEY["apex"]
+    assert te.compiled(stacks["debian"]) and not te.compiled(stacks["ngc"])  # te_source build / base
+    assert not te.compiled(stacks["debian"].replace(te_source="pypi"))
+    assert apex.compiled(stacks["cuda"]) and not apex.compiled(stacks["debian"])  # a commit / none
+
+    def pinned(stack: Stack, version: str) -> Stack:
+        return dataclasses.replace(stack, pins={**stack.pins, "flash_attn": version})
+
+    fa = dataclasses.replace(FLASH, lock_layer="builder", requirements=(), compile_profile="flash-attn")
+    monkeypatch.setattr(components, "CATALOGUE", (*components.CATALOGUE, fa))
+    plain = stacks["debian"].replace(te_source="pypi")  # compiles nothing
+    assert "pybind11" not in lock.layer_inputs(pinned(plain, "none"))["builder"]
+    assert "pybind11" in lock.layer_inputs(pinned(plain, "2.8.3"))["builder"]
+
+    # 4 CPUs and 8 GiB: two TE jobs fit, two flash-attn jobs (5 GiB per nvcc thread) do not
+    monkeypatch.setattr(jobs, "detect", lambda: jobs.Resources(4, 8.0, "test", "test"))
+    request = build.BuildRequest(stack="debian", max_jobs="2")
+    build.check_job_counts(request, [pinned(stacks["debian"], "none")])
+    with pytest.raises(InputError, match=r"^stack debian: MAX_JOBS=2 flash-attn compile jobs may need"):
+        build.check_job_counts(request, [pinned(stacks["debian"], "2.8.3")])
 
 
 def cudnn_facts(wheels: dict[str, str], loaded: object = 91900) -> dict:

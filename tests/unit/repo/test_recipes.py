@@ -89,7 +89,7 @@ FLASH_ATTN = """\
     # flash-attn, compiled from its sdist in kernels-build (the recipe's example of a compiled component).
     Component("flash_attn", "flash-attn", "flash-attn", "kernels", "builder", distributions=("flash-attn",),
               modules=("flash_attn",), certificate="flash-attn", build_arg="FLASH_ATTN_VERSION",
-              in_tag=TagPart("fa", 32, until="kernels")),
+              in_tag=TagPart("fa", 32, until="kernels"), compile_profile="flash-attn"),
 """
 
 FLASH_ATTN_STEPS = {  # the Dockerfile lines the recipe adds: its ARG where it is compiled and checked, the steps
