@@ -146,7 +146,8 @@ def edge_problems(global_args: list[str], stages: list[Stage], settings: list[st
     by_arg = {c.build_arg: c for c in components.CATALOGUE if c.build_arg}
     passed = set(settings) | set(by_arg)
     layers = layer_of(stages)
-    out: list[str] = []
+    out = [f"docker-bake.hcl: stack_args sets {arg} by hand, and bake passes it as {by_arg[arg].key}'s build_arg too "
+           "(the catalogue's would win); rename one of them" for arg in sorted(set(settings) & set(by_arg))]
     declared_anywhere = set(global_args) | {a for s in stages for a in s.declared}
     for arg in sorted(passed - declared_anywhere):
         owner = (f"components.py's {by_arg[arg].key}" if arg in by_arg else "docker-bake.hcl's stack_args")

@@ -76,6 +76,12 @@ def test_a_setting_bake_passes_must_be_declared() -> None:
         "`ARG NEW_SETTING` to the stage that reads it, or drop it there"]
 
 
+def test_a_setting_may_not_take_a_components_build_arg() -> None:
+    assert problems(TEXT, [*SETTINGS, "TE_VERSION"]) == [
+        "docker-bake.hcl: stack_args sets TE_VERSION by hand, and bake passes it as te's build_arg too (the "
+        "catalogue's would win); rename one of them"]
+
+
 def test_a_missing_file_or_stack_args_is_named(tmp_path: Path) -> None:
     assert dockerfile.problems(tmp_path) == ["Dockerfile is missing; restore it from git"]
     (tmp_path / "Dockerfile").write_text(TEXT)
