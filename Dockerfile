@@ -189,16 +189,17 @@ RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lo
 
 # ---------------------------------------------------------------------------------------------
 FROM kernels AS runtime
-ARG STACK
 ARG FLAVOR
 ARG PYTHON_VERSION
 ARG GCC_VERSION
-ARG MCORE_VERSION
 # The run-time toolchain (a C/C++ compiler, make, the Python headers): Triton compiles its launcher on the
 # first kernel launch, torch.compile (megatron-core's jit_fuser fusions) and torch.utils.cpp_extension
-# compile at run time. Before the lock, so a megatron-core bump keeps this layer cached.
+# compile at run time. Before the lock, so a megatron-core bump keeps this layer cached: every RUN after an
+# ARG has that ARG in its cache key, so the stack and megatron-core are declared below it.
 RUN --mount=type=bind,source=docker/install-toolchain.sh,target=/mnt/build/install-toolchain.sh \
     /mnt/build/install-toolchain.sh "${FLAVOR}" "${PYTHON_VERSION}" "${GCC_VERSION}"
+ARG STACK
+ARG MCORE_VERSION
 RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \

@@ -99,7 +99,7 @@ ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release
 	bash .ci/phase.sh example-job $(MAKE) --no-print-directory test-example IMAGE=$(CERTIFIED_IMAGE)
 	bash .ci/phase.sh report $(MAKE) --no-print-directory test-report
 
-ci-nightly: ## what the nightly workflow runs (after setup + docker-engine): the release path on the nightly group (debian-mcore019, verl's app image), the report
+ci-nightly: ## what the nightly workflow runs (after setup + docker-engine): the release path on the nightly group (the Python 3.13 runtimes: debian, debian-mcore019), the report
 	GROUP=nightly bash .ci/phase.sh release-local $(MAKE) --no-print-directory release-local
 	bash .ci/phase.sh report $(MAKE) --no-print-directory test-report
 

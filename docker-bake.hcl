@@ -325,8 +325,8 @@ group "ci" {
   targets = [for s in STACKS : top_target(s) if contains(s.groups, "ci")]
 }
 
-# The stacks CI has no time for on every commit of a 2-core machine (each certification there is 10 to 20
-# minutes, and each stack compiles its own Transformer Engine): certified nightly (docs/release.md, "CI and
+# The stacks CI has no time for on every commit of a 2-core machine (each compiles its own Transformer Engine
+# and takes its own certification; `ci` holds the verl stack): certified nightly (docs/release.md, "CI and
 # nightly").
 group "nightly" {
   targets = [for s in STACKS : top_target(s) if contains(s.groups, "nightly")]

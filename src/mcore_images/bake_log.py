@@ -22,10 +22,12 @@ class BakeLog:
     steps: dict[str, tuple[str | None, str]] = field(default_factory=dict)  # step id -> (target, stage)
     cached: set[str] = field(default_factory=set)
     seconds: dict[str, float] = field(default_factory=dict)  # step id -> DONE seconds
+    commands: dict[str, str] = field(default_factory=dict)  # step id -> its instruction as BuildKit prints it
 
     def feed(self, line: str) -> None:
         if (m := STEP.match(line)) and m.group(6) != "FROM":
             self.steps[m.group(1)] = (m.group(2), m.group(3))
+            self.commands[m.group(1)] = line[m.start(6):]
         elif m := CACHED.match(line):
             self.cached.add(m.group(1))
         elif m := DONE.match(line):
@@ -47,6 +49,14 @@ class BakeLog:
             elif step in self.seconds:
                 status[stage] = "built"
         return status
+
+    def step_status(self, fragment: str) -> str | None:
+        """'cached' when every step whose instruction contains ``fragment`` was CACHED, 'built' when one ran,
+        None when no such step was seen."""
+        found = [step for step, command in self.commands.items() if fragment in command]
+        if not found:
+            return None
+        return "cached" if all(step in self.cached for step in found) else "built"
 
     def per_target(self, only: str | None = None) -> dict[str, dict[str, float]]:
         """Per bake target (``<layer>-<stack>``): steps taken from the cache, steps run and the seconds they

@@ -35,6 +35,7 @@ class Run:
     wall_s: float
     returncode: int
     stages: dict[str, str] = field(default_factory=dict)  # stage -> "cached" | "built"
+    steps: dict[str, str] = field(default_factory=dict)  # REUSED_STEPS fragment -> "cached" | "built"
 
     @property
     def ok(self) -> bool:
@@ -60,7 +61,14 @@ def run_build(scenario: str, stack: str, sets: list[str], layer: str | None = No
     (LOG_DIR / f"{scenario}.log").write_text(log)
     if proc.returncode != 0:
         sys.stderr.write(log[-4000:])
-    return Run(scenario, cmd[2:], round(wall, 1), proc.returncode, stage_status(log))
+    return read_run(scenario, cmd[2:], wall, proc.returncode, log)
+
+
+def read_run(scenario: str, command: list[str], wall_s: float, returncode: int, log: str) -> Run:
+    """A build's Run from BuildKit's plain log: per-stage cached/built, and the same for REUSED_STEPS."""
+    parsed = BakeLog.of(log)
+    steps = {fragment: status for fragment in REUSED_STEPS if (status := parsed.step_status(fragment))}
+    return Run(scenario, command, round(wall_s, 1), returncode, parsed.stage_status(), steps)
 
 
 def prune() -> None:
@@ -78,9 +86,17 @@ def image_sizes(stack: str) -> dict[str, float]:
     return sizes
 
 
+REUSED_STEPS = ("install-toolchain.sh",)
+"""Steps of the rebuilt runtime layer that a megatron-core bump must still take from the cache: they come
+before the step that installs megatron-core, and an ARG declared above them would put the pin into their cache
+key (every RUN after an ARG carries it)."""
+
+
 def check_reuse(run: Run, must_be_cached: tuple[str, ...]) -> list[str]:
     problems = [f"{stage} was {run.stages.get(stage, 'not seen')}, expected cached"
                 for stage in must_be_cached if run.stages.get(stage) != "cached"]
+    problems += [f"the runtime step running {fragment} was {run.steps.get(fragment, 'not seen')}, expected cached"
+                 for fragment in REUSED_STEPS if run.steps.get(fragment) != "cached"]
     if not run.ok:
         problems.insert(0, f"build failed (exit {run.returncode})")
     return problems

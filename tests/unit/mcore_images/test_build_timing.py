@@ -17,10 +17,12 @@ LOG = """\
 #15 CACHED
 #16 [runtime-debian kernels 1/1] RUN --mount=type=bind,source=docker/install-lock.sh
 #16 CACHED
-#18 [runtime-debian runtime 1/6] RUN --mount=type=bind,source=docker/install-lock.sh
+#17 [runtime-debian runtime 1/6] RUN --mount=type=bind,source=docker/install-toolchain.sh,target=/mnt/build/in
+#17 CACHED
+#18 [runtime-debian runtime 2/6] RUN --mount=type=bind,source=docker/install-lock.sh
 #18 12.3 Successfully installed megatron-core-0.16.0
 #18 DONE 14.2s
-#19 [runtime-debian runtime 2/6] COPY smoke /opt/mcore-images/smoke
+#19 [runtime-debian runtime 3/6] COPY smoke /opt/mcore-images/smoke
 #19 CACHED
 """
 
@@ -32,11 +34,22 @@ def test_stage_status() -> None:
 
 
 def test_reuse_check_passes_and_fails() -> None:
-    good = build_timing.Run("mcore", [], 30.0, 0, build_timing.stage_status(LOG))
+    good = build_timing.read_run("mcore", [], 30.0, 0, LOG)
+    assert good.steps == {"install-toolchain.sh": "cached"}
     assert build_timing.check_reuse(good, ("base", "kernels")) == []
     rebuilt = LOG.replace("#16 CACHED", "#16 DONE 40.0s")
-    bad = build_timing.Run("mcore", [], 90.0, 0, build_timing.stage_status(rebuilt))
+    bad = build_timing.read_run("mcore", [], 90.0, 0, rebuilt)
     assert build_timing.check_reuse(bad, ("base", "kernels")) == ["kernels was built, expected cached"]
+
+
+def test_a_megatron_core_bump_must_keep_the_toolchain_step() -> None:
+    # An ARG MCORE_VERSION above the toolchain step puts the pin into its cache key: the bump reinstalls gcc.
+    rerun = build_timing.read_run("mcore", [], 90.0, 0, LOG.replace("#17 CACHED", "#17 DONE 55.0s"))
+    assert build_timing.check_reuse(rerun, ("base", "kernels")) == [
+        "the runtime step running install-toolchain.sh was built, expected cached"]
+    unseen = build_timing.read_run("mcore", [], 90.0, 0, LOG.replace("install-toolchain.sh", "other.sh"))
+    assert build_timing.check_reuse(unseen, ("base",)) == [
+        "the runtime step running install-toolchain.sh was not seen, expected cached"]
     failed = build_timing.Run("mcore", [], 1.0, 1, {})
     assert build_timing.check_reuse(failed, ("base",))[0].startswith("build failed")
 
