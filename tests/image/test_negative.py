@@ -285,3 +285,78 @@ def test_negative_no_runtime_toolchain(image: docker.ImageInfo, wrong_images: li
     rc, failed, output = _failed_tests(ref, "test_runtime_toolchain and not negative")
     expected = {f"test_runtime_toolchain[{name}]" for name in runtime_paths.PATHS}
     assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+
+
+APP_BROKEN = (
+    # Ray gone: verl's workers are Ray actors.
+    "RUN python -m pip uninstall -y ray "
+    # vLLM's engine arguments no longer import.
+    "&& python -c \"import importlib.util as u, pathlib; "
+    "p = pathlib.Path(u.find_spec('vllm').submodule_search_locations[0], 'engine', 'arg_utils.py'); "
+    "p.write_text(p.read_text() + chr(10) + 'raise ImportError(\\\"broken on purpose\\\")' + chr(10))\" "
+    # verl's Megatron trainer config and its mbridge entry point removed.
+    "&& python -c \"import importlib.util as u, pathlib; "
+    "v = pathlib.Path(u.find_spec('verl').submodule_search_locations[0]); "
+    "(v / 'trainer' / 'config' / 'ppo_megatron_trainer.yaml').unlink(); "
+    "(v / 'models' / 'mcore' / 'mbridge.py').unlink()\" "
+    # megatron-core says it is 0.12.1, below verl's floor of 0.13.0.
+    "&& python -c \"import importlib.util as u, pathlib; "
+    "p = pathlib.Path(u.find_spec('megatron.core').submodule_search_locations[0], 'package_info.py'); "
+    "p.write_text(p.read_text().replace('MINOR = ', 'MINOR = 12  # ', 1))\" "
+    # The rollout engine is no longer held by the image's constraints.
+    "&& sed -i '/^vllm==/d' \"$PIP_CONSTRAINT\" "
+    # torch's install record changed, as a reinstall by the app layer would change it.
+    "&& python -c \"import importlib.metadata as m, pathlib; "
+    "p = pathlib.Path(m.distribution('torch')._path, 'RECORD'); p.write_text(p.read_text() + 'torch/x.py,,\\n')\"\n"
+)
+"""One defect for each check of a verl app image: Ray uninstalled, vLLM's engine arguments broken, verl's Megatron
+trainer config and mbridge module removed, megatron-core's version below verl's assertion, vLLM dropped from
+PIP_CONSTRAINT, torch's RECORD changed."""
+
+APP_CHECKS = {
+    "test_the_rollout_engine_and_ray_import": "ray is gone",
+    "test_vllm_engine_arguments_parse_without_a_gpu": "vllm.engine.arg_utils raises",
+    "test_the_constraints_refuse_to_move[vllm]": "vllm is not constrained",
+    "test_verl_composes_its_megatron_ppo_config": "ppo_megatron_trainer.yaml is gone",
+    "test_verl_converts_hf_configs_and_builds_models_through_mbridge": "verl.models.mcore.mbridge is gone",
+    "test_verl_mcore_version_assertion_holds": "megatron-core reports 0.12.1",
+    "test_torch_unchanged_since_the_runtime_image": "torch's RECORD differs",
+    "test_the_smoke_runs_as_ray_actors[2]": "ray is gone",
+    "test_the_smoke_runs_as_ray_actors[4]": "ray is gone",
+    "test_a_rank_that_raises_in_its_actor_fails_the_run_in_seconds": "ray is gone",
+    "test_a_ray_head_starts_and_sees_its_cpus": "ray is gone",
+    "test_the_grpo_launch_composes_verls_megatron_config": "ppo_megatron_trainer.yaml is gone",
+}
+"""The app-layer tests and the defect of APP_BROKEN that must make each fail."""
+
+SHADOWED_MEGATRON = (
+    "RUN mkdir -p /opt/shadow/megatron && touch /opt/shadow/megatron/__init__.py\n"
+    "ENV PYTHONPATH=/opt/shadow\n"
+)
+"""A `megatron` package without `core` first on the path: verl's find_spec("megatron.core") finds nothing."""
+
+
+def _app_image(image: docker.ImageInfo) -> None:
+    if image.layer != "app" or image.label("verl") in (None, "none"):
+        pytest.skip(f"a {image.layer} image without verl: the app checks do not apply")
+
+
+def test_negative_app_checks_fail_on_a_broken_verl_image(image: docker.ImageInfo, wrong_images: list[str]) -> None:
+    """Every check of what a verl user needs fails on an app image that breaks it, each for its own defect."""
+    _app_image(image)
+    ref = docker.build_image(f"FROM {image.ref}\n{APP_BROKEN}", _tag("app"))
+    wrong_images.append(ref)
+    names = sorted({name.split("[")[0] for name in APP_CHECKS})
+    rc, failed, output = _failed_tests(ref, " or ".join(names))
+    missing = {name: why for name, why in APP_CHECKS.items() if name not in failed}
+    assert rc == 1 and not missing, f"exit {rc}; these passed although {missing}:\n{output[-3000:]}"
+
+
+def test_negative_verl_finds_no_megatron_core(image: docker.ImageInfo, wrong_images: list[str]) -> None:
+    """verl's own find_spec("megatron.core") check fails where a `megatron` package without `core` shadows it."""
+    _app_image(image)
+    ref = docker.build_image(f"FROM {image.ref}\n{SHADOWED_MEGATRON}", _tag("shadow"))
+    wrong_images.append(ref)
+    rc, failed, output = _failed_tests(ref, "test_verl_finds_megatron_core")
+    assert rc == 1 and "test_verl_finds_megatron_core" in failed, (
+        f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}")

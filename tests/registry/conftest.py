@@ -128,7 +128,8 @@ def push(small_root: Path, stacks: dict[str, Stack]) -> Iterator[Callable[..., P
         labels = {**labels_of(chosen, layer), **label_changes}
         repository = repository or f"{HOST}/test-{uuid.uuid4().hex[:10]}/mcore-images"
         ref = f"{repository}:candidate-0123456-{layer}-{stack}"
-        changes = [a for k, v in labels.items() for a in ("--change", f"LABEL {k}={v}")]
+        # Quoted as a Dockerfile string: a value may hold spaces (io.mcore-images.gpus: "sm_90 H100/H200/GH200; …").
+        changes = [a for k, v in labels.items() for a in ("--change", f"LABEL {k}={json.dumps(v)}")]
         subprocess.run(["docker", "import", *changes, str(small_root), ref], check=True, capture_output=True)
         made.append(ref)
         subprocess.run(["docker", "push", "-q", ref], check=True, capture_output=True)

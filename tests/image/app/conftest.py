@@ -9,10 +9,13 @@ from tests.image.utils import docker, layers, probing
 
 
 def find_runtime_image(image: docker.ImageInfo) -> tuple[docker.ImageInfo | None, list[str]]:
-    """`<repo>:runtime-<stack>` (the app image's repository, then mcore-images) in the local store, and why
-    each candidate was passed over."""
+    """The runtime image this one was built on (layers.parent_image), else `<repo>:runtime-<stack>` (the app
+    image's repository, then mcore-images) in the local store, and why each candidate was passed over."""
+    parent = layers.parent_image(image, "runtime", image.stack_name)
+    if parent is not None:
+        return parent, []
     repos = [r for r in (layers._repository(image.ref), "mcore-images") if r]
-    notes = []
+    notes = ["no local runtime image of this stack has this image's first layers"]
     for ref in dict.fromkeys(f"{repo}:runtime-{image.stack_name}" for repo in repos):
         if not docker.image_exists(ref):
             notes.append(f"{ref} is not in the local image store")

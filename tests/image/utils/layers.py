@@ -6,8 +6,9 @@ from collections.abc import Iterable, Mapping
 
 from mcore_images import images
 from mcore_images.components import LAYERS, NONE
+from mcore_images.images import label
 from mcore_images.stacks import Stack, load_stacks
-from tests.image.utils.docker import ImageInfo, image_exists, inspect_image
+from tests.image.utils.docker import ImageInfo, docker, image_exists, inspect_image
 
 
 def layer_applies(test_layer: str, image_layer: str) -> bool:
@@ -48,11 +49,26 @@ def _base_stack(stack: str | None) -> str | None:
     return known[stack].layer_stack("base") if stack in known else stack
 
 
+def parent_image(image: ImageInfo, layer: str, stack: str | None) -> ImageInfo | None:
+    """The local image of ``layer`` and ``stack`` that this image was built on (its layers begin this image's),
+    found by its labels whatever it is tagged: in CI the build's candidate, pushed under
+    `candidate-<sha>-<layer>-<stack>` only. None when the local store holds none."""
+    listed = docker("image", "ls", "--no-trunc", "--format", "{{.ID}}", "--filter", f"label={label('stack')}={stack}",
+                    "--filter", f"label={label('layer')}={layer}", timeout=120)
+    for image_id in dict.fromkeys(listed.split()):
+        found = inspect_image(image_id)
+        if found.layers and found.layers == image.layers[: len(found.layers)]:
+            return found
+    return None
+
+
 def find_base_image(image: ImageInfo, explicit: str | None = None) -> ImageInfo | str:
     """The base-layer image this image was built on, or why there is none to compare with."""
     stack = _base_stack(image.stack_name)
     if image.layer == "base":
         return "this is the base image itself"
+    if not explicit and (parent := parent_image(image, "base", stack)) is not None:
+        return parent
     repos = [r for r in (_repository(image.shown), "mcore-images") if r]
     candidates = [explicit] if explicit else list(dict.fromkeys(f"{repo}:base-{stack}" for repo in repos))
     notes = []
