@@ -176,8 +176,10 @@ def uv_reason(stderr: str) -> str:
 
 
 def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
-                  constraints: dict[str, str] | None = None) -> str:
-    """Resolve requirements with uv at the given versions, without re-emitting the layers below."""
+                  constraints: dict[str, str] | None = None, preferred: str = "") -> str:
+    """Resolve requirements with uv at the given versions, without re-emitting the layers below. ``preferred``
+    (lock text, e.g. the committed lock of an overridden layer) is given to uv as its existing output file, whose
+    pins uv keeps wherever the requirements allow: an override moves what it must and nothing else."""
     with tempfile.TemporaryDirectory() as tmp:
         req = Path(tmp) / "requirements.in"
         req.write_text("\n".join(requirements) + "\n")
@@ -192,6 +194,10 @@ def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
                "--quiet", "--index-url", f"{PYPI_SIMPLE}/"]
         for name in below:
             cmd += ["--no-emit-package", name]
+        out = Path(tmp) / "resolved.txt"
+        if preferred:
+            out.write_text(preferred)
+            cmd += ["--output-file", out.name]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
         if result.returncode != 0:
             log = repo_root() / "build" / f"lock-{stack.name}.log"
@@ -201,7 +207,7 @@ def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
             last = uv_reason(result.stderr)
             raise InputError(f"uv could not resolve a layer of stack '{stack.name}' ({log} has uv's reasoning): "
                              f"{last.strip()}")
-    text = result.stdout
+        text = out.read_text() if preferred else result.stdout
     if stack.torch_source == "base":
         text = _drop_base_provided(text)
     return text
@@ -329,13 +335,18 @@ def write_locks(stack: Stack, root: Path | None = None, keep_below: str | None =
         if layer not in SIDE_LAYERS:
             below.update(pins(text))
     upper = [req for layer in LOCK_LAYERS[first:] for req in inputs[layer]]
-    joint = pins(compile_layer(stack, upper, below)) if upper else {}
+    # An override (keep_from) re-resolves the upper layers preferring their committed pins.
+    kept = Path(keep_from) if keep_from and keep_below else None
+    committed = {layer: (kept / f"{layer}.txt").read_text() if kept and (kept / f"{layer}.txt").is_file() else ""
+                 for layer in LOCK_LAYERS[first:]}
+    joint = pins(compile_layer(stack, upper, below, preferred="".join(committed.values()))) if upper else {}
     chain = [req for layer in LOCK_LAYERS[:first] if layer not in SIDE_LAYERS for req in inputs[layer]]
     written = []
     for layer in LOCK_LAYERS[first:]:
         path = folder / f"{layer}.txt"
         requirements = chain + inputs[layer]
-        text = compile_layer(stack, requirements, below, constraints=joint) if inputs[layer] else ""
+        text = (compile_layer(stack, requirements, below, constraints=joint, preferred=committed[layer])
+                if inputs[layer] else "")
         path.write_text(header(stack, layer, inputs[layer]) + text)
         if layer not in SIDE_LAYERS:
             # The builder is a side branch (its toolchain never reaches kernels or runtime).

@@ -40,7 +40,7 @@ def test_mcore_bump_keeps_lower_locks_byte_identical(tmp_path: Path, root: Path,
     calls: list[tuple[list[str], dict[str, str]]] = []
 
     def fake_compile(stack: Stack, requirements: list[str], below: dict[str, str],
-                     constraints: dict[str, str] | None = None) -> str:
+                     constraints: dict[str, str] | None = None, preferred: str = "") -> str:
         calls.append((requirements, dict(below)))
         return f"megatron-core=={stack.mcore} \\\n    --hash=sha256:{'1' * 64}\n"
 
