@@ -38,10 +38,12 @@ def test_mcore_bump_keeps_lower_locks_byte_identical(tmp_path: Path, root: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     work = fake_root(tmp_path, root)
     calls: list[tuple[list[str], dict[str, str]]] = []
+    agreed: dict[str, dict[str, str]] = {}
 
     def fake_compile(stack: Stack, requirements: list[str], below: dict[str, str],
-                     constraints: dict[str, str] | None = None) -> str:
+                     constraints: dict[str, str] | None = None, machine: str = "x86_64") -> str:
         calls.append((requirements, dict(below)))
+        agreed.setdefault(machine, {}).update(constraints or {})
         return f"megatron-core=={stack.mcore} \\\n    --hash=sha256:{'1' * 64}\n"
 
     monkeypatch.setattr(lock, "compile_layer", fake_compile)
@@ -61,6 +63,13 @@ def test_mcore_bump_keeps_lower_locks_byte_identical(tmp_path: Path, root: Path,
                  if e["name"] == "debian")
     assert entry["mcore"] == "0.16.0"
     assert json.loads((work / "env" / "stacks.json").read_text()) != json.loads(bake_file.read_text())
+    # The arm64 locks (debian lists linux/arm64) are laid out as env/locks/aarch64 is, their lower layers kept byte
+    # for byte, and resolved at the override's x86_64 versions, not the committed ones.
+    for layer in ("base", "builder", "kernels"):
+        assert (locks / "aarch64" / "debian" / f"{layer}.txt").read_bytes() == (
+            work / "env" / "locks" / "aarch64" / "debian" / f"{layer}.txt").read_bytes()
+    assert "aarch64-manylinux" in (locks / "aarch64" / "debian" / "runtime.txt").read_text().splitlines()[1]
+    assert agreed["aarch64"]["megatron-core"] == "0.16.0"
 
 
 def test_override_that_breaks_a_rule_stops_before_docker(root: Path) -> None:
