@@ -203,8 +203,8 @@ def cuda_runtime(requirement: Requirement) -> str | None:
 
 def read_torch_wheel(torch: str, python: str, machine: str) -> dict[str, Any]:
     """PyPI's torch wheel of ``torch`` for ``machine``: its file name and size (the index's), and the CUDA runtime
-    requirement its metadata declares there ('' for a CPU build: torch 2.9.0's aarch64 wheel names its nvidia-*
-    wheels for x86_64 only)."""
+    requirement its metadata declares there ('' for a CPU build: PyPI's aarch64 wheels of torch 2.9 name their
+    nvidia-* wheels for x86_64 only)."""
     from mcore_images.rules import MARKER_ENV
 
     item = _install_report("torch", torch, python, wheel_platforms(machine))

@@ -13,6 +13,11 @@ The release path, each step a command:
    moving tags (the full content tag and the short alias, which follow the newest certified build) and
    an immutable tag that never moves (the content tag, the certificate's date and the digest).
 
+A multi-platform stack's candidate is an index (`mcore-images index` joins each platform's candidate): each
+platform's image is certified and its certificate attached to that platform's manifest digest (steps 2 and 3 per
+platform), and the index is promoted once every platform it holds passes (the release policy also requires every
+platform the stack lists, so no public tag loses the Grace hosts' arm64 image).
+
 Nothing else in the project moves a public tag: `registry.retag` is called from here alone, after a
 passing verdict (tests/unit/repo/test_push_paths.py walks every make target and command to show it).
 """
@@ -188,8 +193,15 @@ def _promote(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**asdict(promotion), "executed": args.execute, "command": command})
     else:
-        print(f"certificate {promotion.verdict['certificate']} (signed) passed policy '{args.policy}' for "
-              f"{promotion.image} (stack {promotion.stack}, layer {promotion.layer})")
+        judged = promotion.verdict.get("platforms") or {}
+        if judged:  # an index: one certificate per platform, each on its platform's manifest
+            print(f"every platform of {promotion.image} (stack {promotion.stack}, layer {promotion.layer}) passed "
+                  f"policy '{args.policy}':")
+            print("\n".join(f"  {name}: certificate {sub['certificate']} (signed) on {sub['digest']}"
+                            for name, sub in judged.items()))
+        else:
+            print(f"certificate {promotion.verdict['certificate']} (signed) passed policy '{args.policy}' for "
+                  f"{promotion.image} (stack {promotion.stack}, layer {promotion.layer})")
         print("moving tags:\n" + "\n".join(f"  {image.repository}:{t}" for t in promotion.moving_tags))
         print(f"immutable tag:\n  {image.repository}:{promotion.immutable_tag}")
     if not args.execute:

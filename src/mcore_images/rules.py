@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from mcore_images import gpu_archs
+from mcore_images import gpu_archs, platforms
 from mcore_images.components import FROM_BASE
 from mcore_images.stacks import NONE, Stack
 from mcore_images.versions import Requirement, SpecifierSet, Version, at_least, bounded_below, can_meet, major_minor
@@ -241,7 +241,7 @@ def _platform_torch(s: Stack) -> Iterator[tuple[str, str]]:
     # runtime there (env/engines.json, read from the wheel's metadata and the index when the stack is locked). NGC's
     # torch comes with its base, whose index has an arm64 child (Grace hosts). Every flavor builds either platform:
     # NGC's and nvidia/cuda's tags are multi-arch indexes, the debian base is made with debootstrap --arch.
-    from mcore_images import engines, platforms
+    from mcore_images import engines
 
     if s.torch_source != "pypi":
         return
@@ -374,6 +374,8 @@ IMMUTABLE_SUFFIX = len("-YYYYMMDD-") + 12
 """What promotion appends to a content tag for its immutable tag (date and digest prefix)."""
 CANDIDATE_PREFIX = len("candidate-") + 40 + 1
 """What a candidate build puts before a target name (a full git commit)."""
+PLATFORM_SUFFIX = 1 + max(len(p.arch) for p in platforms.PLATFORMS)
+"""What a multi-platform stack's candidate of one platform puts after it (``.arm64``)."""
 
 
 @rule("tag-length")
@@ -387,9 +389,10 @@ def _tag_length(s: Stack) -> Iterator[tuple[str, str]]:
                    f"({len(content)} + {IMMUTABLE_SUFFIX} > {OCI_TAG_MAX} characters)",
                    "shorten the stack's versions or its base")
         target = tags.target(layer, s)
-        if CANDIDATE_PREFIX + len(target) > OCI_TAG_MAX:
-            yield (f"the candidate tag of target {target!r} would be {CANDIDATE_PREFIX + len(target)} characters "
-                   f"(at most {OCI_TAG_MAX})", "give the stack a shorter name")
+        longest = CANDIDATE_PREFIX + len(target) + (PLATFORM_SUFFIX if s.multi_platform else 0)
+        if longest > OCI_TAG_MAX:
+            yield (f"the candidate tag of target {target!r} would be {longest} characters (at most {OCI_TAG_MAX})",
+                   "give the stack a shorter name")
 
 
 def check(stack: Stack) -> list[Violation]:
