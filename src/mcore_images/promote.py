@@ -66,8 +66,14 @@ def attach(image_ref: str, folder: Path, key: str, run: Runner | None = None) ->
     path = folder / "certificate.json"
     cert = policy.load_certificate(path)
     if cert["image"]["digest"] != image.digest:
-        raise InputError(f"{path} certifies {cert['image']['digest']}, not {image.digest}: attach it to the digest "
-                         "it names, or certify this one")
+        # An index's certificates are its platforms': attach one to the platform manifest it certifies.
+        children = registry.platform_children(image, **kwargs) or {}
+        child = next((c for c in children.values() if c.digest == cert["image"]["digest"]), None)
+        if child is None:
+            raise InputError(f"{path} certifies {cert['image']['digest']}, not {image.digest}"
+                             + (" nor one of its platforms' manifests" if children else "")
+                             + ": attach it to the digest it names, or certify this one")
+        image = child
     referrer = registry.attach(image, path, **kwargs)
     registry.sign(image, referrer, key, **kwargs)
     if (cert.get("certify") or {}).get("status") == "passed":
@@ -76,7 +82,8 @@ def attach(image_ref: str, folder: Path, key: str, run: Runner | None = None) ->
 
 
 def _attach_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("image", help="the certified image by digest: REPO@sha256:…")
+    p.add_argument("image", help="the certified image by digest: REPO@sha256:… (or the index holding it: the "
+                   "certificate goes to the platform manifest it certifies)")
     p.add_argument("--certificate", required=True, metavar="DIR", help="the folder `mcore-images certify` wrote")
     p.add_argument("--key", required=True, help="cosign private key file (COSIGN_PASSWORD in the environment) or "
                    "KMS URI (awskms://…, gcpkms://…, hashivault://…)")
@@ -84,6 +91,9 @@ def _attach_arguments(p: argparse.ArgumentParser) -> None:
 
 def _attach(args: argparse.Namespace) -> int:
     referrer, mode = attach(args.image, Path(args.certificate), args.key)
+    certified = policy.load_certificate(Path(args.certificate) / "certificate.json")["image"]["digest"]
+    if certified != by_digest(args.image).digest:
+        args.image = f"{by_digest(args.image).repository}@{certified}"  # the platform manifest of the index
     schema = ("the registry's referrers API" if mode == "referrers API" else
               "the referrers tag schema (the registry has no referrers API: an index under the tag "
               f"sha256-{by_digest(args.image).digest.removeprefix('sha256:')})")

@@ -111,6 +111,16 @@ def is_candidate_tag_of(tag: str, target: str) -> bool:
             and (not dot or arch in platforms.BY_ARCH))
 
 
+def split_candidate(tag: str) -> tuple[str, str, str | None] | None:
+    """(sha, target, architecture or None) of a candidate tag (candidate_tag), None for another tag."""
+    prefix, _, rest = tag.partition("-")
+    sha, _, name = rest.partition("-")
+    target, dot, arch = name.partition(PLATFORM_SEPARATOR)
+    if prefix != "candidate" or not _SHA.match(sha) or not target or (dot and arch not in platforms.BY_ARCH):
+        return None
+    return sha, target, arch or None
+
+
 def image(tag: str, registry: str = "", repo: str = DEFAULT_REPO) -> str:
     return f"{registry}/{repo}:{tag}" if registry else f"{repo}:{tag}"
 
