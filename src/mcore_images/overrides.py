@@ -77,7 +77,13 @@ def workspace(stacks: dict[str, Stack], changed: Stack, changes: dict[str, str],
     first = first_changed_layer(changes)
     for machine in sorted(changed.machines, key=lambda m: m != lock.DEFAULT_MACHINE):  # x86_64 first: others agree
         committed = lock.lock_dir(stacks[changed.name], root, machine)
-        target = (locks_root if machine == lock.DEFAULT_MACHINE else locks_root / machine) / changed.name
+        tree = locks_root if machine == lock.DEFAULT_MACHINE else locks_root / machine
+        target = tree / changed.name
+        if changed.layers_from:  # the layers it takes from another stack are mounted from that stack's folder
+            shared = tree / changed.layers_from
+            shared.mkdir(parents=True, exist_ok=True)
+            for path in lock.lock_dir(stacks[changed.layers_from], root, machine).glob("*.txt"):
+                (shared / path.name).write_text(path.read_text())
         if first is None:
             target.mkdir(parents=True, exist_ok=True)
             for path in committed.glob("*.txt"):

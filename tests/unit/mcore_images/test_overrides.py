@@ -78,3 +78,19 @@ def test_override_that_breaks_a_rule_stops_before_docker(root: Path) -> None:
         build.build(build.BuildRequest(stack="debian", sets=("mcore=0.19.2",), dry_run=True))
     with pytest.raises(InputError, match="add --stack"):
         build.build(build.BuildRequest(sets=("mcore=0.16.0",), dry_run=True))
+
+
+def test_an_override_of_a_stack_sharing_layers_carries_the_shared_locks(tmp_path: Path, root: Path,
+                                                                       stacks: dict[str, Stack],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Dockerfile mounts the lower layers' locks from <layers_from>/ of the locks context: an override's locks
+    folder holds them too, for every platform (before, it held the stack's own folder alone)."""
+    work = fake_root(tmp_path, root)
+    monkeypatch.setattr(lock, "compile_layer", lambda stack, requirements, below, constraints=None,
+                        machine="x86_64": f"megatron-core=={stack.mcore} \\\n    --hash=sha256:{'1' * 64}\n")
+    monkeypatch.setattr(lock, "sdist_requirements", lambda name, version: [])
+    changed = overrides.apply(stacks["debian-mcore019"], {"mcore": "0.19.1"})
+    _, locks = overrides.workspace(stacks, changed, {"mcore": "0.19.1"}, work)
+    for tree, committed in ((locks, work / "env" / "locks"), (locks / "aarch64", work / "env" / "locks" / "aarch64")):
+        assert (tree / "debian" / "base.txt").read_bytes() == (committed / "debian" / "base.txt").read_bytes()
+        assert "megatron-core==0.19.1" in (tree / "debian-mcore019" / "runtime.txt").read_text()
