@@ -38,7 +38,7 @@ class Policy:
     require_gpu: bool
     max_age_days: float
     require_every_platform: bool = False
-    """A tag must name an index of every platform its stack lists (else: of the platforms the image has)."""
+    """An index must hold every platform its stack lists (else: the platforms it holds, each certified)."""
 
 
 POLICIES = PACKAGED / "release-policies.json"
@@ -171,8 +171,8 @@ def platform_problem(cert: Mapping[str, Any], platform: str) -> str | None:
 
 
 def coverage_problems(stack: Stack | None, present: list[str], policy: Policy) -> list[str]:
-    """Under a policy that requires every platform, the image (an index, or one platform's manifest) holds every
-    platform its stack lists."""
+    """Under a policy that requires every platform, an index holds every platform its stack lists (a tag that named
+    the stack's index must not lose a platform when it moves)."""
     if stack is None or not policy.require_every_platform:
         return []
     missing = [p for p in stack.platforms if p not in present]

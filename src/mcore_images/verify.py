@@ -137,8 +137,16 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
     if verdict.status != "could-not-check":
         from mcore_images.stacks import load_stacks
 
-        coverage = policy.coverage_problems(load_stacks().get(labels.get(images.label("stack"), "")), present, chosen)
-        verdict.problems += coverage
+        stack = load_stacks().get(labels.get(images.label("stack"), ""))
+        if children is not None:  # an index answers for the platforms of its tag
+            verdict.problems += policy.coverage_problems(stack, present, chosen)
+        elif stack is not None:  # one platform's image, judged as one image (as before stacks had platforms)
+            verdict.problems += [f"the image is {p}, which stack '{stack.name}' is not built for (its platforms: "
+                                 f"{', '.join(stack.platforms)}); promote one of its platforms' images"
+                                 for p in present if p not in stack.platforms]
+            if stack.multi_platform:
+                verdict.notes.append(f"one platform's image ({', '.join(present)}); stack '{stack.name}' is built for "
+                                     f"{', '.join(stack.platforms)}: its index (`mcore-images index`) serves them all")
         verdict.status = "refused" if verdict.problems else "passed"
     return verdict, image, labels
 

@@ -168,3 +168,22 @@ def test_certify_of_a_foreign_image_without_qemu_stops_before_running(monkeypatc
     with pytest.raises(InputError, match=r"is linux/arm64: linux/arm64 programs on this x86_64 machine need QEMU"):
         certify.certify(f"{REPOSITORY}@{CHILD['linux/arm64']}", tmp_path / "out", ["--cpu"], run=run)
     assert [argv[:3] for argv in ran] == [["docker", "image", "inspect"]]
+
+
+def test_one_platforms_image_of_a_multi_platform_stack_is_judged_as_one_image(
+        stacks: dict[str, Stack], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    """As before stacks had platforms (the registry tests' images are such), with a note naming the index."""
+    Registry(stacks["debian"], tmp_path, None, {"linux/amd64": None}, gpus=8).install(monkeypatch)
+    verdict = check(f"{REPOSITORY}@{CHILD['linux/amd64']}", key, RELEASE)
+    assert verdict.status == "passed", verdict.problems
+    assert verdict.notes == ["one platform's image (linux/amd64); stack 'debian' is built for linux/amd64, "
+                             "linux/arm64: its index (`mcore-images index`) serves them all"]
+    monkeypatch.setattr(registry, "image_platform", lambda image, **kw: "linux/arm64")
+    refused = check(f"{REPOSITORY}@{CHILD['linux/amd64']}", key, RELEASE)
+    assert "the image is linux/arm64, which stack 'debian' is not built for" not in " ".join(refused.problems)
+    assert "records no platform and the image is linux/arm64" in " ".join(refused.problems)
+    Registry(stacks["debian-verl"], tmp_path / "verl", None, {"linux/amd64": None}, gpus=8).install(monkeypatch)
+    monkeypatch.setattr(registry, "registry_labels", lambda image, **kw: labels_of(stacks["debian-verl"], "app"))
+    monkeypatch.setattr(registry, "image_platform", lambda image, **kw: "linux/arm64")
+    assert "the image is linux/arm64, which stack 'debian-verl' is not built for" in " ".join(
+        check(f"{REPOSITORY}@{CHILD['linux/amd64']}", key, RELEASE).problems)
