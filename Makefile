@@ -10,6 +10,7 @@ tool = $(if $(wildcard $(PYBIN)/$(1)),$(PYBIN)/$(1),$(1))
 STACK ?=
 GROUP ?=
 LAYER ?=
+PLATFORM ?=
 MAX_JOBS ?=
 NVCC_THREADS ?=
 BAKE_ARGS ?=
@@ -19,7 +20,7 @@ export PYTHONPATH := $(CURDIR)/src$(if $(PYTHONPATH),:$(PYTHONPATH))
 # Values reach recipes as environment variables, never pasted into shell text: a recipe passes them to
 # `mcore-images from-make COMMAND VAR…` (which turns each into the command's own option, judged by its
 # parser) or quotes them as "$$VAR". A value such as MAX_JOBS='1; rm -rf ~' is then an invalid number.
-export STACK GROUP LAYER MAX_JOBS NVCC_THREADS BAKE_ARGS IMAGE FORCE
+export STACK GROUP LAYER PLATFORM MAX_JOBS NVCC_THREADS BAKE_ARGS IMAGE FORCE
 FROM_MAKE := $(MCORE) from-make
 
 .PHONY: help setup plan jobs lock update validate build base docker-engine lint test test-unit test-image \
@@ -27,8 +28,9 @@ FROM_MAKE := $(MCORE) from-make
 	reproduce test-example report test-report
 
 help: ## show this help
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  variables: STACK=<name> GROUP=<default|ci|release|all> LAYER=<base|kernels|runtime|app>"
+	@echo "             PLATFORM=<linux/amd64|linux/arm64> (unset: this machine's)"
 	@echo "             MAX_JOBS=<n> NVCC_THREADS=<n> (unset: planned inside each compile step) FORCE=1 IMAGE=<ref>"
 	@echo "             BAKE_ARGS='<extra docker buildx bake arguments>'"
 
@@ -53,11 +55,11 @@ validate: ## check every generated file against its source, and the Dockerfile a
 docker-engine: ## install (if needed) and start dockerd + buildx on a Debian host
 	bash .ci/docker-engine.sh
 
-base: ## build the debian stack's base image from the Debian mirror
-	$(FROM_MAKE) base STACK
+base: ## build a debian stack's base image from the Debian mirror: [STACK=debian] [PLATFORM=linux/arm64]
+	$(FROM_MAKE) base STACK PLATFORM
 
-build: ## build: [STACK=…|GROUP=…] [LAYER=…] [MAX_JOBS=4] [FORCE=1] [BAKE_ARGS=…]; default group = debian runtime
-	$(FROM_MAKE) build STACK GROUP LAYER MAX_JOBS NVCC_THREADS FORCE BAKE_ARGS
+build: ## build: [STACK=…|GROUP=…] [LAYER=…] [PLATFORM=…] [MAX_JOBS=4] [FORCE=1] [BAKE_ARGS=…]; default group = debian runtime
+	$(FROM_MAKE) build STACK GROUP LAYER PLATFORM MAX_JOBS NVCC_THREADS FORCE BAKE_ARGS
 
 bake-print: ## print the resolved bake definition of a group (default: all)
 	docker buildx bake --print "$${GROUP:-all}"

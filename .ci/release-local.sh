@@ -4,7 +4,11 @@
 #   build the group, push candidate tags by digest → certify REGISTRY/REPO@DIGEST (image tests, the smoke on
 #   CPU with several ranks and its parity checks, the bridge check) → attach the certificate to the digest
 #   (OCI referrer) → sign it with cosign → promote (policy ci) → delete every local copy → docker pull the
-#   public tag → the pulled digest is the certified one → mcore-images verify the tag.
+#   public tag → the pulled digest is the promoted one → mcore-images verify the tag.
+#
+#   A multi-platform stack builds this machine's platform here (candidate-<sha>-<target>.<arch>), which
+#   `mcore-images index` joins into the target's index: its platform manifest is certified and the index
+#   promoted (the ci policy takes the platforms an index holds; the release policy wants all of the stack's).
 #
 #   .ci/release-local.sh                 GROUP (default ci), REGISTRY (default 127.0.0.1:$MCORE_REGISTRY_PORT)
 #   STACK=debian-verl .ci/release-local.sh   one stack's layers instead of a group
@@ -40,40 +44,55 @@ if [[ -n "${STACK:-}" ]]; then
 else
   mcore build --group "$GROUP" --candidate "$sha" --registry "$REGISTRY"
 fi
-# One certificate per stack, of its top layer (an app image carries its runtime layer and runs its tests).
+# A multi-platform stack's candidates (one platform here) become its targets' indexes (none: nothing to do).
+mcore index --candidates build/candidates --sha "$sha"
+# One certificate per stack and platform, of its top layer (an app image carries its runtime layer and runs its
+# tests); one promotion per stack, of that layer's index or image.
 mcore matrix --candidates build/candidates --top-only --pretty >"$OUT/candidates.json"
+mcore matrix --candidates build/candidates --top-only --promotions --pretty >"$OUT/promotions.json"
 count="$(json 'len(d["include"])' <"$OUT/candidates.json")"
 [[ "$count" -gt 0 ]] || die "the build pushed no certifiable candidate; see build/candidates/bake-metadata.json"
 
 for i in $(seq 0 $((count - 1))); do
   image="$(json "d['include'][$i]['image']" <"$OUT/candidates.json")"
-  stack="$(json "d['include'][$i]['stack']" <"$OUT/candidates.json")"
   target="$(json "d['include'][$i]['target']" <"$OUT/candidates.json")"
+  index="$(json "d['include'][$i]['index']" <"$OUT/candidates.json")"
+  arch="$(json "d['include'][$i]['arch']" <"$OUT/candidates.json")"
   digest="${image#*@}"
-  say "push: $target → $image"
+  cert="$OUT/$target"
+  [[ -z "$index" ]] || cert="$OUT/$target.$arch"  # one certificate per platform of an index
+  say "push: $target ($arch) → $image${index:+ (in $index)}"
 
   docker pull -q "$image" >/dev/null
   t=$(date +%s)
-  mcore certify "$image" --out "$OUT/$target" -- "${SMOKE_ARGS[@]}" || die "certify $image failed: $OUT/$target/certificate.md"
-  say "certify: $image passed in $(( $(date +%s) - t )) s ($OUT/$target/certificate.json)"
+  mcore certify "$image" --out "$cert" -- "${SMOKE_ARGS[@]}" || die "certify $image failed: $cert/certificate.md"
+  say "certify: $image passed in $(( $(date +%s) - t )) s ($cert/certificate.json)"
 
-  mcore attach "$image" --certificate "$OUT/$target" --key "$OUT/keys/cosign.key" | tee "$OUT/$target/attach.txt"
-  say "attach+sign: $(grep -o 'as sha256:[0-9a-f]*' "$OUT/$target/attach.txt" | cut -c4-) signed for $digest"
+  mcore attach "${index:-$image}" --certificate "$cert" --key "$OUT/keys/cosign.key" | tee "$cert/attach.txt"
+  say "attach+sign: $(grep -o 'as sha256:[0-9a-f]*' "$cert/attach.txt" | cut -c4-) signed for $digest"
+  # Every local copy goes (all tags of the image), so the pull below must come from the registry.
+  id="$(docker image inspect --format '{{.Id}}' "$image")"
+  docker image rm -f "$id" >/dev/null
+  docker image inspect "$image" >/dev/null 2>&1 && die "a local copy of $image is left"
+done
 
+count="$(json 'len(d["include"])' <"$OUT/promotions.json")"
+for i in $(seq 0 $((count - 1))); do
+  image="$(json "d['include'][$i]['image']" <"$OUT/promotions.json")"
+  stack="$(json "d['include'][$i]['stack']" <"$OUT/promotions.json")"
+  target="$(json "d['include'][$i]['target']" <"$OUT/promotions.json")"
+  digest="${image#*@}"
+  mkdir -p "$OUT/$target"
   mcore promote "$image" --stack "$stack" --key "$OUT/keys/cosign.pub" --policy ci --execute --json \
     >"$OUT/$target/promotion.json"
   alias="$(json 'd["moving_tags"][1]' <"$OUT/$target/promotion.json")"
   say "promote: $digest → $(json '", ".join(d["moving_tags"] + [d["immutable_tag"]])' <"$OUT/$target/promotion.json")"
 
-  # Every local copy goes (all tags of the image), so the pull below must come from the registry.
-  id="$(docker image inspect --format '{{.Id}}' "$image")"
-  docker image rm -f "$id" >/dev/null
-  docker image inspect "$image" >/dev/null 2>&1 && die "a local copy of $image is left"
   docker pull -q "$REGISTRY/$REPO:$alias" >/dev/null
   pulled="$(docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$REGISTRY/$REPO:$alias" \
     | grep -F "$REGISTRY/$REPO@" | head -n 1)"
-  [[ "${pulled#*@}" == "$digest" ]] || die "pulled $REGISTRY/$REPO:$alias is ${pulled#*@}, certified was $digest"
-  say "pull: $REGISTRY/$REPO:$alias → ${pulled#*@} (the certified digest)"
+  [[ "${pulled#*@}" == "$digest" ]] || die "pulled $REGISTRY/$REPO:$alias is ${pulled#*@}, promoted was $digest"
+  say "pull: $REGISTRY/$REPO:$alias → ${pulled#*@} (the promoted digest)"
 
   mcore verify "$REGISTRY/$REPO:$alias" --key "$OUT/keys/cosign.pub" --policy ci
   say "verify: $REGISTRY/$REPO:$alias passed"

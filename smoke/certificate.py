@@ -108,6 +108,13 @@ def _ms(seconds: Any) -> str:
     return "–" if seconds is None else f"{seconds * 1000:.1f}"
 
 
+def _platform_line(platform: dict[str, Any] | None) -> str:
+    """What the image ran on, as Python read it inside: ``linux/arm64 (aarch64)``."""
+    if not isinstance(platform, dict):
+        return "- Platform: – (not recorded)"
+    return f"- Platform: {platform.get('platform') or '–'} (machine {platform.get('machine') or '–'})"
+
+
 def _source_line(source: dict[str, Any] | None) -> str:
     if not source:
         return "- Environment: not recorded"
@@ -142,6 +149,7 @@ def render_markdown(cert: dict[str, Any]) -> str:
         f"- Created: {cert['created']}",
         f"- Hardware: {gpu.get('count', 0)} × {gpu.get('model', 'no GPU')}, driver {gpu.get('driver', '–')}, "
         f"CUDA {env.get('cuda') or '–'}, NCCL {env.get('nccl') or '–'}, cuDNN {env.get('cudnn') or '–'}",
+        _platform_line(env.get("platform")),
         _source_line(env.get("source")),
         _archs_line(env.get("gpu_archs"), gpu.get("capability")),
         "- Packages: " + ", ".join(f"{name} {pkgs.get(name) or '–'}" for name in components.certificate_packages()),

@@ -3,8 +3,9 @@
 Which packages are recorded comes from the component catalogue (mcore_images.components, standard
 library only). Versions come from installed distributions (importlib.metadata), so reading them imports nothing;
 CUDA, NCCL, cuDNN and GPU facts come from torch, the driver version from nvidia-smi, the C compiler's from
-gcc itself. cuDNN is recorded twice, on purpose: packages.cudnn is torch's cuDNN wheel (the pin), or where the
-base image brings cuDNN without one (NGC) the release torch loads; environment.cudnn is what torch loads in
+gcc itself, the platform from Python (``platform.machine()``: aarch64 in a Grace image, also under QEMU). cuDNN
+is recorded twice, on purpose: packages.cudnn is torch's cuDNN wheel (the pin), or where the base image brings
+cuDNN without one (NGC) the release torch loads; environment.cudnn is what torch loads in
 this process (cudnnGetVersion()), also on a CPU run, so a second cuDNN taking the wheel's place shows.
 """
 
@@ -22,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mcore_images import components, gpu_archs, schemas
+from mcore_images import components, gpu_archs, platforms, schemas
 
 
 def package_version(key: str) -> str | None:
@@ -167,7 +168,7 @@ def collect(world: int, nodes: int, cpu: bool) -> dict[str, Any]:
     import torch
 
     info: dict[str, Any] = {"packages": packages(), "cuda": torch.version.cuda, "cudnn": loaded_cudnn(),
-                            "source": source(), "gpu_archs": declared_archs()}
+                            "source": source(), "gpu_archs": declared_archs(), "platform": platforms.here()}
     if cpu or not torch.cuda.is_available():
         info.update(nccl=None, gpu={"model": "CPU (gloo)", "count": 0, "driver": None})
         return info

@@ -18,7 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import bake_args, components, debian_base, engines, images, jobs, lock, overrides, rules, tags
+from mcore_images import (
+    bake_args,
+    components,
+    debian_base,
+    emulation,
+    engines,
+    images,
+    jobs,
+    lock,
+    overrides,
+    platforms,
+    rules,
+    tags,
+)
 from mcore_images.bake_log import BakeLog
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
@@ -119,6 +132,8 @@ class BuildRequest:
     local_tag: str | None = None
     """Tag each built image REPO:<local_tag>-<target> only (no stack tags, no push): a rebuild that must not
     move the tags of what was built before (`mcore-images reproduce`)."""
+    platform: str | None = None
+    """The one platform to build (``linux/arm64``); None: this machine's."""
 
     def validate(self) -> None:
         """Every input checked before anything is resolved or built; InputError names the fix."""
@@ -145,6 +160,8 @@ class BuildRequest:
             tags.candidate_tag("x", self.candidate, "--candidate")  # a git commit, or one line naming the fix
         if self.candidate and self.sets:
             raise InputError("--set builds are for trying a pin, not for pushing: drop --set or --candidate")
+        if self.platform and (problem := platforms.problem(self.platform, "--platform")):
+            raise InputError(problem)
         if self.local_tag is not None:
             if self.candidate or self.sets:
                 raise InputError("--local-tag rebuilds the committed pins under its own tags: drop --candidate "
@@ -152,6 +169,29 @@ class BuildRequest:
             if not tags.TAG_PART.fullmatch(self.local_tag):
                 raise InputError(f"--local-tag {self.local_tag!r} is not a tag's beginning; use letters, digits, "
                                  "'.', '_' and '-' (e.g. --local-tag reproduce-1a2b3c)")
+
+
+def build_platform(request: BuildRequest, selected: list[Stack]) -> platforms.Platform | None:
+    """The one platform this build makes (given, else this machine's), which every selected stack must list; None
+    where bake's own default is that platform already: no platform given, every stack of the default platform alone
+    (their targets name none), and this machine of that platform."""
+    here = platforms.of_machine(emulation.machine())
+    wanted = platforms.BY_NAME[request.platform] if request.platform else here
+    if wanted is None:
+        raise InputError(f"this machine is {emulation.machine()}, which no stack is built for; give --platform "
+                         f"{platforms.DEFAULT.name} (emulated: `make emulation` first)")
+    for stack in selected:
+        if wanted.name not in stack.platforms:
+            why = next((v.message for v in rules.check(stack.replace(platforms=(*stack.platforms, wanted.name)))
+                        if v.rule.startswith("platform-")), None)
+            fix = (f"build one of its platforms (--platform {stack.platforms[0]})" if request.platform else
+                   f"give --platform {stack.platforms[0]} (emulated here: `make emulation` first)")
+            raise InputError(f"stack '{stack.name}' is not built for {wanted.name} (its platforms: "
+                             f"{', '.join(stack.platforms)}{'; ' + why if why else ''}); {fix}")
+    bakes_it = not request.platform and wanted == here == platforms.DEFAULT
+    if bakes_it and not any(stack.multi_platform for stack in selected):
+        return None
+    return wanted
 
 
 def check_job_counts(request: BuildRequest, selected: list[Stack]) -> None:
@@ -220,11 +260,12 @@ def describe(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def own_tag(request: BuildRequest, target: str, repo: str) -> str:
+def own_tag(request: BuildRequest, target: str, repo: str, arch: str | None = None) -> str:
     """The only tag a candidate or --local-tag build gives ``target``, so no stack tag moves: candidates push
-    candidate-<sha>-<target> (public tags come from `promote`), a local rebuild is <local_tag>-<target>."""
+    candidate-<sha>-<target> (public tags come from `promote`; ``arch``: one platform of a multi-platform target,
+    candidate-<sha>-<target>.<arch>, which `mcore-images index` joins), a local rebuild is <local_tag>-<target>."""
     if request.candidate:
-        return tags.image(tags.candidate_tag(target, request.candidate), request.registry or "", repo)
+        return tags.image(tags.candidate_tag(target, request.candidate, arch=arch), request.registry or "", repo)
     return tags.image(f"{request.local_tag}-{target}", "", repo)
 
 
@@ -251,8 +292,12 @@ def build(request: BuildRequest) -> int:
             print(f"error: {v}", file=sys.stderr)
         raise InputError(str(violations[0]))
     check_job_counts(request, selected)
+    target_platform = build_platform(request, selected)
     say = functools.partial(print, file=sys.stderr if request.json else sys.stdout, flush=True)
     say(_jobs_line(request))
+    if target_platform is not None:
+        say(f"platform: {target_platform.name}" + ("" if emulation.native(target_platform) else
+                                                     f" (emulated on this {emulation.machine()} machine: QEMU)"))
     for note in (n for p in plans for n in p.needs):  # a model's need: told, not refused (env/needs.json)
         say(f"note: {note}")
     targets = bake_targets(selected, request.stack, group, request.layer)
@@ -268,12 +313,26 @@ def build(request: BuildRequest) -> int:
            *([f"--progress={progress}"] if progress else []), *targets]
     if request.candidate or request.local_tag:
         bake_files = [root / "docker-bake.hcl", stacks_json]
+        multi = {tags.target(layer, s) for s in stacks.values() if s.multi_platform for layer in s.built_layers}
+        arch = target_platform.arch if target_platform is not None else None
         for name in candidate_targets(selected, request.stack, group, request.layer, bake_files):
-            cmd += ["--set", f"{name}.tags={own_tag(request, name, env.get('IMAGE_REPO', tags.DEFAULT_REPO))}"]
+            tag = own_tag(request, name, env.get("IMAGE_REPO", tags.DEFAULT_REPO), arch if name in multi else None)
+            cmd += ["--set", f"{name}.tags={tag}"]
+    if target_platform is not None:
+        # One platform per build: the docker driver loads one platform's image, and a multi-platform stack's
+        # index is assembled from the platforms' pushed candidates (`mcore-images index`).
+        cmd += ["--set", f"*.platform={target_platform.name}"]
     if request.candidate:
         cmd += ["--push"]
-    metadata = root / (CANDIDATES if request.candidate else Path("build")) / "bake-metadata.json"
+    # One file per platform of a multi-platform candidate build: `mcore-images index` reads each platform's digests.
+    per_platform = request.candidate and target_platform is not None and any(s.multi_platform for s in selected)
+    name = f"bake-metadata.{target_platform.arch}.json" if per_platform and target_platform else "bake-metadata.json"
+    metadata = root / (CANDIDATES if request.candidate else Path("build")) / name
     cmd += ["--metadata-file", str(metadata)]
+    # An emulated platform's images are tagged <tag>.<arch> (runtime-debian.arm64), so they never take this
+    # machine's own platform's tags from the images built before.
+    emulated = target_platform is not None and not emulation.native(target_platform)
+    suffix = f"{tags.PLATFORM_SEPARATOR}{target_platform.arch}" if emulated and target_platform else ""
     if changes:
         # An override build gets its full tags only: the short alias (runtime-debian) keeps
         # pointing at the image built from the committed pins.
@@ -281,7 +340,14 @@ def build(request: BuildRequest) -> int:
         registry = env.get("REGISTRY", "")
         for name in changed.built_layers:
             full = tags.image(tags.layer_tag(name, changed), registry)
-            cmd += ["--set", f"{name}-{changed.name}.tags={full}"]
+            cmd += ["--set", f"{name}-{changed.name}.tags={full}{suffix}"]
+    elif suffix and not (request.candidate or request.local_tag):
+        known = {tags.target(layer, s): (s, layer) for s in stacks.values() for layer in s.built_layers}
+        bake_files = [root / "docker-bake.hcl", stacks_json]
+        for name in candidate_targets(selected, request.stack, group, request.layer, bake_files):
+            stack, layer = known[name]
+            for tag in tags.tags(layer, stack, env.get("REGISTRY", ""), env.get("IMAGE_REPO", tags.DEFAULT_REPO)):
+                cmd += ["--set", f"{name}.tags={tag}{suffix}"]
     cmd += list(request.bake_args)
     say("bake: " + " ".join(cmd[3:]))
     if request.dry_run:
@@ -289,11 +355,13 @@ def build(request: BuildRequest) -> int:
             print_json({"dry_run": True, "command": cmd})
         return 0
     check_docker()
+    if target_platform is not None and (problem := emulation.problem(target_platform)):
+        raise InputError(problem)
     metadata.parent.mkdir(parents=True, exist_ok=True)
     metadata.unlink(missing_ok=True)  # this run's, or none: never an earlier build's digests
     for s in selected:
         if s.flavor == "debian":
-            say(debian_base.ensure(s))
+            say(debian_base.ensure(s, platform=target_platform))
     start = time.monotonic()
     log = BakeLog()
     if progress == "plain":
@@ -332,12 +400,14 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="accept a --max-jobs / --nvcc-threads that the planner's memory model says cannot fit")
     p.add_argument("--local-tag", metavar="NAME", help="tag the built images NAME-<target> only, locally: the "
                    "stack's tags stay where they are")
+    p.add_argument("--platform", metavar="OS/ARCH", help="the one platform to build, one of the stack's (e.g. "
+                   "linux/arm64, emulated on an x86_64 machine after `make emulation`); default: this machine's")
 
 
 def _run(args: argparse.Namespace) -> int:
     return build(BuildRequest(args.stack, args.group, args.layer, args.max_jobs, args.nvcc_threads,
                               tuple(args.set), tuple(args.passthrough), args.dry_run, args.candidate, args.registry,
-                              args.force, args.json, args.local_tag))
+                              args.force, args.json, args.local_tag, args.platform))
 
 
 COMMANDS = (Command("build", "check rules, then docker buildx bake a stack or a group", _arguments, _run,

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import container, images, outputs, schemas
+from mcore_images import container, emulation, images, outputs, platforms, schemas
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 
@@ -41,6 +41,14 @@ class ImageDigest:
     """The image's io.mcore-images.* labels (stack, layer, pins): what a report files the certificate under."""
     size: int | None = None
     """The image's size as `docker image inspect` reports it (compressed content with the containerd store)."""
+    platform: str | None = None
+    """Its config's os/architecture (``linux/arm64``); the smoke records what the image itself says it runs on."""
+
+    @property
+    def foreign(self) -> str | None:
+        """The platform to give `docker run` when this machine is another (the image runs under QEMU), else None."""
+        found = platforms.BY_NAME.get(self.platform or "")
+        return None if found is None or emulation.native(found) else found.name
 
 
 def _repository_of(ref: str) -> str | None:
@@ -72,17 +80,19 @@ def resolve_digest(ref: str, run: Runner = subprocess.run) -> ImageDigest:
     labels = {k: v for k, v in ((data.get("Config") or {}).get("Labels") or {}).items()
               if k.startswith(images.LABEL_PREFIX)}
     size = data.get("Size") if isinstance(data.get("Size"), int) else None
+    platform = f"{data.get('Os') or 'linux'}/{data['Architecture']}" if data.get("Architecture") else None
     repo_digests = [d for d in data.get("RepoDigests") or [] if "@" in d]
     mine = [d for d in repo_digests if d.split("@", 1)[0] == _repository_of(ref)] or repo_digests
     if mine and images.is_digest(mine[0].split("@", 1)[1]):
         return ImageDigest(ref, mine[0].split("@", 1)[1],
                            "RepoDigests: the registry manifest digest (pull by it to get this image)", mine[0],
-                           labels, size)
+                           labels, size, platform)
     image_id = str(data.get("Id", ""))
     if images.is_digest(image_id):
         return ImageDigest(ref, image_id,
                            "image ID: the local config digest (the image has no registry digest: never pushed "
-                           "or pulled); it identifies the image's content but cannot be pulled", None, labels, size)
+                           "or pulled); it identifies the image's content but cannot be pulled", None, labels, size,
+                           platform)
     raise InputError(f"docker reported no sha256 digest for {ref}: rebuild the image and try again")
 
 
@@ -101,17 +111,21 @@ def run_image_tests(ref: str, run: Runner = subprocess.run) -> dict[str, Any]:
             "summary": lines[-1] if lines else ""}
 
 
-def docker_smoke_command(ref: str, out_dir: Path, smoke_args: Sequence[str], memlock: bool = True) -> list[str]:
-    """``docker run`` that runs the smoke in the image and writes the certificate to ``out_dir``."""
+def docker_smoke_command(ref: str, out_dir: Path, smoke_args: Sequence[str], memlock: bool = True,
+                         platform: str | None = None) -> list[str]:
+    """``docker run`` that runs the smoke in the image and writes the certificate to ``out_dir`` (``platform``: an
+    image of another platform, run under QEMU)."""
     return container.run_command(ref, ["python", "-m", "smoke", "--out", "/cert", *smoke_args],
-                                 gpus="--cpu" not in smoke_args, mounts={out_dir: "/cert"}, memlock=memlock)
+                                 gpus="--cpu" not in smoke_args, mounts={out_dir: "/cert"}, memlock=memlock,
+                                 platform=platform)
 
 
-def docker_bridge_command(ref: str, out_dir: Path, cpu: bool, memlock: bool = True) -> list[str]:
+def docker_bridge_command(ref: str, out_dir: Path, cpu: bool, memlock: bool = True,
+                          platform: str | None = None) -> list[str]:
     """``docker run`` of the HF <-> Megatron bridge check, adding its section to the certificate."""
     return container.run_command(ref, ["python", "-m", "smoke.bridge", *(["--cpu"] if cpu else []),
                                        "--certificate", "/cert"], gpus=not cpu, mounts={out_dir: "/cert"},
-                                 memlock=memlock)
+                                 memlock=memlock, platform=platform)
 
 
 BENCH_ARGS = ("--specs", "te", "--variants", "fusions")
@@ -119,10 +133,10 @@ BENCH_ARGS = ("--specs", "te", "--variants", "fusions")
 Megatron-LM's fusions, the rows env/bench-baselines.json keeps for each measured stack and GPU."""
 
 
-def docker_bench_command(ref: str, out_dir: Path, memlock: bool = True) -> list[str]:
+def docker_bench_command(ref: str, out_dir: Path, memlock: bool = True, platform: str | None = None) -> list[str]:
     """``docker run`` of the throughput bench, adding its gated section to the certificate."""
     return container.run_command(ref, ["python", "-m", "smoke.bench", *BENCH_ARGS, "--certificate", "/cert"],
-                                 gpus=True, mounts={out_dir: "/cert"}, memlock=memlock)
+                                 gpus=True, mounts={out_dir: "/cert"}, memlock=memlock, platform=platform)
 
 
 def _header(cert: dict[str, Any]) -> str:
@@ -197,19 +211,23 @@ def certify(ref: str, out_dir: Path, smoke_args: Sequence[str], skip_image_tests
     one is replaced only when it is empty or an earlier certify's, whole, once everything has run."""
     target = outputs.claim(out_dir, COMMAND)
     digest = resolve_digest(ref, run)
-    print(f"[certify] {ref} → {digest.digest} ({digest.digest_source.split(':')[0]})", flush=True)
+    foreign = digest.foreign
+    if foreign and (problem := emulation.problem(platforms.BY_NAME[foreign])):
+        raise InputError(f"image {ref} is {foreign}: {problem}")
+    print(f"[certify] {ref} → {digest.digest} ({digest.digest_source.split(':')[0]})"
+          + (f", {foreign} under QEMU" if foreign else ""), flush=True)
     with outputs.writing(target) as work:
         tests = {"skipped": True, "passed": False} if skip_image_tests else run_image_tests(ref, run)
-        memlock = container.memlock_unlimited(ref, run)
-        cmd = docker_smoke_command(ref, work, smoke_args, memlock)
+        memlock = container.memlock_unlimited(ref, run, foreign) if foreign else container.memlock_unlimited(ref, run)
+        cmd = docker_smoke_command(ref, work, smoke_args, memlock, foreign)
         print("[certify] " + " ".join(cmd), flush=True)
         smoke_rc = run(cmd).returncode
         if (work / "certificate.json").exists():
-            bridge = docker_bridge_command(ref, work, "--cpu" in smoke_args, memlock)
+            bridge = docker_bridge_command(ref, work, "--cpu" in smoke_args, memlock, foreign)
             print("[certify] " + " ".join(bridge), flush=True)
             run(bridge)
             if bench and "--cpu" not in smoke_args:
-                bench_cmd = docker_bench_command(ref, work, memlock)
+                bench_cmd = docker_bench_command(ref, work, memlock, foreign)
                 print("[certify] " + " ".join(bench_cmd), flush=True)
                 run(bench_cmd)
         code = bind(work, digest, tests, smoke_rc)

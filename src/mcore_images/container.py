@@ -42,12 +42,13 @@ def ensure_local(image: str, run: Callable[..., subprocess.CompletedProcess] = s
 
 
 @functools.cache
-def memlock_unlimited(image: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> bool:
+def memlock_unlimited(image: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+                      platform: str | None = None) -> bool:
     """Whether this Docker Engine can start ``image`` with memlock unlimited. An engine whose own hard limit
     is lower (a sandboxed or rootless daemon) refuses the container; then it runs without the flag, and
     says so once (the doctor's `env.memlock` finding names the fix for multi-node runs)."""
-    probe = run(["docker", "run", "--rm", *MEMLOCK_FLAGS, "--entrypoint", "true", image],
-                capture_output=True, text=True, check=False)
+    probe = run(["docker", "run", "--rm", *(["--platform", platform] if platform else []), *MEMLOCK_FLAGS,
+                 "--entrypoint", "true", image], capture_output=True, text=True, check=False)
     if probe.returncode != 0 and "rlimit" in (probe.stderr or ""):
         print("[container] this Docker Engine's own memlock limit is lower than unlimited: running without "
               "--ulimit memlock=-1 (RDMA needs it; runs on one host do not)", file=sys.stderr)
@@ -57,14 +58,16 @@ def memlock_unlimited(image: str, run: Callable[..., subprocess.CompletedProcess
 
 def run_command(image: str, command: Sequence[str], *, gpus: bool | str = True,
                 mounts: Mapping[Path, str] | None = None, env: Mapping[str, str] | None = None,
-                read_only: Sequence[Path] = (), extra: Sequence[str] = (), memlock: bool = True) -> list[str]:
+                read_only: Sequence[Path] = (), extra: Sequence[str] = (), memlock: bool = True,
+                platform: str | None = None) -> list[str]:
     """``docker run --rm`` of ``command`` in ``image`` with the recommended flags; ``mounts`` maps host
     folders (or files) to container paths, ``read_only`` names the host paths mounted read-only, and
     ``memlock`` adds memlock unlimited (callers pass ``memlock_unlimited(image)``). ``gpus`` is docker's
-    ``--gpus`` value (True: all; False: none)."""
+    ``--gpus`` value (True: all; False: none); ``platform`` runs an image of another platform than this machine's
+    (``linux/arm64`` under QEMU)."""
     devices = "all" if gpus is True else gpus
-    argv = ["docker", "run", "--rm", *(["--gpus", devices] if devices else []), *RECOMMENDED_FLAGS,
-            *(MEMLOCK_FLAGS if memlock else ())]
+    argv = ["docker", "run", "--rm", *(["--platform", platform] if platform else []),
+            *(["--gpus", devices] if devices else []), *RECOMMENDED_FLAGS, *(MEMLOCK_FLAGS if memlock else ())]
     for key, value in {**NO_MULTICAST, **(env or {})}.items():
         argv += ["-e", f"{key}={value}"]
     for host, inside in (mounts or {}).items():

@@ -5,7 +5,10 @@ requires, is read from its published metadata when a stack carrying it is locked
 kept in env/engines.json, where the rules ``engine-torch`` and ``verl-requirements`` read it offline before
 any build. Megatron-Bridge declares no megatron-core version; what it imports is recorded the same way
 (bridge_imports.py) for the rule ``bridge-mcore``. torch's wheel requires one cuDNN release exactly (its
-``nvidia-cudnn-cuXX==`` requirement): recorded per torch release for the rule ``cudnn-torch``."""
+``nvidia-cudnn-cuXX==`` requirement): recorded per torch release for the rule ``cudnn-torch``. Whether torch's wheel
+for each machine is a CUDA build (it requires the CUDA runtime wheel there; PyPI's aarch64 wheels of torch 2.9 are
+CPU builds, 2.11's are CUDA builds) is recorded per torch release and machine, with the wheel's name and size, for
+the rule ``platform-torch``."""
 
 from __future__ import annotations
 
@@ -14,12 +17,13 @@ import re
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
 
-from mcore_images import components
+from mcore_images import components, platforms
 from mcore_images.errors import InputError
 from mcore_images.stacks import Stack, repo_root
 
@@ -27,17 +31,24 @@ ENGINES: tuple[components.Component, ...] = tuple(c for c in components.CATALOGU
 """The catalogue's rollout engines."""
 
 
-PLATFORMS = tuple(arg for tag in (*(f"manylinux_2_{minor}_x86_64" for minor in range(39, 16, -1)),
-                                   "manylinux2014_x86_64", "manylinux1_x86_64") for arg in ("--platform", tag))
-"""The wheel tags an engine release may be published under (pip matches only the tags it is given): every
-manylinux glibc tag up to the locks' own (x86_64-manylinux_2_39)."""
+def wheel_platforms(machine: str = platforms.DEFAULT.machine) -> tuple[str, ...]:
+    """pip's ``--platform`` arguments for the wheel tags a release may be published under on ``machine`` (pip matches
+    only the tags it is given): every manylinux glibc tag up to the locks' newest (manylinux_2_39)."""
+    oldest = (f"manylinux2014_{machine}", *((f"manylinux1_{machine}",) if machine == "x86_64" else ()))
+    return tuple(arg for tag in (*(f"manylinux_2_{minor}_{machine}" for minor in range(39, 16, -1)), *oldest)
+                 for arg in ("--platform", tag))
+
+
+PLATFORMS = wheel_platforms()
+"""The x86_64 wheel tags (what every metadata read but torch's per-machine one asks for)."""
 
 
 def engines_file(root: Path | None = None) -> Path:
     return (root or repo_root()) / "env" / "engines.json"
 
 
-_CANDIDATES: dict[str, dict[str, Any]] = {"torch": {}, "verl": {}, "megatron_bridge": {}, "cudnn": {}}
+_CANDIDATES: dict[str, dict[str, Any]] = {"torch": {}, "verl": {}, "megatron_bridge": {}, "cudnn": {},
+                                          "torch_wheels": {}}
 """Requirements read from the index in this process for versions env/engines.json has not recorded: a
 `build --set` or an `outdated` candidate (read_candidates). The rules see them; nothing writes them to env/."""
 
@@ -83,6 +94,17 @@ def torch_cudnn(stack: Stack, root: Path | None = None) -> str | None:
     return _document(root).get("cudnn", {}).get(stack.torch)
 
 
+def wheel_key(python: str, machine: str) -> str:
+    """How env/engines.json files a wheel under its release: the CPython tag and the machine (``cp313-aarch64``)."""
+    return f"cp{python.replace('.', '')}-{machine}"
+
+
+def torch_wheel(stack: Stack, machine: str, root: Path | None = None) -> dict[str, Any] | None:
+    """What PyPI's torch wheel of the stack's release and Python is on ``machine`` ({"wheel", "bytes",
+    "cuda_runtime"}: the CUDA runtime requirement that applies there, '' for a CPU build), None when not recorded."""
+    return _document(root).get("torch_wheels", {}).get(stack.torch, {}).get(wheel_key(stack.python, machine))
+
+
 def bridge_missing(stack: Stack, root: Path | None = None) -> list[str] | None:
     """What the stack's Megatron-Bridge imports at import time that its megatron-core lacks (bridge_imports.py),
     None when not recorded for this pair."""
@@ -95,7 +117,8 @@ def unrecorded(stack: Stack, root: Path | None = None) -> list[components.Compon
     Megatron-Bridge, when its imports against the stack's megatron-core are; torch from PyPI, when its cuDNN
     requirement is)."""
     missing = [e for e in ENGINES if stack.has(e.key) and torch_requirement(stack, e, root) is None]
-    if stack.torch_source == "pypi" and torch_cudnn(stack, root) is None:
+    if stack.torch_source == "pypi" and (torch_cudnn(stack, root) is None
+                                         or any(torch_wheel(stack, m, root) is None for m in stack.machines)):
         missing.append(components.BY_KEY["torch"])
     if stack.has("verl") and verl_requirements(stack, root) is None:
         missing.append(components.BY_KEY["verl"])
@@ -130,6 +153,9 @@ def _read(stack: Stack, document: dict[str, Any], which: list[components.Compone
             bridge_imports.read(stack.megatron_bridge, stack.mcore, stack.python))
     if components.BY_KEY["torch"] in which:
         document.setdefault("cudnn", {})[stack.torch] = read_cudnn(stack.torch, stack.python)
+        for machine in stack.machines:
+            document.setdefault("torch_wheels", {}).setdefault(stack.torch, {})[wheel_key(stack.python, machine)] = (
+                read_torch_wheel(stack.torch, stack.python, machine))
 
 
 def read_requirement(engine: components.Component, version: str, python: str) -> str:
@@ -160,21 +186,73 @@ def read_cudnn(torch: str, python: str) -> str:
     return ""
 
 
+CUDA_RUNTIME = re.compile(r"^nvidia-cuda-runtime(-cu\d+)?$")
+"""The wheel that brings libcudart (torch up to 2.10 names it); torch 2.11 names it through NVIDIA's cuda-toolkit
+meta-package, with the extra ``cudart``. A CPU build requires neither on its machine."""
+
+
+def cuda_runtime(requirement: Requirement) -> str | None:
+    """The requirement as the CUDA runtime it brings (``cuda-toolkit[cudart]==13.0.2``), None for another."""
+    name = requirement.name.lower()
+    if CUDA_RUNTIME.match(name):
+        return f"{name}{requirement.specifier}"
+    if name == "cuda-toolkit" and "cudart" in requirement.extras:
+        return f"{name}[cudart]{requirement.specifier}"
+    return None
+
+
+def read_torch_wheel(torch: str, python: str, machine: str) -> dict[str, Any]:
+    """PyPI's torch wheel of ``torch`` for ``machine``: its file name and size (the index's), and the CUDA runtime
+    requirement its metadata declares there ('' for a CPU build: PyPI's aarch64 wheels of torch 2.9 name their
+    nvidia-* wheels for x86_64 only)."""
+    from mcore_images.rules import MARKER_ENV
+
+    item = _install_report("torch", torch, python, wheel_platforms(machine))
+    env = {**MARKER_ENV, "platform_machine": machine, "python_version": python, "python_full_version": f"{python}.0",
+           "extra": ""}
+    runtime = ""
+    for text in item["metadata"].get("requires_dist") or []:
+        requirement = Requirement(text)
+        brings = cuda_runtime(requirement)
+        if brings and (requirement.marker is None or requirement.marker.evaluate(env)):
+            runtime = brings
+    wheel = str((item.get("download_info") or {}).get("url", "")).rsplit("/", 1)[-1]
+    return {"wheel": wheel, "bytes": file_size("torch", wheel), "cuda_runtime": runtime}
+
+
+def file_size(project: str, filename: str) -> int | None:
+    """The size the index's JSON simple API gives for one file of a project (None when it gives none)."""
+    from mcore_images.lock import PYPI_SIMPLE
+
+    request = urllib.request.Request(f"{PYPI_SIMPLE}/{project}/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        files = json.load(response)["files"]
+    size = next((f.get("size") for f in files if f["filename"] == filename), None)
+    return size if isinstance(size, int) else None
+
+
 def read_metadata(distribution: str, version: str, python: str) -> dict[str, Any]:
     """A release's core metadata from the index (pip resolves and downloads nothing but the metadata)."""
+    metadata: dict[str, Any] = _install_report(distribution, version, python, PLATFORMS)["metadata"]
+    return metadata
+
+
+def _install_report(distribution: str, version: str, python: str, wheel_tags: tuple[str, ...]) -> dict[str, Any]:
+    """pip's install report of one release for the given wheel tags (its metadata and where it comes from)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         done = subprocess.run(
             [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--no-deps", "--ignore-installed",
              "--ignore-requires-python",
-             "--only-binary", ":all:", "--python-version", python, *PLATFORMS,
+             "--only-binary", ":all:", "--python-version", python, *wheel_tags,
              "--target", str(Path(tmp) / "none"), "--report", str(report), f"{distribution}=={version}"],
             capture_output=True, text=True, check=False)
         if done.returncode:
             why = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
             raise InputError(f"cannot read {distribution} {version}'s requirements from the index: {why}")
-        metadata: dict[str, Any] = json.loads(report.read_text())["install"][0]["metadata"]
-    return metadata
+        item: dict[str, Any] = json.loads(report.read_text())["install"][0]
+    return item
 
 
 def record(stack: Stack, root: Path | None = None) -> Path | None:
@@ -191,16 +269,20 @@ def record(stack: Stack, root: Path | None = None) -> Path | None:
         return None
     document = _recorded(root)
     _read(stack, document, carried)
-    table, verl, bridges, cudnn = (document.get(k, {}) for k in ("torch", "verl", "megatron_bridge", "cudnn"))
+    table, verl, bridges, cudnn, wheels = (document.get(k, {}) for k in ("torch", "verl", "megatron_bridge", "cudnn",
+                                                                          "torch_wheels"))
     path = engines_file(root)
     body = {"about": "torch requirement of each rollout-engine release, and the requirements of each verl release, "
                      "from their metadata on PyPI; what each Megatron-Bridge release imports at import time that a "
                      "megatron-core release lacks, read from both wheels; the cuDNN wheel each torch release "
-                     "requires, from its metadata on PyPI; written by `mcore-images lock`, read by the rules "
-                     "engine-torch, verl-requirements, bridge-mcore and cudnn-torch",
+                     "requires, from its metadata on PyPI; each torch release's wheel per CPython and machine "
+                     "(file, bytes, and the CUDA runtime its metadata requires there: '' is a CPU build), from the "
+                     "index; written by `mcore-images lock`, read by the rules engine-torch, verl-requirements, "
+                     "bridge-mcore, cudnn-torch and platform-torch",
             "torch": {k: dict(sorted(v.items())) for k, v in sorted(table.items())},
             "verl": dict(sorted(verl.items())),
             "megatron_bridge": {k: dict(sorted(v.items())) for k, v in sorted(bridges.items())},
-            "cudnn": dict(sorted(cudnn.items()))}
+            "cudnn": dict(sorted(cudnn.items())),
+            "torch_wheels": {k: dict(sorted(v.items())) for k, v in sorted(wheels.items())}}
     path.write_text(json.dumps(body, indent=2) + "\n")
     return path

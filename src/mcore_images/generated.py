@@ -8,7 +8,8 @@ A region sits between two marker lines in its file and is rendered from the one 
 - docker-bake.hcl, the ``TAG_LAYERS`` and ``ORIGINS`` variables its tags are computed from: from the tag scheme
   (tags.py's ``parts`` and ``ORIGINS``), so bake and tags.py name the same parts in the same order;
 - docker-bake.hcl, the ``GPU_ARCHS`` variable its ``io.mcore-images.gpus`` label is computed from: from the GPU
-  architecture table (gpu_archs.py).
+  architecture table (gpu_archs.py);
+- docker-bake.hcl, the ``PLATFORMS`` variable its per-platform contexts are computed from: from platforms.py.
 
 The locks (env/locks) are the other generated files; lock.py writes and checks them. `validate` also holds the
 Dockerfile's hand-written ARG and check-version lines to the catalogue (dockerfile.py).
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcore_images import components, dockerfile, gpu_archs, lock, plan, tags
+from mcore_images import components, dockerfile, gpu_archs, lock, plan, platforms, tags
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.stacks import checkout_root, load_stacks, stacks_file
@@ -87,11 +88,18 @@ def _bake_gpu_archs(root: Path) -> str:
     return f'variable "GPU_ARCHS" {{\n  default = {{\n{rows}\n  }}\n}}\n'
 
 
+def _bake_platforms(root: Path) -> str:
+    rows = "\n".join(f'    "{p.name}" = {{ machine = {_hcl(p.machine)}, arch = {_hcl(p.arch)}, '
+                     f'default = {_hcl(p == platforms.DEFAULT)} }}' for p in platforms.PLATFORMS)
+    return f'variable "PLATFORMS" {{\n  default = {{\n{rows}\n  }}\n}}\n'
+
+
 REGIONS: tuple[Region, ...] = (
     Region("README.md", "<!-- stacks:begin", "<!-- stacks:end -->", _readme_table),
     Region("docker-bake.hcl", "# components:begin", "# components:end", _bake_components),
     Region("docker-bake.hcl", "# tag-scheme:begin", "# tag-scheme:end", _bake_tag_scheme),
     Region("docker-bake.hcl", "# gpu-archs:begin", "# gpu-archs:end", _bake_gpu_archs),
+    Region("docker-bake.hcl", "# platforms:begin", "# platforms:end", _bake_platforms),
 )
 
 
@@ -160,14 +168,15 @@ def _validate(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         if not problems:
-            print("generated files current: README stacks table, docker-bake.hcl components, tag scheme and GPU "
-                  "architectures, locks; the Dockerfile's build args and version checks follow the catalogue")
+            print("generated files current: README stacks table, docker-bake.hcl components, tag scheme, GPU "
+                  "architectures and platforms, locks of every platform; the Dockerfile's build args and version "
+                  "checks follow the catalogue")
     return 1 if problems else 0
 
 
 COMMANDS = (
     Command("update", "rewrite every generated file from its source: README stacks table, bake components, tag "
-            "scheme and GPU architectures, locks",
+            "scheme, GPU architectures and platforms, locks of every platform",
             _update_arguments, _update, prints_data=True),
     Command("validate", "check every generated file against its source, and the Dockerfile's build args against "
             "the catalogue (exit 1 when one is out of step)",

@@ -6,6 +6,13 @@ their packages. The Dockerfile installs a lock with `pip --require-hashes --no-d
 resolves nothing: torch cannot be swapped by a later layer, and every download is hash-checked.
 Locks are derived files: `mcore-images lock --check` (run by the tests) proves they still match
 the pins, and `mcore-images lock` rewrites them.
+
+A stack is locked for each platform it lists: x86_64 at env/locks/<stack>/, aarch64 (linux/arm64) at
+env/locks/aarch64/<stack>/, a tree that mirrors the first path for path. BuildKit picks the tree of the platform
+it builds (bake gives the arm64 build its own `locks` context, docker-bake.hcl), so the Dockerfile mounts the same
+`<stack>/<layer>.txt` on every platform and an amd64 step's cache key never sees the arm64 locks. The aarch64 locks
+are resolved at the x86_64 locks' versions wherever a package exists for both, so the platforms of one tag hold
+the same releases (`--check` holds them to it).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import urllib.request
 from email.parser import Parser
 from pathlib import Path
 
-from mcore_images import components, engines
+from mcore_images import components, engines, platforms
 from mcore_images.command import Command, print_json
 from mcore_images.components import LOCK_LAYERS
 from mcore_images.errors import InputError
@@ -45,16 +52,21 @@ for a stack whose torch comes with the base never re-installs these from PyPI.""
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
 
 
-def platform(stack: Stack) -> str:
-    """uv's --python-platform for the stack's base image."""
+DEFAULT_MACHINE = platforms.DEFAULT.machine
+"""The machine whose locks sit at env/locks/<stack>/ (every stack's first platform before platforms were a
+setting); another machine's are under env/locks/<machine>/."""
+
+
+def platform(stack: Stack, machine: str = DEFAULT_MACHINE) -> str:
+    """uv's --python-platform for the stack's base image on ``machine`` (one glibc per base, whatever the machine)."""
     if stack.flavor == "debian" and f"debian-{stack.debian_suite}" in GLIBC:
-        return f"x86_64-manylinux_{GLIBC[f'debian-{stack.debian_suite}']}"
+        return f"{machine}-manylinux_{GLIBC[f'debian-{stack.debian_suite}']}"
     if stack.flavor in ("ngc", "debian"):
-        return f"x86_64-manylinux_{GLIBC[stack.flavor]}"
+        return f"{machine}-manylinux_{GLIBC[stack.flavor]}"
     release = re.search(r"ubuntu[0-9.]+", stack.base_image)
     if not release or release.group(0) not in GLIBC:
         raise InputError(f"no glibc recorded for base {stack.base_image}; add its Ubuntu release to GLIBC in lock.py")
-    return f"x86_64-manylinux_{GLIBC[release.group(0)]}"
+    return f"{machine}-manylinux_{GLIBC[release.group(0)]}"
 
 
 def cuda_major(stack: Stack) -> str:
@@ -176,7 +188,8 @@ def uv_reason(stderr: str) -> str:
 
 
 def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
-                  constraints: dict[str, str] | None = None, preferred: str = "") -> str:
+                  constraints: dict[str, str] | None = None, machine: str = DEFAULT_MACHINE,
+                  preferred: str = "") -> str:
     """Resolve requirements with uv at the given versions, without re-emitting the layers below. ``preferred``
     (lock text, e.g. the committed lock of an overridden layer) is given to uv as its existing output file, whose
     pins uv keeps wherever the requirements allow: an override moves what it must and nothing else."""
@@ -190,7 +203,7 @@ def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
         # Relative names (uv runs in the folder): the "# via -c constraints.txt" notes stay the same
         # from one resolution to the next, so an unchanged layer resolves to the same bytes.
         cmd = [_uv(), "pip", "compile", req.name, "--constraint", con.name, "--generate-hashes",
-               "--python-version", stack.python, "--python-platform", platform(stack), "--no-header",
+               "--python-version", stack.python, "--python-platform", platform(stack, machine), "--no-header",
                "--quiet", "--index-url", f"{PYPI_SIMPLE}/"]
         for name in below:
             cmd += ["--no-emit-package", name]
@@ -226,17 +239,17 @@ def _drop_base_provided(text: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def resolution_line(stack: Stack) -> str:
+def resolution_line(stack: Stack, machine: str = DEFAULT_MACHINE) -> str:
     """What every layer of the stack is resolved for: Python, platform and the stack's constraints."""
     constraints = f", constraints: {'; '.join(stack.constraints)}" if stack.constraints else ""
-    return f"# Python {stack.python}, {platform(stack)}{constraints}."
+    return f"# Python {stack.python}, {platform(stack, machine)}{constraints}."
 
 
-def header(stack: Stack, layer: str, requirements: list[str]) -> str:
+def header(stack: Stack, layer: str, requirements: list[str], machine: str = DEFAULT_MACHINE) -> str:
     top = ", ".join(requirements) or "nothing (this layer installs no package from PyPI)"
     return (f"# Lock of layer '{layer}' of stack '{stack.name}': derived from env/stacks.json by "
             f"`mcore-images lock --stack {stack.name}`; do not edit.\n"
-            f"{resolution_line(stack)} Top level: {top}\n")
+            f"{resolution_line(stack, machine)} Top level: {top}\n")
 
 
 def resolved_inputs(stack: Stack) -> dict[str, list[str]]:
@@ -249,7 +262,8 @@ def resolved_inputs(stack: Stack) -> dict[str, list[str]]:
 _HEADER_STACK = re.compile(r"^# Lock of layer 'base' of stack '([^']+)'")
 
 
-def base_lock_source(stack: Stack, text: str, root: Path | None = None) -> Stack | None:
+def base_lock_source(stack: Stack, text: str, root: Path | None = None,
+                     machine: str = DEFAULT_MACHINE) -> Stack | None:
     """The stack whose base lock ``text`` is, byte for byte, when another stack of the same base tag
     (`lock --base-from`); None for a stack's own lock. A copy is judged as its source's lock."""
     from mcore_images import tags
@@ -260,11 +274,12 @@ def base_lock_source(stack: Stack, text: str, root: Path | None = None) -> Stack
     source = load_stacks((root or repo_root()) / "env" / "stacks.json").get(match.group(1))
     if source is None or tags.layer_tag("base", source) != tags.layer_tag("base", stack):
         return None
-    original = lock_dir(source, root) / "base.txt"
+    original = lock_dir(source, root, machine) / "base.txt"
     return source if original.is_file() and original.read_text() == text else None
 
 
-def stale_layers(stack: Stack, inputs: dict[str, list[str]], folder: Path) -> list[str]:
+def stale_layers(stack: Stack, inputs: dict[str, list[str]], folder: Path,
+                 machine: str = DEFAULT_MACHINE) -> list[str]:
     """The lock layers whose committed file was not resolved from these inputs (a layer's header records
     its Python, platform, constraints and top-level requirements); a base copied from a stack of the same base
     tag is current while it equals that stack's."""
@@ -272,34 +287,59 @@ def stale_layers(stack: Stack, inputs: dict[str, list[str]], folder: Path) -> li
     for layer in own_layers(stack):
         path = folder / f"{layer}.txt"
         text = path.read_text() if path.is_file() else ""
-        if layer == "base" and text and base_lock_source(stack, text) is not None:
+        if layer == "base" and text and base_lock_source(stack, text, machine=machine) is not None:
             continue
-        if not text.startswith(header(stack, layer, inputs[layer])):
+        if not text.startswith(header(stack, layer, inputs[layer], machine)):
             stale.append(layer)
     return stale
 
 
-def write_side_lock(stack: Stack, layer: str, inputs: dict[str, list[str]], folder: Path) -> Path:
+def write_side_lock(stack: Stack, layer: str, inputs: dict[str, list[str]], folder: Path,
+                    machine: str = DEFAULT_MACHINE) -> Path:
     """Re-resolve a side layer (the builder) alone, at the versions the committed chain already pins:
     its toolchain never reaches the published layers, so they stay byte for byte."""
     chain = {layer_: pins((folder / f"{layer_}.txt").read_text()) for layer_ in LOCK_LAYERS
              if layer_ not in SIDE_LAYERS}
     below = chain["base"]
-    agreed = {name: version for layer_pins in chain.values() for name, version in layer_pins.items()}
+    agreed = {**default_pins(stack, machine),
+              **{name: version for layer_pins in chain.values() for name, version in layer_pins.items()}}
     requirements = inputs["base"] + inputs[layer]
-    text = compile_layer(stack, requirements, below, constraints=agreed) if inputs[layer] else ""
+    text = compile_layer(stack, requirements, below, constraints=agreed, machine=machine) if inputs[layer] else ""
     path = folder / f"{layer}.txt"
-    path.write_text(header(stack, layer, inputs[layer]) + text)
+    path.write_text(header(stack, layer, inputs[layer], machine) + text)
     return path
 
 
-def lock_dir(stack: Stack, root: Path | None = None) -> Path:
-    return (root or repo_root()) / "env" / "locks" / stack.name
+def locks_root(root: Path | None = None, machine: str = DEFAULT_MACHINE) -> Path:
+    """The tree of one machine's locks: env/locks for x86_64, env/locks/<machine> for another (bake's `locks`
+    context of that platform)."""
+    top = (root or repo_root()) / "env" / "locks"
+    return top if machine == DEFAULT_MACHINE else top / machine
 
 
-def lock_path(stack: Stack, layer: str, root: Path | None = None) -> Path:
+def lock_dir(stack: Stack, root: Path | None = None, machine: str = DEFAULT_MACHINE) -> Path:
+    return locks_root(root, machine) / stack.name
+
+
+def lock_path(stack: Stack, layer: str, root: Path | None = None, machine: str = DEFAULT_MACHINE) -> Path:
     """The lock file of one layer: a stack with ``layers_from`` reads its lower layers' from that stack."""
-    return (root or repo_root()) / "env" / "locks" / stack.layer_stack(layer) / f"{layer}.txt"
+    return locks_root(root, machine) / stack.layer_stack(layer) / f"{layer}.txt"
+
+
+def default_pins(stack: Stack, machine: str, root: Path | None = None, tree: Path | None = None) -> dict[str, str]:
+    """For another machine than x86_64: every version the stack's x86_64 locks pin (its own layers, from ``tree``
+    when given, an override's; and those it shares), which that machine's resolution is held to wherever a package
+    exists for both; {} for x86_64."""
+    if machine == DEFAULT_MACHINE:
+        return {}
+    found: dict[str, str] = {}
+    for layer in LOCK_LAYERS:
+        path = lock_path(stack, layer, root)
+        if tree is not None and stack.layer_stack(layer) == stack.name:
+            path = tree / stack.name / f"{layer}.txt"
+        if path.is_file():
+            found.update(pins(path.read_text()))
+    return found
 
 
 def own_layers(stack: Stack) -> tuple[str, ...]:
@@ -308,7 +348,8 @@ def own_layers(stack: Stack) -> tuple[str, ...]:
 
 
 def write_locks(stack: Stack, root: Path | None = None, keep_below: str | None = None,
-                keep_from: Path | None = None, folder: Path | None = None) -> list[Path]:
+                keep_from: Path | None = None, folder: Path | None = None,
+                machine: str = DEFAULT_MACHINE, agree_with: Path | None = None) -> list[Path]:
     """Resolve all layers together once, then split that one solution into per-layer locks.
 
     Resolving layer by layer against the pins below can paint itself into a corner (a lower layer
@@ -318,19 +359,22 @@ def write_locks(stack: Stack, root: Path | None = None, keep_below: str | None =
     With `keep_below` (a layer), the locks of the layers under it are copied unchanged from
     `keep_from` and only that layer and the ones above are resolved, against their pins: a
     megatron-core bump then changes the runtime lock alone, and the layers below stay cached.
-    Every layer gets a file (a header alone where it installs nothing).
+    Every layer gets a file (a header alone where it installs nothing). Another machine than x86_64 is resolved
+    at the versions the x86_64 locks pin (``default_pins``; those of the tree ``agree_with``, an override's, when
+    given).
     """
     inputs = resolved_inputs(stack)
-    folder = folder or lock_dir(stack, root)
+    folder = folder or lock_dir(stack, root, machine)
+    agreed = default_pins(stack, machine, root, agree_with)
     folder.mkdir(parents=True, exist_ok=True)
     shared = len(LOCK_LAYERS) - len(own_layers(stack))  # layers taken from layers_from come first
     first = max(LOCK_LAYERS.index(keep_below) if keep_below else 0, shared)
     below: dict[str, str] = {}
     for layer in LOCK_LAYERS[:first]:
         if stack.layer_stack(layer) != stack.name:
-            text = lock_path(stack, layer, root).read_text()  # the other stack's, read where it is
+            text = lock_path(stack, layer, root, machine).read_text()  # the other stack's, read where it is
         else:
-            text = (Path(keep_from or lock_dir(stack)) / f"{layer}.txt").read_text()
+            text = (Path(keep_from or lock_dir(stack, machine=machine)) / f"{layer}.txt").read_text()
             (folder / f"{layer}.txt").write_text(text)
         if layer not in SIDE_LAYERS:
             below.update(pins(text))
@@ -339,15 +383,17 @@ def write_locks(stack: Stack, root: Path | None = None, keep_below: str | None =
     kept = Path(keep_from) if keep_from and keep_below else None
     committed = {layer: (kept / f"{layer}.txt").read_text() if kept and (kept / f"{layer}.txt").is_file() else ""
                  for layer in LOCK_LAYERS[first:]}
-    joint = pins(compile_layer(stack, upper, below, preferred="".join(committed.values()))) if upper else {}
+    joint = pins(compile_layer(stack, upper, below, constraints=agreed, machine=machine,
+                               preferred="".join(committed.values()))) if upper else {}
     chain = [req for layer in LOCK_LAYERS[:first] if layer not in SIDE_LAYERS for req in inputs[layer]]
     written = []
     for layer in LOCK_LAYERS[first:]:
         path = folder / f"{layer}.txt"
         requirements = chain + inputs[layer]
-        text = (compile_layer(stack, requirements, below, constraints=joint, preferred=committed[layer])
+        text = (compile_layer(stack, requirements, below, constraints={**agreed, **joint}, machine=machine,
+                              preferred=committed[layer])
                 if inputs[layer] else "")
-        path.write_text(header(stack, layer, inputs[layer]) + text)
+        path.write_text(header(stack, layer, inputs[layer], machine) + text)
         if layer not in SIDE_LAYERS:
             # The builder is a side branch (its toolchain never reaches kernels or runtime).
             chain = requirements
@@ -357,64 +403,129 @@ def write_locks(stack: Stack, root: Path | None = None, keep_below: str | None =
 
 
 def check_locks(stack: Stack, root: Path | None = None) -> list[str]:
-    """Problems between a stack's pins and its committed locks (offline; no resolution)."""
+    """Problems between a stack's pins and its committed locks, for each of its platforms (offline; no
+    resolution); a folder of locks for a platform the stack does not list is one too."""
+    problems = [p for machine in stack.machines for p in _check_machine(stack, root, machine)]
+    for machine in platforms.BY_MACHINE:
+        folder = lock_dir(stack, root, machine)
+        if machine not in stack.machines and any(folder.glob("*.txt")):
+            problems.append(f"{_shown(folder, root)}/ holds {machine} locks, but stack '{stack.name}' does not list "
+                            f"{platforms.BY_MACHINE[machine].name} in its platforms; delete the folder, or add the "
+                            "platform")
+    return problems
+
+
+def _shown(path: Path, root: Path | None) -> str:
+    """A lock's path as messages name it: from the checkout's top (env/locks/…)."""
+    return str(path.relative_to(root or repo_root()))
+
+
+def _check_machine(stack: Stack, root: Path | None, machine: str) -> list[str]:
+    """check_locks for one machine's locks; another machine than x86_64 must pin what the x86_64 locks pin."""
     problems = []
-    folder = lock_dir(stack, root)
     expected = expected_pins(stack)
+    agreed = default_pins(stack, machine, root) if DEFAULT_MACHINE in stack.machines else {}
     seen: dict[str, str] = {}
     for layer in LOCK_LAYERS:
-        path = lock_path(stack, layer, root)
+        path = lock_path(stack, layer, root, machine)
         if stack.layer_stack(layer) != stack.name:  # checked with its own stack; pins agree by validation
             seen.update(pins(path.read_text()) if path.is_file() and layer not in SIDE_LAYERS else {})
             continue
+        shown = _shown(path, root)
         if not path.is_file():
-            problems.append(f"env/locks/{stack.name}/{layer}.txt is missing; "
-                            f"run `mcore-images lock --stack {stack.name}`")
+            problems.append(f"{shown} is missing; run `mcore-images lock --stack {stack.name}`")
             continue
         found = pins(path.read_text())
         for name, version in expected.get(layer, {}).items():
             if found.get(name) != version:
-                problems.append(f"{path.relative_to(folder.parents[2])}: {name} is "
-                                f"{found.get(name, 'missing')}, env/stacks.json pins {version}; "
+                problems.append(f"{shown}: {name} is {found.get(name, 'missing')}, env/stacks.json pins {version}; "
                                 f"run `mcore-images lock --stack {stack.name}`")
         for name, version in found.items():
             if name in seen and seen[name] != version:
                 problems.append(f"{path.name}: {name}=={version} conflicts with {seen[name]} from a lower layer")
             seen[name] = version
+            if name in agreed and agreed[name] != version:
+                problems.append(f"{shown}: {name} is {version}, the {DEFAULT_MACHINE} locks pin {agreed[name]} (the "
+                                f"platforms of one tag hold the same releases); run `mcore-images lock --stack "
+                                f"{stack.name}`")
         text = path.read_text()
         if found and "--hash=sha256:" not in text:
             problems.append(f"{path}: no hashes; run `mcore-images lock --stack {stack.name}`")
         lines = text.splitlines()
-        resolved_as = (base_lock_source(stack, text, root) if layer == "base" else None) or stack
-        if len(lines) < 2 or not lines[1].startswith(resolution_line(resolved_as)):
-            problems.append(f"env/locks/{stack.name}/{layer}.txt was not resolved for {resolution_line(stack)[2:]} "
+        resolved_as = (base_lock_source(stack, text, root, machine) if layer == "base" else None) or stack
+        if len(lines) < 2 or not lines[1].startswith(resolution_line(resolved_as, machine)):
+            problems.append(f"{shown} was not resolved for {resolution_line(stack, machine)[2:]} "
                             f"run `mcore-images lock --stack {stack.name}`")
     if stack.mcore != components.NONE and not problems:
         absent = [name for name in UNDECLARED_RUNTIME if name not in seen]
         if absent:
-            problems.append(f"env/locks/{stack.name}: {', '.join(absent)} missing from the locks ("
-                            f"{UNDECLARED_RUNTIME[absent[0]]}); run `mcore-images lock --stack {stack.name} "
+            problems.append(f"{_shown(lock_dir(stack, root, machine), root)}: {', '.join(absent)} missing from the "
+                            f"locks ({UNDECLARED_RUNTIME[absent[0]]}); run `mcore-images lock --stack {stack.name} "
                             "--from-layer runtime`")
     return problems
 
 
 def update_locks(stack: Stack, full: bool = False, from_layer: str | None = None) -> tuple[str | None, list[Path]]:
-    """Re-resolve what the pins changed: from the lowest stale layer up (``full``: every layer;
-    ``from_layer``: from that one), keeping the layers below it byte for byte. Returns (first layer
-    resolved or None when all were current, files written)."""
-    if engines.unrecorded(stack):  # what the rule engine-torch reads, from the index like the locks
+    """Re-resolve what the pins changed, for every platform of the stack: from the lowest stale layer up (``full``:
+    every layer; ``from_layer``: from that one), keeping the layers below it byte for byte. Another machine than
+    x86_64 re-resolves from where x86_64 did too (it is held to x86_64's versions), and only once the rules allow
+    the platform. Returns (first layer resolved or None when all were current, files written)."""
+    if engines.unrecorded(stack):  # what the rules engine-torch and platform-torch read, from the index like the locks
         engines.record(stack)
-    folder = lock_dir(stack)
     inputs = resolved_inputs(stack)
-    stale = stale_layers(stack, inputs, folder)
+    firsts: list[str] = []
+    written: list[Path] = []
+    for machine in sorted(stack.machines, key=lambda m: m != DEFAULT_MACHINE):  # x86_64 first: the others follow it
+        if machine != DEFAULT_MACHINE:
+            refused = platform_refusal(stack, machine)
+            if refused:
+                raise InputError(refused)
+        follow = firsts[0] if firsts and machine != DEFAULT_MACHINE else None
+        first, paths = _update_machine(stack, inputs, machine, full, from_layer or follow)
+        firsts += [first] if first else []
+        written += paths
+    return (min(firsts, key=LOCK_LAYERS.index) if firsts else None), written
+
+
+def _shared_base(stack: Stack, machine: str) -> Path | None:
+    """For another machine than x86_64: the base lock of the stack whose x86_64 base lock this stack's is a copy of
+    (one content tag, one content), None when its x86_64 base is its own."""
+    if machine == DEFAULT_MACHINE:
+        return None
+    own = lock_dir(stack) / "base.txt"
+    source = base_lock_source(stack, own.read_text()) if own.is_file() else None
+    if source is None or machine not in source.machines:
+        return None
+    path = lock_dir(source, machine=machine) / "base.txt"
+    return path if path.is_file() else None
+
+
+def platform_refusal(stack: Stack, machine: str) -> str | None:
+    """Why the rules refuse the platform of ``machine`` for this stack (one line), None when they allow it."""
+    from mcore_images import rules
+
+    name = platforms.BY_MACHINE[machine].name
+    broken = [v for v in rules.check(stack) if v.rule.startswith("platform-") and name in v.message]
+    return f"no {machine} locks resolved: {broken[0]}" if broken else None
+
+
+def _update_machine(stack: Stack, inputs: dict[str, list[str]], machine: str, full: bool,
+                    from_layer: str | None) -> tuple[str | None, list[Path]]:
+    folder = lock_dir(stack, machine=machine)
+    shared = _shared_base(stack, machine)
+    if shared is not None:  # the x86_64 base is another stack's (`lock --base-from`): so is this machine's
+        mine = folder / "base.txt"
+        if not mine.is_file() or mine.read_text() != shared.read_text():
+            return "builder", write_locks(stack, keep_below="builder", keep_from=shared.parent, machine=machine)
+    stale = stale_layers(stack, inputs, folder, machine)
     if not (full or from_layer) and stale and set(stale) <= set(SIDE_LAYERS):
-        return stale[0], [write_side_lock(stack, layer, inputs, folder) for layer in stale]
+        return stale[0], [write_side_lock(stack, layer, inputs, folder, machine) for layer in stale]
     first = "base" if full else (from_layer or (stale[0] if stale else None))
-    if first is None and not check_locks(stack):
+    if first is None and not _check_machine(stack, None, machine):
         return None, []
     first = first or "base"
     keep_below = None if first == "base" else first
-    return first, write_locks(stack, keep_below=keep_below, keep_from=folder if keep_below else None)
+    return first, write_locks(stack, keep_below=keep_below, keep_from=folder if keep_below else None, machine=machine)
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -442,7 +553,13 @@ def _lock_on_base_of(stack: Stack | None, source: str, stacks: dict[str, Stack],
     if mine != theirs:
         raise InputError(f"--base-from {source}: its base is {theirs}, stack '{stack.name}''s is {mine}; only stacks "
                          "that tag one base image share its lock")
-    written = write_locks(stack, keep_below="builder", keep_from=lock_dir(other))
+    lacking = [m for m in stack.machines if m not in other.machines]
+    if lacking:
+        raise InputError(f"--base-from {source}: it has no {', '.join(lacking)} locks to share; add its platforms, or "
+                         "lock this stack on its own")
+    written = [path for machine in sorted(stack.machines, key=lambda m: m != DEFAULT_MACHINE)
+               for path in write_locks(stack, keep_below="builder", keep_from=lock_dir(other, machine=machine),
+                                       machine=machine)]
     print_json({stack.name: {"base_from": other.name, "written": [str(p) for p in written]}}
           if as_json else f"{stack.name}: base lock from {other.name}; re-resolved from 'builder' up "
           f"({len(written)} files)")
@@ -472,7 +589,8 @@ def _run(args: argparse.Namespace) -> int:
         report[stack.name] = {"from_layer": first, "written": [str(p) for p in written]}
         if not args.json:
             print(f"{stack.name}: locks current" if first is None else
-                  f"{stack.name}: re-resolved side layer '{first}' alone" if first in SIDE_LAYERS else
+                  f"{stack.name}: re-resolved side layer '{first}' alone"
+                  if all(path.stem in SIDE_LAYERS for path in written) else
                   f"{stack.name}: re-resolved from layer '{first}' up ({len(written)} files)")
     if args.json:
         print_json(report)

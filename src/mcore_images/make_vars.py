@@ -36,6 +36,7 @@ OPTIONS: dict[str, MakeVar] = {
     "STACK": MakeVar("--stack"),
     "GROUP": MakeVar("--group"),
     "LAYER": MakeVar("--layer"),
+    "PLATFORM": MakeVar("--platform"),
     "MAX_JOBS": MakeVar("--max-jobs"),
     "NVCC_THREADS": MakeVar("--nvcc-threads"),
     "FORCE": MakeVar("--force", flag=True),

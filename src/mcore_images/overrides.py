@@ -1,9 +1,9 @@
 """Build-time pin overrides (`mcore-images build --stack S --set mcore=0.16.0`) without editing env/.
 
 An override writes a workspace under build/override/<stack>/: a bake variable file with the changed
-stack and that stack's locks, copied unchanged for the layers below the first one the change
-touches and re-resolved from there up. Bake then reads that file instead of docker-bake.json and
-the `locks` context points at the workspace, so the layers below stay cached.
+stack and that stack's locks (for each of its platforms, laid out as env/locks is), copied unchanged for the
+layers below the first one the change touches and re-resolved from there up. Bake then reads that file
+instead of docker-bake.json and the `locks` context points at the workspace, so the layers below stay cached.
 """
 
 from __future__ import annotations
@@ -75,12 +75,20 @@ def workspace(stacks: dict[str, Stack], changed: Stack, changes: dict[str, str],
     bake_file = base / "stacks.json"
     bake_file.write_text(json.dumps(entries, indent=2) + "\n")
     first = first_changed_layer(changes)
-    committed = lock.lock_dir(stacks[changed.name], root)
-    target = locks_root / changed.name
-    if first is None:
-        target.mkdir(parents=True, exist_ok=True)
-        for path in committed.glob("*.txt"):
-            (target / path.name).write_text(path.read_text())
-    else:
-        lock.write_locks(changed, keep_below=first, keep_from=committed, folder=target)
+    for machine in sorted(changed.machines, key=lambda m: m != lock.DEFAULT_MACHINE):  # x86_64 first: others agree
+        committed = lock.lock_dir(stacks[changed.name], root, machine)
+        tree = locks_root if machine == lock.DEFAULT_MACHINE else locks_root / machine
+        target = tree / changed.name
+        if changed.layers_from:  # the layers it takes from another stack are mounted from that stack's folder
+            shared = tree / changed.layers_from
+            shared.mkdir(parents=True, exist_ok=True)
+            for path in lock.lock_dir(stacks[changed.layers_from], root, machine).glob("*.txt"):
+                (shared / path.name).write_text(path.read_text())
+        if first is None:
+            target.mkdir(parents=True, exist_ok=True)
+            for path in committed.glob("*.txt"):
+                (target / path.name).write_text(path.read_text())
+        else:
+            lock.write_locks(changed, keep_below=first, keep_from=committed, folder=target, machine=machine,
+                             agree_with=locks_root)
     return bake_file, locks_root

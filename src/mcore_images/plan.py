@@ -6,7 +6,7 @@ import argparse
 import json
 from dataclasses import dataclass, field
 
-from mcore_images import components, drivers, gpu_archs, needs, rules, tag_content, tags
+from mcore_images import components, drivers, gpu_archs, needs, platforms, rules, tag_content, tags
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.stacks import Stack, groups, load_stacks
@@ -37,6 +37,7 @@ class StackPlan:
             "versions": self.stack.versions(),
             "cuda_archs": self.stack.cuda_archs,
             "gpus": gpu_archs.serves(self.stack.cuda_archs),
+            "platforms": list(self.stack.platforms),
             "targets": self.targets,
             "violations": [str(v) for v in self.violations],
             "needs": self.needs,
@@ -86,7 +87,7 @@ def render_text(plans: list[StackPlan]) -> str:
         s = p.stack
         verdict = "ok" if not p.violations else f"{len(p.violations)} rule(s) broken"
         lines.append(f"{s.name} [{s.flavor}] groups={','.join(s.groups) or '-'}  base: {s.base_image} "
-                     f"({p.base_status})  rules: {verdict}")
+                     f"({p.base_status})  platforms: {platforms.short(s.platforms)}  rules: {verdict}")
         versions = "  ".join(f"{k}={v}" for k, v in s.versions().items())
         lines.append(f"  {versions}")
         for target, target_tags in p.targets.items():
@@ -99,16 +100,17 @@ def render_text(plans: list[StackPlan]) -> str:
 def render_markdown(plans: list[StackPlan]) -> str:
     """The stacks table embedded in README.md (written by `make update`, checked by `make validate`);
     one column per catalogue component and the GPUs the stack's cuda_archs serve, and under it the known needs
-    of models and recipes (env/needs.json) with the stacks that fall short of each."""
+    of models and recipes (env/needs.json) with the stacks that fall short of each. The platforms column is the
+    stack's `platforms` (amd64, arm64: Grace hosts such as GH200/GB200)."""
     head = ["stack", "flavor", "base", *(c.title for c in components.CATALOGUE), "min driver", "GPU architectures",
-            "groups"]
+            "platforms", "groups"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in plans:
         s = p.stack
         base = f"base and kernels of `{s.layers_from}`" if s.layers_from else f"`{s.base_image}` ({p.base_status})"
         cells = [f"`{s.name}`", s.flavor, base,
                  *(c.short(s.pins[c.key]) for c in components.CATALOGUE), drivers.min_driver(s.cuda) or "?",
-                 gpu_archs.serves(s.cuda_archs), ", ".join(s.groups) or "—"]
+                 gpu_archs.serves(s.cuda_archs), platforms.short(s.platforms), ", ".join(s.groups) or "—"]
         rows.append("| " + " | ".join(cells) + " |")
     known = needs.summary([p.stack for p in plans], needs.load())
     if known:

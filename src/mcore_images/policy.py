@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import components, images, schemas
+from mcore_images import components, images, platforms, schemas
 from mcore_images.errors import InputError
 from mcore_images.images import ImageRef
 from mcore_images.jsonfiles import CERTIFICATE_SCHEMA, PACKAGED, problem, read_json, schema_problem
@@ -37,6 +37,8 @@ class Policy:
     description: str
     require_gpu: bool
     max_age_days: float
+    require_every_platform: bool = False
+    """An index must hold every platform its stack lists (else: the platforms it holds, each certified)."""
 
 
 POLICIES = PACKAGED / "release-policies.json"
@@ -149,6 +151,36 @@ def certificate_problems(cert: Mapping[str, Any], image: ImageRef, now: dt.datet
                         f"{cert['created']}), policy '{policy.name}' allows {policy.max_age_days:g} days; certify "
                         "again")
     return problems
+
+
+def platform_problem(cert: Mapping[str, Any], platform: str) -> str | None:
+    """The certificate was made on the platform of the image it certifies: what ``platform.machine()`` said inside
+    the image (environment.platform). A certificate from before platforms were recorded speaks for a default-platform
+    image only."""
+    recorded = cert["environment"].get("platform") or {}
+    made_on = recorded.get("platform") if isinstance(recorded, dict) else None
+    if not made_on:
+        if platform == platforms.DEFAULT.name:
+            return None
+        return (f"the certificate records no platform and the image is {platform}; certify it again with this "
+                "release of mcore-images")
+    if made_on != platform:
+        return (f"the certificate was made on {made_on} (machine {recorded.get('machine')}) but the image is "
+                f"{platform}; certify this platform's image")
+    return None
+
+
+def coverage_problems(stack: Stack | None, present: list[str], policy: Policy) -> list[str]:
+    """Under a policy that requires every platform, an index holds every platform its stack lists (a tag that named
+    the stack's index must not lose a platform when it moves)."""
+    if stack is None or not policy.require_every_platform:
+        return []
+    missing = [p for p in stack.platforms if p not in present]
+    if not missing:
+        return []
+    return [f"it holds {', '.join(present) or 'no platform'}, and stack '{stack.name}' is built for "
+            f"{', '.join(stack.platforms)}: {', '.join(missing)} is missing (policy '{policy.name}' requires every "
+            "platform); promote the index `mcore-images index` assembles from every platform's certified candidate"]
 
 
 def measured_problems(labels: Mapping[str, str], cert: Mapping[str, Any]) -> list[str]:

@@ -13,6 +13,11 @@ The release path, each step a command:
    moving tags (the full content tag and the short alias, which follow the newest certified build) and
    an immutable tag that never moves (the content tag, the certificate's date and the digest).
 
+A multi-platform stack's candidate is an index (`mcore-images index` joins each platform's candidate): each
+platform's image is certified and its certificate attached to that platform's manifest digest (steps 2 and 3 per
+platform), and the index is promoted once every platform it holds passes (the release policy also requires every
+platform the stack lists, so no public tag loses the Grace hosts' arm64 image).
+
 Nothing else in the project moves a public tag: `registry.retag` is called from here alone, after a
 passing verdict (tests/unit/repo/test_push_paths.py walks every make target and command to show it).
 """
@@ -61,8 +66,14 @@ def attach(image_ref: str, folder: Path, key: str, run: Runner | None = None) ->
     path = folder / "certificate.json"
     cert = policy.load_certificate(path)
     if cert["image"]["digest"] != image.digest:
-        raise InputError(f"{path} certifies {cert['image']['digest']}, not {image.digest}: attach it to the digest "
-                         "it names, or certify this one")
+        # An index's certificates are its platforms': attach one to the platform manifest it certifies.
+        children = registry.platform_children(image, **kwargs) or {}
+        child = next((c for c in children.values() if c.digest == cert["image"]["digest"]), None)
+        if child is None:
+            raise InputError(f"{path} certifies {cert['image']['digest']}, not {image.digest}"
+                             + (" nor one of its platforms' manifests" if children else "")
+                             + ": attach it to the digest it names, or certify this one")
+        image = child
     referrer = registry.attach(image, path, **kwargs)
     registry.sign(image, referrer, key, **kwargs)
     if (cert.get("certify") or {}).get("status") == "passed":
@@ -71,7 +82,8 @@ def attach(image_ref: str, folder: Path, key: str, run: Runner | None = None) ->
 
 
 def _attach_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("image", help="the certified image by digest: REPO@sha256:…")
+    p.add_argument("image", help="the certified image by digest: REPO@sha256:… (or the index holding it: the "
+                   "certificate goes to the platform manifest it certifies)")
     p.add_argument("--certificate", required=True, metavar="DIR", help="the folder `mcore-images certify` wrote")
     p.add_argument("--key", required=True, help="cosign private key file (COSIGN_PASSWORD in the environment) or "
                    "KMS URI (awskms://…, gcpkms://…, hashivault://…)")
@@ -79,6 +91,9 @@ def _attach_arguments(p: argparse.ArgumentParser) -> None:
 
 def _attach(args: argparse.Namespace) -> int:
     referrer, mode = attach(args.image, Path(args.certificate), args.key)
+    certified = policy.load_certificate(Path(args.certificate) / "certificate.json")["image"]["digest"]
+    if certified != by_digest(args.image).digest:
+        args.image = f"{by_digest(args.image).repository}@{certified}"  # the platform manifest of the index
     schema = ("the registry's referrers API" if mode == "referrers API" else
               "the referrers tag schema (the registry has no referrers API: an index under the tag "
               f"sha256-{by_digest(args.image).digest.removeprefix('sha256:')})")
@@ -188,8 +203,15 @@ def _promote(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**asdict(promotion), "executed": args.execute, "command": command})
     else:
-        print(f"certificate {promotion.verdict['certificate']} (signed) passed policy '{args.policy}' for "
-              f"{promotion.image} (stack {promotion.stack}, layer {promotion.layer})")
+        judged = promotion.verdict.get("platforms") or {}
+        if judged:  # an index: one certificate per platform, each on its platform's manifest
+            print(f"every platform of {promotion.image} (stack {promotion.stack}, layer {promotion.layer}) passed "
+                  f"policy '{args.policy}':")
+            print("\n".join(f"  {name}: certificate {sub['certificate']} (signed) on {sub['digest']}"
+                            for name, sub in judged.items()))
+        else:
+            print(f"certificate {promotion.verdict['certificate']} (signed) passed policy '{args.policy}' for "
+                  f"{promotion.image} (stack {promotion.stack}, layer {promotion.layer})")
         print("moving tags:\n" + "\n".join(f"  {image.repository}:{t}" for t in promotion.moving_tags))
         print(f"immutable tag:\n  {image.repository}:{promotion.immutable_tag}")
     if not args.execute:

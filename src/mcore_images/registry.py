@@ -147,6 +147,32 @@ def registry_labels(image: ImageRef, run: Runner = subprocess.run) -> dict[str, 
     return found[0]
 
 
+def platform_children(image: ImageRef, run: Runner = subprocess.run) -> dict[str, ImageRef] | None:
+    """An index's image manifests by platform (``linux/arm64`` → REPO@its digest; attestation manifests, whose
+    platform is unknown/unknown, left out), None for a single image manifest."""
+    top = manifest(image, run)
+    if not (top.get("mediaType") in INDEX_TYPES or "manifests" in top):
+        return None
+    children: dict[str, ImageRef] = {}
+    for entry in top.get("manifests") or []:
+        found = entry.get("platform") or {}
+        if found.get("os") == "unknown":
+            continue
+        name = f"{found.get('os')}/{found.get('architecture')}"
+        if name in children:
+            raise RegistryError(f"{image.ref} lists {name} twice; assemble its index again (`mcore-images index`)")
+        children[name] = image.with_digest(entry["digest"])
+    return children
+
+
+def image_platform(image: ImageRef, run: Runner = subprocess.run) -> str:
+    """The os/architecture of a single image manifest, from its config."""
+    body = manifest(image, run)
+    config = json.loads(oras(image, "blob fetch", "--output", "-", f"{image.repository}@{body['config']['digest']}",
+                             what=f"fetching the config of {image.ref}", run=run).stdout)
+    return f"{config.get('os') or 'linux'}/{config.get('architecture') or 'amd64'}"
+
+
 def tags(repository: ImageRef, run: Runner = subprocess.run) -> list[str]:
     """Every tag of the repository, as the registry lists them."""
     out = oras(repository, "repo tags", repository.repository, what=f"listing the tags of {repository.repository}",

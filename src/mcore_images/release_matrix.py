@@ -1,8 +1,10 @@
 """The release matrices GitHub Actions fans out over, derived from env/stacks.json at run time.
 
-`build.yml` asks `mcore-images matrix --group release` for one entry per stack (the bake targets of its
-layers, their candidate tags, its build cache); after the builds, `mcore-images matrix --candidates DIR`
-turns the bake metadata the builds wrote into one entry per certifiable candidate, named by digest.
+`build.yml` asks `mcore-images matrix --group release` for one entry per stack and platform (the bake targets of
+its layers, their candidate tags, its build cache; each platform builds on a runner of its own architecture);
+after the builds and `mcore-images index`, `mcore-images matrix --candidates DIR` turns the bake metadata and the
+indexes into one entry per certifiable candidate and platform, named by digest, and `--promotions` into one entry
+per certifiable target (its index, or its one image), promoted once every platform is certified.
 No list of stacks is ever written in YAML: change env/ and the next run's matrix changes with it.
 """
 
@@ -13,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mcore_images import images, tags
+from mcore_images import images, platforms, tags
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.plan import make_plan, select
@@ -41,16 +43,26 @@ def build_matrix(group: str, registry: str = "", repo: str = tags.DEFAULT_REPO, 
     include = []
     for stack in selected:
         targets = [tags.target(layer, stack) for layer in stack.built_layers]
-        entry: dict[str, Any] = {
-            "stack": stack.name,
-            "targets": ",".join(targets),
-            "certify": ",".join(tags.target(layer, stack) for layer in stack.built_layers if layer in CERTIFIED_LAYERS),
-            "archs": len(stack.cuda_archs.split(";")),
-        }
-        if registry:
-            entry["set"] = "\n".join(f"{t}.tags={tags.image(candidate_tag(t, sha), registry, repo)}" for t in targets)
-            entry["cache_ref"] = tags.image(f"buildcache-{stack.name}", registry, repo)
-        include.append(entry)
+        for name in stack.platforms:
+            platform = platforms.BY_NAME[name]
+            entry: dict[str, Any] = {
+                "stack": stack.name,
+                "platform": platform.name,
+                "arch": platform.arch,
+                "targets": ",".join(targets),
+                "certify": ",".join(tags.target(layer, stack) for layer in stack.built_layers
+                                    if layer in CERTIFIED_LAYERS),
+                "archs": len(stack.cuda_archs.split(";")),
+            }
+            if registry:
+                # A multi-platform stack's platforms push <target>.<arch> candidates (`mcore-images index` joins
+                # them) and keep their own build caches; a stack of one platform builds as before.
+                arch = platform.arch if stack.multi_platform else None
+                sets = [f"{t}.tags={tags.image(candidate_tag(t, sha, arch=arch), registry, repo)}" for t in targets]
+                entry["set"] = "\n".join([*sets, *([f"*.platform={platform.name}"] if arch else [])])
+                suffix = "" if platform == platforms.DEFAULT else f"{tags.PLATFORM_SEPARATOR}{platform.arch}"
+                entry["cache_ref"] = tags.image(f"buildcache-{stack.name}{suffix}", registry, repo)
+            include.append(entry)
     return {"include": include}
 
 
@@ -60,20 +72,49 @@ def targets_by_name(stacks: dict[str, Stack]) -> dict[str, tuple[Stack, str]]:
 
 
 def certify_matrix(candidates: Path, stacks: dict[str, Stack] | None = None, top_only: bool = False) -> dict[str, Any]:
-    """One entry per certifiable candidate found in the bake metadata files under ``candidates`` (``top_only``:
-    one per stack, its highest layer: an app image holds its runtime layer, and its image tests run the
-    runtime tests too, so a CPU-bound CI certifies that one alone).
+    """One entry per certifiable candidate and platform found in the bake metadata files under ``candidates``
+    (``top_only``: one target per stack, its highest layer: an app image holds its runtime layer, and its image tests
+    run the runtime tests too, so a CPU-bound CI certifies that one alone).
 
     Each file is what docker/bake-action printed as its ``metadata`` output: target name →
-    ``containerimage.digest`` and ``image.name`` (the candidate tag). Entries name the image by digest.
+    ``containerimage.digest`` and ``image.name`` (the candidate tag); a multi-platform target's index and its
+    platforms' manifest digests come from the index.json `mcore-images index` wrote there. Entries name the image
+    by digest: a platform's own manifest, with the index it belongs to.
     """
     stacks = stacks if stacks is not None else load_stacks()
     known = targets_by_name(stacks)
-    files = sorted(candidates.glob("*.json")) if candidates.is_dir() else []
+    found = _candidates(candidates, known)
+    order = list(known)
+    if top_only:
+        tops = {e["stack"]: e["target"] for e in sorted(found, key=lambda e: order.index(e["target"]))}
+        found = [e for e in found if e["target"] == tops[e["stack"]]]
+    return {"include": sorted(found, key=lambda e: (order.index(e["target"]), e["platform"]))}
+
+
+def promotion_matrix(candidates: Path, stacks: dict[str, Stack] | None = None,
+                     top_only: bool = False) -> dict[str, Any]:
+    """One entry per certifiable target: what `promote` is given once each of its platforms is certified (the
+    index of a multi-platform target, else its one image), and the platforms it holds."""
+    entries = certify_matrix(candidates, stacks, top_only)["include"]
+    targets: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        into = targets.setdefault(entry["target"], {
+            "stack": entry["stack"], "layer": entry["layer"], "target": entry["target"],
+            "image": entry["index"] or entry["image"], "platforms": []})
+        into["platforms"].append(entry["platform"])
+    return {"include": [{**e, "platforms": ",".join(e["platforms"])} for e in targets.values()]}
+
+
+def _candidates(candidates: Path, known: dict[str, tuple[Stack, str]]) -> list[dict[str, str]]:
+    """Every certifiable candidate of the bake metadata and index under ``candidates``, one entry per platform."""
+    from mcore_images.platform_index import INDEX_FILE
+
+    files = sorted(p for p in candidates.glob("*.json") if p.name != INDEX_FILE) if candidates.is_dir() else []
     if not files:
         raise InputError(f"no bake metadata (*.json) under {candidates}: download the build jobs' "
                          "bake-metadata-* artifacts there first")
-    found: dict[str, dict[str, str]] = {}
+    indexed = _indexes(candidates / INDEX_FILE, known)
+    found: dict[tuple[str, str], dict[str, str]] = {(e["target"], e["platform"]): e for e in indexed}
     for path in files:
         try:
             metadata = json.loads(path.read_text())
@@ -92,15 +133,40 @@ def certify_matrix(candidates: Path, stacks: dict[str, Stack] | None = None, top
             names = [n for n in str(record.get("image.name", "")).split(",") if n]
             if not images.is_digest(digest) or not names:
                 raise InputError(f"{path}: target '{target}' has no pushed digest/image name; build it with push")
-            found[target] = {"stack": stack.name, "layer": layer, "target": target,
-                             "image": f"{images.repository(names[0])}@{digest}"}
-    order = list(known)
-    if top_only:
-        top: dict[str, dict[str, str]] = {}
-        for entry in sorted(found.values(), key=lambda e: order.index(e["target"])):
-            top[entry["stack"]] = entry  # later layers of a stack come later in `order`
-        found = {e["target"]: e for e in top.values()}
-    return {"include": sorted(found.values(), key=lambda e: order.index(e["target"]))}
+            parsed = tags.split_candidate(images.parse(names[0]).tag or "")
+            platform = (platforms.BY_ARCH[parsed[2]] if parsed and parsed[2]
+                        else platforms.BY_NAME[stack.platforms[0]])
+            if any(e["target"] == target for e in indexed):
+                continue  # one platform of an index: certified by the manifest digest the index holds
+            found.setdefault((target, platform.name), {
+                "stack": stack.name, "layer": layer, "target": target, "platform": platform.name,
+                "arch": platform.arch, "image": f"{images.repository(names[0])}@{digest}", "index": ""})
+    return list(found.values())
+
+
+def _indexes(path: Path, known: dict[str, tuple[Stack, str]]) -> list[dict[str, str]]:
+    """One entry per platform of each certifiable index `mcore-images index` recorded in ``path`` (none without)."""
+    if not path.is_file():
+        return []
+    try:
+        recorded = json.loads(path.read_text())
+    except ValueError as exc:
+        raise InputError(f"{path} is not JSON ({exc}): run `mcore-images index` again") from None
+    out = []
+    for target, record in recorded.items():
+        if target not in known:
+            raise InputError(f"{path}: target '{target}' is not in env/stacks.json; build and certify from the same "
+                             "commit")
+        stack, layer = known[target]
+        if layer not in CERTIFIED_LAYERS:
+            continue
+        repository = images.repository(record["image.name"])
+        for name, digest in sorted(record.get("platforms", {}).items()):
+            platform = platforms.BY_NAME[name]
+            out.append({"stack": stack.name, "layer": layer, "target": target, "platform": name,
+                        "arch": platform.arch, "image": f"{repository}@{digest}",
+                        "index": f"{repository}@{record['containerimage.digest']}"})
+    return out
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
@@ -112,6 +178,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    help="folder of bake metadata JSON: print one entry per certifiable candidate instead")
     p.add_argument("--top-only", action="store_true",
                    help="with --candidates: one entry per stack, its highest certifiable layer (the app when built)")
+    p.add_argument("--promotions", action="store_true",
+                   help="with --candidates: one entry per target to promote (its index, or its one image) instead of "
+                        "one per platform to certify")
     p.add_argument("--pretty", action="store_true", help="indent (default: one line, for $GITHUB_OUTPUT)")
 
 
@@ -119,9 +188,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.candidates:
         if args.group or args.registry or args.sha:
             raise InputError("--candidates reads the build's metadata; drop --group/--registry/--sha")
-        matrix = certify_matrix(Path(args.candidates), top_only=args.top_only)
-    elif args.top_only:
-        raise InputError("--top-only picks among built candidates: give --candidates DIR too")
+        pick = promotion_matrix if args.promotions else certify_matrix
+        matrix = pick(Path(args.candidates), top_only=args.top_only)
+    elif args.top_only or args.promotions:
+        raise InputError(f"{'--top-only' if args.top_only else '--promotions'} picks among built candidates: give "
+                         "--candidates DIR too")
     else:
         matrix = build_matrix(args.group or "release", args.registry, args.repo, args.sha)
     print_json(matrix, compact=not args.pretty)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from mcore_images import gpu_archs
+from mcore_images import gpu_archs, platforms
 from mcore_images.components import FROM_BASE
 from mcore_images.stacks import NONE, Stack
 from mcore_images.versions import Requirement, SpecifierSet, Version, at_least, bounded_below, can_meet, major_minor
@@ -235,6 +235,30 @@ def _torch_cuda(s: Stack) -> Iterator[tuple[str, str]]:
             f"set cuda to {expected} or pick the torch matching CUDA {s.cuda}"
 
 
+@rule("platform-torch")
+def _platform_torch(s: Stack) -> Iterator[tuple[str, str]]:
+    # Each platform of a stack needs a CUDA build of its torch: PyPI's wheel for that machine must require the CUDA
+    # runtime there (env/engines.json, read from the wheel's metadata and the index when the stack is locked). NGC's
+    # torch comes with its base, whose index has an arm64 child (Grace hosts). Every flavor builds either platform:
+    # NGC's and nvidia/cuda's tags are multi-arch indexes, the debian base is made with debootstrap --arch.
+    from mcore_images import engines
+
+    if s.torch_source != "pypi":
+        return
+    for name in s.platforms:
+        machine = platforms.BY_NAME[name].machine
+        wheel = engines.torch_wheel(s, machine)
+        if wheel is None:
+            yield (f"PyPI's torch {s.torch} wheel for {machine} (Python {s.python}) is not recorded in "
+                   "env/engines.json",
+                   f"run `mcore-images lock --stack {s.name}`, which reads it from the index")
+        elif not wheel["cuda_runtime"]:
+            size = f" ({wheel['bytes'] / 1e6:.0f} MB)" if isinstance(wheel.get("bytes"), int) else ""
+            yield (f"torch {s.torch} has no CUDA build for {machine} on PyPI, so no {name} image: {wheel['wheel']}"
+                   f"{size} requires no CUDA runtime on {machine} (a CPU build)",
+                   f"drop {name} from platforms, or pin a torch whose {machine} wheel is a CUDA build")
+
+
 @rule("verl-python")
 def _verl_python(s: Stack) -> Iterator[tuple[str, str]]:
     # verl 0.9.x declares Requires-Python <3.13; Megatron-Bridge 0.6.x declares >=3.12,<3.13.
@@ -350,6 +374,8 @@ IMMUTABLE_SUFFIX = len("-YYYYMMDD-") + 12
 """What promotion appends to a content tag for its immutable tag (date and digest prefix)."""
 CANDIDATE_PREFIX = len("candidate-") + 40 + 1
 """What a candidate build puts before a target name (a full git commit)."""
+PLATFORM_SUFFIX = 1 + max(len(p.arch) for p in platforms.PLATFORMS)
+"""What a multi-platform stack's candidate of one platform puts after it (``.arm64``)."""
 
 
 @rule("tag-length")
@@ -363,9 +389,10 @@ def _tag_length(s: Stack) -> Iterator[tuple[str, str]]:
                    f"({len(content)} + {IMMUTABLE_SUFFIX} > {OCI_TAG_MAX} characters)",
                    "shorten the stack's versions or its base")
         target = tags.target(layer, s)
-        if CANDIDATE_PREFIX + len(target) > OCI_TAG_MAX:
-            yield (f"the candidate tag of target {target!r} would be {CANDIDATE_PREFIX + len(target)} characters "
-                   f"(at most {OCI_TAG_MAX})", "give the stack a shorter name")
+        longest = CANDIDATE_PREFIX + len(target) + (PLATFORM_SUFFIX if s.multi_platform else 0)
+        if longest > OCI_TAG_MAX:
+            yield (f"the candidate tag of target {target!r} would be {longest} characters (at most {OCI_TAG_MAX})",
+                   "give the stack a shorter name")
 
 
 def check(stack: Stack) -> list[Violation]:

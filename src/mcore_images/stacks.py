@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import components
+from mcore_images import components, platforms
 from mcore_images.components import FROM_BASE, LAYERS, NONE
 from mcore_images.errors import InputError
 from mcore_images.jsonfiles import schema_problem
@@ -90,6 +90,9 @@ class Stack:
     te_source: str
     constraints: tuple[str, ...]
     cuda_archs: str
+    platforms: tuple[str, ...]
+    """The OCI platforms its images are built for (``linux/amd64``, ``linux/arm64``: GH200/GB200 are Arm hosts); the
+    rules refuse one the stack cannot have."""
     groups: tuple[str, ...]
     size_budget_gb: Mapping[str, float]
     notes: str
@@ -125,6 +128,15 @@ class Stack:
         return self.pins[component] != NONE
 
     @property
+    def machines(self) -> tuple[str, ...]:
+        """Its platforms as machine names (``x86_64``, ``aarch64``): what its locks are resolved for."""
+        return tuple(platforms.BY_NAME[name].machine for name in self.platforms)
+
+    @property
+    def multi_platform(self) -> bool:
+        return len(self.platforms) > 1
+
+    @property
     def base_ref(self) -> str:
         """The FROM reference: pinned by digest where one is known."""
         return f"{self.base_image}@{self.base_digest}" if self.base_digest else self.base_image
@@ -147,7 +159,7 @@ class Stack:
         """The stack as env/stacks.json writes it (settings, then pins)."""
         entry: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                                  if f.name != "pins" and not (f.name == "layers_from" and not self.layers_from)}
-        entry.update(constraints=list(self.constraints), groups=list(self.groups),
+        entry.update(constraints=list(self.constraints), platforms=list(self.platforms), groups=list(self.groups),
                      size_budget_gb=dict(self.size_budget_gb), **self.pins)
         return entry
 
@@ -156,7 +168,7 @@ SETTINGS = tuple(f.name for f in dataclasses.fields(Stack) if f.name != "pins")
 SHARED_LAYERS = ("base", "builder", "kernels")
 """What a stack with ``layers_from`` takes from that stack: the image layers below runtime and their locks."""
 SHARED_SETTINGS = ("flavor", "base_image", "base_digest", "debian_suite", "torch_source", "te_source", "cuda_archs",
-                   "constraints")
+                   "constraints", "platforms")
 """Settings that shape those layers: a stack sharing them must have the same."""
 
 
@@ -216,8 +228,15 @@ def _parse(path: Path, entry: dict[str, Any]) -> Stack:
         except InvalidRequirement:
             raise InputError(f"{path}: stack '{name}': constraint {text!r} is not a requirement specifier; "
                              "write one such as 'transformers<5'") from None
+    for text in entry["platforms"]:
+        if problem := platforms.problem(text):
+            raise InputError(f"{path}: stack '{name}': {problem}")
+    if name in platforms.BY_MACHINE:
+        raise InputError(f"{path}: stack '{name}': env/locks/{name}/ holds the {name} locks of every stack; rename the "
+                         "stack")
     settings = {k: entry.get(k, "") for k in SETTINGS}
     settings.update(groups=tuple(entry["groups"]), constraints=tuple(entry["constraints"]),
+                    platforms=tuple(entry["platforms"]),
                     size_budget_gb=dict(entry["size_budget_gb"]))
     return Stack(**settings, pins={c.key: pins[c.key] for c in components.CATALOGUE})
 

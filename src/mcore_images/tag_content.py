@@ -20,18 +20,23 @@ _LOCKS_OF = {"base": ("base",), "kernels": ("builder", "kernels"), "runtime": ("
 
 
 def content(stack: Stack, layer: str) -> dict[str, str] | None:
-    """What the layer and those under it are made of: the base image, the GPU architectures compiled for, and
-    every pinned distribution of their locks (versions only: a lock's header names its own stack). None while a
-    lock is missing: an unlocked stack is the lock check's to report (`validate`), not a collision."""
+    """What the layer and those under it are made of: the base image, the platforms, the GPU architectures compiled
+    for, and every pinned distribution of their locks on each platform (versions only: a lock's header names its own
+    stack). None while a lock is missing: an unlocked stack is the lock check's to report (`validate`), not a
+    collision."""
     below = LAYERS[: LAYERS.index(layer) + 1]
-    out = {"base image": f"{stack.base_image}@{stack.base_digest or 'unpinned'}"}
+    out = {"base image": f"{stack.base_image}@{stack.base_digest or 'unpinned'}",
+           "platforms": ", ".join(stack.platforms)}
     if "kernels" in below:
         out["cuda_archs"] = stack.cuda_archs
-    for lock_layer in (name for part in below for name in _LOCKS_OF[part]):
-        path = lock.lock_path(stack, lock_layer)
-        if not path.is_file():
-            return None
-        out.update({f"{name} ({lock_layer})": version for name, version in lock.pins(path.read_text()).items()})
+    for machine in stack.machines:  # a tag names an index: every platform's content is the tag's
+        where = "" if machine == lock.DEFAULT_MACHINE else f", {machine}"
+        for lock_layer in (name for part in below for name in _LOCKS_OF[part]):
+            path = lock.lock_path(stack, lock_layer, machine=machine)
+            if not path.is_file():
+                return None
+            out.update({f"{name} ({lock_layer}{where})": version
+                        for name, version in lock.pins(path.read_text()).items()})
     return out
 
 

@@ -10,7 +10,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-from mcore_images import components
+from mcore_images import components, platforms
 from mcore_images.command import Command, print_json
 from mcore_images.components import LAYERS, Component
 from mcore_images.errors import InputError
@@ -102,10 +102,23 @@ def is_immutable_tag_of(tag: str, content_tag: str, digest: str) -> bool:
 
 
 def is_candidate_tag_of(tag: str, target: str) -> bool:
-    """Whether ``tag`` is a candidate tag (candidate_tag) of ``target``, from any commit."""
+    """Whether ``tag`` is a candidate tag (candidate_tag) of ``target``, from any commit, of its index or of one
+    platform."""
     prefix, _, rest = tag.partition("-")
     sha, _, name = rest.partition("-")
-    return prefix == "candidate" and bool(_SHA.match(sha)) and name == target
+    name, dot, arch = name.partition(PLATFORM_SEPARATOR)
+    return (prefix == "candidate" and bool(_SHA.match(sha)) and name == target
+            and (not dot or arch in platforms.BY_ARCH))
+
+
+def split_candidate(tag: str) -> tuple[str, str, str | None] | None:
+    """(sha, target, architecture or None) of a candidate tag (candidate_tag), None for another tag."""
+    prefix, _, rest = tag.partition("-")
+    sha, _, name = rest.partition("-")
+    target, dot, arch = name.partition(PLATFORM_SEPARATOR)
+    if prefix != "candidate" or not _SHA.match(sha) or not target or (dot and arch not in platforms.BY_ARCH):
+        return None
+    return sha, target, arch or None
 
 
 def image(tag: str, registry: str = "", repo: str = DEFAULT_REPO) -> str:
@@ -128,12 +141,18 @@ def target(layer: str, stack: Stack) -> str:
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
 
 
-def candidate_tag(target: str, sha: str, option: str = "--sha") -> str:
-    """The tag a build pushes before certification: ``candidate-<git sha>-<target>``."""
+PLATFORM_SEPARATOR = "."
+"""Between a target and the architecture of one platform's candidate: stack names have no '.', so
+``candidate-<sha>-runtime-debian.arm64`` cannot be another stack's tag."""
+
+
+def candidate_tag(target: str, sha: str, option: str = "--sha", arch: str | None = None) -> str:
+    """The tag a build pushes before certification: ``candidate-<git sha>-<target>``; with ``arch``, one platform's
+    image of a multi-platform target (``…-<target>.arm64``), from which `mcore-images index` assembles the first."""
     if not _SHA.match(sha):
         raise InputError(f"{option} {sha!r} is not a git commit (7 to 40 lowercase hex digits): pass the commit "
                          "that built the image (e.g. $GITHUB_SHA)")
-    return f"candidate-{sha}-{target}"
+    return f"candidate-{sha}-{target}" + (f"{PLATFORM_SEPARATOR}{arch}" if arch else "")
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:

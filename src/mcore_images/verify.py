@@ -3,9 +3,11 @@
 For the digest REF resolves to: find the certificate artifacts attached to it (OCI referrers), keep
 those whose cosign signature verifies with the given public key and names this digest, read them, and judge
 the newest by its own signed `created` with policy.py: well-formed, passed, made for this digest, fresh, from GPUs where
-the policy asks, and measuring what the image's labels say. The verdict is printed (or ``--json``);
-exit 0 passed, 1 refused, 2 could not check (no such image, registry unreachable, tools missing).
-promote.py calls the same `check` before it moves a tag.
+the policy asks, made on the image's platform, and measuring what the image's labels say. A multi-platform index is
+judged per platform: each platform's image manifest carries its own certificates, and the index passes when every
+platform it holds passes (and, where the policy requires it, it holds every platform its stack lists). The verdict
+is printed (or ``--json``), per platform for an index; exit 0 passed, 1 refused, 2 could not check (no such image,
+registry unreachable, tools missing). promote.py calls the same `check` before it moves a tag.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class Verdict:
     stack: str | None = None
     layer: str | None = None
     referrers: str | None = None  # how the registry keeps referrers (referrers API or tag schema)
+    platform: str | None = None  # the image's os/architecture (a single manifest's, or one platform of an index)
+    platforms: dict[str, dict[str, Any]] = field(default_factory=dict)  # an index: each platform's verdict
     problems: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # attached certificates whose signature does not verify
     earlier: list[str] = field(default_factory=list)  # older signed certificates of the digest that did not pass
@@ -49,6 +53,13 @@ class Verdict:
     def lines(self) -> list[str]:
         head = f"{self.status.upper()}: {self.image}" + (f" = {self.digest}" if self.digest else "")
         out = [head]
+        if self.platform:
+            out.append(f"  platform {self.platform}")
+        for name, sub in self.platforms.items():
+            gpus = f"GPUs: {sub['gpus']}" if sub.get("gpus") else "CPU only"
+            judged = (f"certificate {sub['certificate']} (signed), created {sub['created']}, {gpus}"
+                      if sub.get("certificate") else "no signed certificate judged")
+            out.append(f"  {name}: {sub['status'].upper()} = {sub['digest']}; {judged}")
         if self.certificate:
             out.append(f"  certificate {self.certificate} (signed), created {self.created}, "
                        f"{self.age_days:.2f} days old, {'GPUs: ' + str(self.gpus) if self.gpus else 'CPU only'}, "
@@ -102,13 +113,86 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
         image = registry.resolve(parsed, **kwargs)
         verdict.digest = image.digest
         labels = registry.registry_labels(image, **kwargs)
+        children = registry.platform_children(image, **kwargs)
+        if children is None:
+            verdict.platform = registry.image_platform(image, **kwargs)
+    except registry.IntegrityError as exc:
+        verdict.status = "refused"
+        verdict.problems.append(str(exc))
+        return verdict, None, {}
+    except registry.RegistryError as exc:
+        verdict.problems.append(str(exc))
+        return verdict, None, {}
+    if children is None:
+        if _judge(verdict, image, labels, key, chosen, now, kwargs) and parsed.tag and (
+                moved := tag_problem(parsed.tag, image.digest or "", labels)):
+            verdict.problems.insert(0, moved)
+            verdict.status = "refused"
+        present = [verdict.platform] if verdict.platform else []
+    else:
+        _judge_index(verdict, children, labels, key, chosen, now, kwargs)
+        if parsed.tag and (moved := tag_problem(parsed.tag, image.digest or "", labels)):
+            verdict.problems.insert(0, moved)
+        present = list(children)
+    if verdict.status != "could-not-check":
+        from mcore_images.stacks import load_stacks
+
+        stack = load_stacks().get(labels.get(images.label("stack"), ""))
+        if children is not None:  # an index answers for the platforms of its tag
+            verdict.problems += policy.coverage_problems(stack, present, chosen)
+        elif stack is not None:  # one platform's image, judged as one image (as before stacks had platforms)
+            verdict.problems += [f"the image is {p}, which stack '{stack.name}' is not built for (its platforms: "
+                                 f"{', '.join(stack.platforms)}); promote one of its platforms' images"
+                                 for p in present if p not in stack.platforms]
+            if stack.multi_platform:
+                verdict.notes.append(f"one platform's image ({', '.join(present)}); stack '{stack.name}' is built for "
+                                     f"{', '.join(stack.platforms)}: its index (`mcore-images index`) serves them all")
+        verdict.status = "refused" if verdict.problems else "passed"
+    return verdict, image, labels
+
+
+def _judge_index(verdict: Verdict, children: dict[str, ImageRef], labels: dict[str, str], key: str,
+                 chosen: policy.Policy, now: dt.datetime | None, kwargs: dict[str, Any]) -> None:
+    """Each platform of an index judged as an image of its own (its manifest's certificates, made on that
+    platform); the index's problems are theirs, each named by its platform, and it is as fresh as its oldest."""
+    subs = []
+    for name, child in children.items():
+        sub = Verdict(image=child.ref, policy=chosen.name, platform=name)
+        sub.digest = child.digest
+        _judge(sub, child, labels, key, chosen, now, kwargs)
+        verdict.platforms[name] = as_dict(sub)
+        verdict.problems += [f"{name}: {p}" for p in sub.problems]
+        verdict.ignored += [f"{name}: {p}" for p in sub.ignored]
+        verdict.earlier += [f"{name}: {p}" for p in sub.earlier]
+        subs.append(sub)
+    if not subs:
+        verdict.problems.append("the index holds no image manifest; assemble it again (`mcore-images index`)")
+    verdict.referrers = next((s.referrers for s in subs if s.referrers), None)
+    verdict.stack = labels.get(images.label("stack"))
+    verdict.layer = labels.get(images.label("layer"))
+    if any(s.status == "could-not-check" for s in subs):
+        verdict.status = "could-not-check"
+        return
+    judged = [s for s in subs if s.created is not None]
+    if judged and len(judged) == len(subs):
+        oldest = min(judged, key=lambda s: dt.datetime.fromisoformat(str(s.created)))
+        verdict.created, verdict.age_days = oldest.created, oldest.age_days
+        verdict.gpus = min(s.gpus or 0 for s in subs)
+    verdict.status = "refused" if verdict.problems else "passed"
+
+
+def _judge(verdict: Verdict, image: ImageRef, labels: dict[str, str], key: str, chosen: policy.Policy,
+           now: dt.datetime | None, kwargs: dict[str, Any]) -> bool:
+    """Judge one image manifest by the certificates attached to it, into ``verdict`` (whose ``platform`` it must
+    have been made on, where known); True when a signed, well-formed certificate was judged."""
+    try:
         found = registry.certificates(image, **kwargs)
         verdict.referrers = registry.referrers_mode(image, **kwargs)
         if not found:
             verdict.status = "refused"
             verdict.problems.append("no certificate is attached to this digest; certify it (mcore-images certify) "
                                     "and attach the signed certificate (mcore-images attach)")
-            return verdict, image, labels
+            return False
         signed = []
         for referrer in found:  # every one: a certificate that does not verify is reported, never judged
             problem = registry.signature_problem(image, referrer, key, **kwargs)
@@ -120,7 +204,7 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
             verdict.status = "refused"
             verdict.problems.append(f"no attached certificate is signed with {key}; sign it (mcore-images attach "
                                     "--key) or verify with the key that signed it")
-            return verdict, image, labels
+            return False
         # Judged: the newest by the signed content's own `created` (the index's annotations are not signed,
         # and anyone with push rights can reorder them).
         fetched = [(referrer, registry.fetch_certificate(image, referrer, **kwargs)) for referrer in signed]
@@ -135,16 +219,16 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
     except registry.IntegrityError as exc:
         verdict.status = "refused"
         verdict.problems.append(str(exc))
-        return verdict, None, {}
+        return False
     except registry.RegistryError as exc:
         verdict.problems.append(str(exc))
-        return verdict, None, {}
+        return False
     verdict.certificate = chosen_referrer.digest
     shape = policy.shape_problems(cert)
     if shape:
         verdict.status = "refused"
         verdict.problems.append(f"the signed certificate is malformed: {'; '.join(shape)}")
-        return verdict, image, labels
+        return False
     now = now or dt.datetime.now(dt.timezone.utc)
     when = policy.created(cert)
     verdict.created = cert["created"]
@@ -152,12 +236,12 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
     verdict.gpus = (cert["environment"].get("gpu") or {}).get("count") or 0
     verdict.stack = labels.get(images.label("stack"))
     verdict.layer = labels.get(images.label("layer"))
-    if parsed.tag and (moved := tag_problem(parsed.tag, image.digest or "", labels)):
-        verdict.problems.append(moved)
     verdict.problems += policy.certificate_problems(cert, image, now, chosen)
+    if verdict.platform and (made := policy.platform_problem(cert, verdict.platform)):
+        verdict.problems.append(made)
     verdict.problems += policy.measured_problems(labels, cert)
     verdict.status = "refused" if verdict.problems else "passed"
-    return verdict, image, labels
+    return True
 
 
 def as_dict(verdict: Verdict) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import testinfra
 
+from mcore_images import emulation, platforms
 from mcore_images.build import SYSTEM_CA
 from mcore_images.stacks import LAYERS, Stack
 from tests.image.shared_checks import hygiene
@@ -71,6 +72,9 @@ def _image_info(config: pytest.Config) -> docker.ImageInfo | None:
             "read what to expect from the labels docker-bake.hcl sets; test an mcore-images image "
             "or one built FROM it"
         )
+    foreign = platforms.BY_NAME.get(info.platform)
+    if foreign is not None and (problem := emulation.problem(foreign)):
+        raise pytest.UsageError(f"image '{ref}' is {info.platform}: {problem}")
     pinned = docker.pin_image(info.id)
     config._mcore_pin = pinned  # type: ignore[attr-defined]
     info = dataclasses.replace(info, ref=pinned, name=ref)

@@ -141,7 +141,7 @@ def test_negative_package_missing_and_dirty(
     # TE is several distributions (meta, core wheel, compiled extension): remove every one the catalogue names.
     dists = sorted(n for n in facts["dists"] if n in {probing.normalize(d) for d in comp.distributions})
     stack = layers.stack_for(image)
-    locked = versions.locked_pins(stack, image.layer or "base") if stack else {}
+    locked = versions.locked_pins(stack, image.layer or "base", image.machine) if stack else {}
     drifted = next((name for name in ("filelock", "typing-extensions", "numpy") if name in locked), None)
     maker = f"import base64; exec(base64.b64decode('{base64.b64encode(FAKE_WHEEL.encode()).decode()}'))"  # one line
     drift = (f"&& mkdir -p /tmp/fake && python -c {shlex.quote(maker)} {drifted} 0.0.1 /tmp/fake "
@@ -173,7 +173,7 @@ def test_negative_package_missing_and_dirty(
     lock_checked = drifted is not None and stack is not None and stack.flavor != "ngc"
     if lock_checked:
         assert stack is not None and drifted is not None
-        drift_found = versions.lock_problems(wrong_facts, stack, image.layer or "base")
+        drift_found = versions.lock_problems(wrong_facts, stack, image.layer or "base", image.machine)
         assert f"{drifted} is 0.0.1, the locks pin {locked[drifted]}" in drift_found, drift_found
 
     with probing.container_host(ref) as host:
@@ -241,7 +241,8 @@ def test_negative_secret_in_deleted_layer(
     ref = docker.build_image(dockerfile, _tag("secret"), secrets={"leak": secret_file}, context=context)
     wrong_images.append(ref)
     final = docker.docker(
-        "run", "--rm", "--network", "none", "--entrypoint", "sh", ref, "-c", "ls /root/leaked.pem 2>&1 || true"
+        "run", "--rm", *docker.platform_args(ref), "--network", "none", "--entrypoint", "sh", ref, "-c",
+        "ls /root/leaked.pem 2>&1 || true"
     )
     assert "No such file" in final, "the leaked copy must be gone from the final filesystem"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from smoke import certificate as smoke_certificate
 
-from mcore_images import certify, components, gpu_archs, schemas
+from mcore_images import certify, components, gpu_archs, platforms, schemas
 from mcore_images.images import label
 from mcore_images.stacks import Stack
 
@@ -59,8 +59,10 @@ def write_certificate(out: Path, stack: Stack, *, repository: str, digest: str, 
                       smoke_status: str = "passed", tests: dict[str, Any] | None = None,
                       digest_source: str = REGISTRY_DIGEST, gpus: int = 8,
                       packages: dict[str, str | None] | None = None,
-                      source: str = schemas.IMAGE_ENVIRONMENT, cudnn: str | None = None) -> Path:
-    """A certificate as the smoke writes it, bound to ``repository@digest`` by certify.bind."""
+                      source: str = schemas.IMAGE_ENVIRONMENT, cudnn: str | None = None,
+                      platform: str | None = None) -> Path:
+    """A certificate as the smoke writes it, bound to ``repository@digest`` by certify.bind (``platform``: the one
+    the smoke read inside the image, ``linux/arm64``; None: a certificate from before platforms were recorded)."""
     cert = smoke_certificate.new(["python", "-m", "smoke", "--out", "/cert"], created.isoformat(timespec="seconds"))
     code = {"passed": 0, "failed": 1}[smoke_status]
     cert.update(status=smoke_status, exit_code=code, error=None if code == 0 else "rank 0 failed in tp2: loss rose")
@@ -73,6 +75,9 @@ def write_certificate(out: Path, stack: Stack, *, repository: str, digest: str, 
                                       "constraints": "/opt/mcore-images/constraints.txt",
                                       "differences": [] if source == schemas.IMAGE_ENVIRONMENT
                                       else ["torch 2.11.0+cu130, the image pins 2.11.0"]}}
+    if platform:
+        machine = platforms.BY_NAME[platform].machine
+        cert["environment"]["platform"] = {"os": "linux", "machine": machine, "platform": platform}
     assert smoke_certificate.validate(cert) == []
     smoke_certificate.write(cert, out)
     image = certify.ImageDigest(f"{repository}@{digest}", digest, digest_source, f"{repository}@{digest}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcore_images import components, images, policy, schemas
+from mcore_images import components, images, platforms, policy, schemas
 from mcore_images.errors import InputError
 from mcore_images.jsonfiles import BUILD_TIMINGS_SCHEMA, problem, read_json
 from mcore_images.stacks import Stack
@@ -62,6 +62,19 @@ class Certificate:
     @property
     def created(self) -> dt.datetime | None:
         return policy.created(self.data) if self.data else None
+
+    @property
+    def platform(self) -> str:
+        """The platform it certified: what the smoke read inside the image, else what docker said of the image, else
+        the default platform (certificates from before platforms were recorded)."""
+        data = self.data or {}
+        inside = (data.get("environment") or {}).get("platform")
+        named = inside.get("platform") if isinstance(inside, dict) else None
+        outside = (data.get("image") or {}).get("platform")
+        for name in (named, outside):
+            if isinstance(name, str) and name in platforms.BY_NAME:
+                return name
+        return platforms.DEFAULT.name
 
 
 def find(paths: list[Path]) -> list[Path]:

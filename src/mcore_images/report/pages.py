@@ -10,7 +10,7 @@ import datetime as dt
 from html import escape
 from typing import Any
 
-from mcore_images import components, drivers, gpu_archs, rules, tags
+from mcore_images import components, drivers, gpu_archs, platforms, rules, tags
 from mcore_images.report import charts
 from mcore_images.report.inputs import Certificate
 from mcore_images.stacks import Stack
@@ -92,14 +92,18 @@ def index(stacks: dict[str, Stack], certs: list[Certificate]) -> str:
             "<code>mcore-images report --out build/report build/release-local</code>; the table below "
             "lists what env/stacks.json would build.</p>"
         )
+    def later(cert: Certificate, than: Certificate | None) -> bool:
+        oldest = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+        return than is None or (cert.created or oldest) > (than.created or oldest)
+
     newest: dict[tuple[str, str], Certificate] = {}
+    per_platform: dict[tuple[str, str, str], Certificate] = {}  # the tag's platforms, each its newest
     for cert in certs:
         if cert.stack and cert.layer:
-            key = (cert.stack, cert.layer)
-            if key not in newest or (cert.created or dt.datetime.min.replace(tzinfo=dt.timezone.utc)) > (
-                newest[key].created or dt.datetime.min.replace(tzinfo=dt.timezone.utc)
-            ):
-                newest[key] = cert
+            if later(cert, newest.get((cert.stack, cert.layer))):
+                newest[(cert.stack, cert.layer)] = cert
+            if later(cert, per_platform.get((cert.stack, cert.layer, cert.platform))):
+                per_platform[(cert.stack, cert.layer, cert.platform)] = cert
     rows, classes = [], []
     for stack in stacks.values():
         for layer in stack.built_layers:
@@ -128,6 +132,7 @@ def index(stacks: dict[str, Stack], certs: list[Certificate]) -> str:
                     escape(drivers.min_driver(stack.cuda) or "–"),
                     size_text,
                     escape(gpu_archs.serves(stack.cuda_archs)) if layer != "base" else "–",
+                    _platforms(stack, layer, per_platform),
                 ]
             )
             classes.append(status)
@@ -146,6 +151,7 @@ def index(stacks: dict[str, Stack], certs: list[Certificate]) -> str:
                 "min driver",
                 "size",
                 "GPU architectures",
+                "platforms",
             ],
             rows,
             "images",
@@ -194,6 +200,17 @@ def index(stacks: dict[str, Stack], certs: list[Certificate]) -> str:
     return page("mcore-images: images and certificates", body)
 
 
+def _platforms(stack: Stack, layer: str, certified: dict[tuple[str, str, str], Certificate]) -> str:
+    """Each platform the tag names (the stack's), with the newest certificate of that platform's image."""
+    cells = []
+    for name in stack.platforms:
+        cert = certified.get((stack.name, layer, name))
+        arch = platforms.BY_NAME[name].arch
+        shown = f'<a href="{cert.slug}.html">{escape(cert.status)}</a>' if cert else "none"
+        cells.append(f'<span class="{escape(cert.status if cert else "none")}">{escape(arch)}: {shown}</span>')
+    return "<br>".join(cells)
+
+
 def _archs(archs: Any) -> str:
     """What a certificate records of the GPU architectures the image declares (smoke: environment.gpu_archs)."""
     if not isinstance(archs, dict) or not archs.get("declared"):
@@ -235,6 +252,9 @@ def certificate_page(cert: Certificate) -> str:
                 ],
                 ["packages", escape(", ".join(f"{n} {pkgs.get(n) or '–'}" for n in components.certificate_packages()))],
                 ["GPU architectures", _archs(env.get("gpu_archs"))],
+                ["platform", escape(f"{cert.platform}" + (f" (machine {(env.get('platform') or {}).get('machine')})"
+                                                         if isinstance(env.get("platform"), dict) else
+                                                         " (not recorded in the certificate)"))],
                 [
                     "settings",
                     escape(

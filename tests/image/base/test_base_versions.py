@@ -41,5 +41,5 @@ def test_installed_distributions_equal_the_locks(facts: dict[str, Any], image: A
     (env/locks), plus pip, the tooling wheel and what the kernels layer compiles."""
     if stack.flavor == "ngc":
         pytest.skip("NGC's system Python carries the container's own packages, which the locks leave out")
-    problems = versions.lock_problems(facts, stack, image.layer or "base")
+    problems = versions.lock_problems(facts, stack, image.layer or "base", image.machine)
     assert not problems, "\n".join(problems)

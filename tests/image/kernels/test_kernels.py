@@ -38,7 +38,7 @@ def test_apex_commit(labels: dict[str, str], facts: dict[str, Any]) -> None:
 def test_no_builder_toolchain(image: docker.ImageInfo, facts: dict[str, Any], host: Any) -> None:
     """The builder stage's nvcc, cccl, ninja… reach the kernels layer only as the wheels they built."""
     stack = layers.stack_for(image)
-    builder_only = hygiene.builder_only_packages(stack) if stack else set()
+    builder_only = hygiene.builder_only_packages(stack, machine=image.machine) if stack else set()
     problems = hygiene.toolchain_problems(facts, host.run, builder_only)
     assert not problems, "\n".join(problems)
 

@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from tests.image.utils.docker import platform_args
+
 SMOKE = ("python", "-m", "smoke", "--cpu", "--nproc", "1", "--layouts", "dp1", "--models", "dense", "--spec",
          "local", "--steps", "2", "--checkpoint-dir", "/ck")
 """The shortest run with a round trip: dp1 → dp1 (dense), saved in the background."""
@@ -22,8 +24,9 @@ SENTINELS = {"run-42/iter_0000100/__0_0.distcp": "weights", "run-42/latest": "it
 
 def run(image: Any, script: str, *docker: str) -> subprocess.CompletedProcess[str]:
     """``script`` (sh) in a new container of the image; offline, as the image tests run it."""
-    cmd = ["docker", "run", "--rm", "--network", "none", "--ipc=host", "--hostname", "mcore-images-test",
-           "--add-host", "mcore-images-test:127.0.0.1", *docker, "--entrypoint", "sh", image.ref, "-c", script]
+    cmd = ["docker", "run", "--rm", *platform_args(image.ref), "--network", "none", "--ipc=host", "--hostname",
+           "mcore-images-test", "--add-host", "mcore-images-test:127.0.0.1", *docker, "--entrypoint", "sh", image.ref,
+           "-c", script]
     return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900)
 
 

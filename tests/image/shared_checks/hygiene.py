@@ -64,9 +64,12 @@ def tree_problems(paths: Iterable[str], ignore: set[str] | frozenset[str] = froz
     return problems
 
 
-def builder_only_packages(stack: Stack, repo: Path = REPO) -> set[str]:
-    """Packages the builder stage's lock adds that no published layer's lock lists (nvcc, cccl, ninja…)."""
-    locks = repo / "env" / "locks" / stack.name
+def builder_only_packages(stack: Stack, repo: Path = REPO, machine: str = "x86_64") -> set[str]:
+    """Packages the builder stage's lock adds that no published layer's lock lists (nvcc, cccl, ninja…), on the
+    image's machine."""
+    from mcore_images import lock
+
+    locks = lock.lock_dir(stack, repo, machine)
 
     def names(layer: str) -> set[str]:
         path = locks / f"{layer}.txt"

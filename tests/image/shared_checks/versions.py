@@ -202,22 +202,22 @@ def compiled_here(stack: Stack) -> set[str]:
     return out | ({"apex"} if stack.apex not in (NONE, "base") else set())
 
 
-def locked_pins(stack: Stack, layer: str) -> dict[str, str]:
-    """Distribution -> version over the locks of every published layer up to ``layer`` (the builder's
-    toolchain is a side branch that never reaches an image)."""
+def locked_pins(stack: Stack, layer: str, machine: str = "x86_64") -> dict[str, str]:
+    """Distribution -> version over the locks of every published layer up to ``layer`` on the image's machine (the
+    builder's toolchain is a side branch that never reaches an image)."""
     from mcore_images import lock
 
     pins: dict[str, str] = {}
     for name in components.LOCK_LAYERS[: components.LOCK_LAYERS.index(layer) + 1]:
-        if name not in lock.SIDE_LAYERS and (path := lock.lock_path(stack, name)).is_file():
+        if name not in lock.SIDE_LAYERS and (path := lock.lock_path(stack, name, machine=machine)).is_file():
             pins.update({normalize(k): v for k, v in lock.pins(path.read_text()).items()})
     return pins
 
 
-def lock_problems(facts: Mapping[str, Any], stack: Stack, layer: str) -> list[str]:
-    """The installed distributions are exactly the union of the image's locks: none missing, none at
-    another version, none extra (a transitive package that drifted, or one a layer installed unlocked)."""
-    want = locked_pins(stack, layer)
+def lock_problems(facts: Mapping[str, Any], stack: Stack, layer: str, machine: str = "x86_64") -> list[str]:
+    """The installed distributions are exactly the union of the image's locks (its machine's): none missing, none
+    at another version, none extra (a transitive package that drifted, or one a layer installed unlocked)."""
+    want = locked_pins(stack, layer, machine)
     have = {name: entry["version"] for name, entry in facts["dists"].items()}
     compiled = compiled_here(stack) if layer != "base" else set()
     problems = [f"{name} {want[name]} is in the locks but not installed" for name in sorted(set(want) - set(have))]

@@ -7,6 +7,7 @@ import http.client
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import urllib.parse
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mcore_images import emulation, platforms
 from mcore_images.images import label
 
 LOGGER = logging.getLogger(__name__)
@@ -47,6 +49,7 @@ class ImageInfo:
     content_size: int  # `docker image inspect` Size: compressed with containerd's store, unpacked with the classic
     layers: tuple[str, ...]
     name: str = ""  # the reference as the user gave it (ref may be a session tag pinned to its id)
+    platform: str = platforms.DEFAULT.name  # its config's os/architecture (linux/arm64: a Grace image)
 
     @property
     def shown(self) -> str:
@@ -62,6 +65,12 @@ class ImageInfo:
 
     def label(self, key: str) -> str | None:
         return self.labels.get(label(key))
+
+    @property
+    def machine(self) -> str:
+        """The machine its locks were resolved for (x86_64, aarch64)."""
+        known = platforms.BY_NAME.get(self.platform)
+        return known.machine if known else self.platform
 
 
 def docker_api(path: str) -> Any:
@@ -113,7 +122,23 @@ def inspect_image(ref: str) -> ImageInfo:
         size=unpacked_size(data["Id"], content),
         content_size=content,
         layers=tuple((data.get("RootFS") or {}).get("Layers") or ()),
+        platform=f"{data.get('Os') or 'linux'}/{data.get('Architecture') or platforms.DEFAULT.arch}",
     )
+
+
+def platform_args(ref: str) -> list[str]:
+    """``--platform os/arch`` for an image of another platform than this machine's (an arm64 image run here under
+    QEMU: `make emulation`), which docker then runs and builds FROM as that platform; [] for a native image. The
+    emulation must be registered: a missing one fails the session in one line before any container starts."""
+    import pytest
+
+    data = json.loads(docker("image", "inspect", "--format", "{{json .}}", ref, timeout=60))
+    found = platforms.of_arch(data.get("Os") or "linux", data.get("Architecture") or "")
+    if found is None or emulation.native(found):
+        return []
+    if problem := emulation.problem(found):
+        raise pytest.UsageError(f"image {ref} is {found.name}: {problem}")
+    return ["--platform", found.name]
 
 
 PIN_REPO = "mcore-images-test"
@@ -144,7 +169,7 @@ def start_container(ref: str) -> str:
     as NVIDIA's containers ask to be run (the doctor fails Docker's 64 MiB /dev/shm)."""
     name = f"mcore-images-test-{uuid.uuid4().hex[:10]}"
     return docker(
-        "run", "-d", "--rm", "--network", "none", "--ipc=host", "--hostname", "mcore-images-test",
+        "run", "-d", "--rm", *platform_args(ref), "--network", "none", "--ipc=host", "--hostname", "mcore-images-test",
         "--add-host", "mcore-images-test:127.0.0.1", "--name", name, "--label", "io.mcore-images.test=1",
         "--entrypoint", "sleep", ref, "infinity",
         timeout=300,
@@ -174,7 +199,8 @@ def build_image(dockerfile: str, tag: str, secrets: Mapping[str, Path] | None = 
     folder ``context`` for its COPY steps. --no-cache: BuildKit's cache key ignores a secret's content, so a
     cached step would hold the secret of an earlier run (a real trap: a rotated secret does not invalidate
     a leaky layer)."""
-    args = ["build", "-q", "--no-cache", "-t", tag]
+    parent = re.search(r"^FROM\s+(\S+)", dockerfile, re.M)
+    args = ["build", "-q", "--no-cache", *(platform_args(parent.group(1)) if parent else []), "-t", tag]
     for sid, path in (secrets or {}).items():
         args += ["--secret", f"id={sid},src={path}"]
     where = ["-f", "-", str(context)] if context is not None else ["-"]

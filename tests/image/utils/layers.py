@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from mcore_images import images
+from mcore_images import images, platforms, tags
 from mcore_images.components import LAYERS, NONE
 from mcore_images.images import label
 from mcore_images.stacks import Stack, load_stacks
@@ -70,7 +70,12 @@ def find_base_image(image: ImageInfo, explicit: str | None = None) -> ImageInfo 
     if not explicit and (parent := parent_image(image, "base", stack)) is not None:
         return parent
     repos = [r for r in (_repository(image.shown), "mcore-images") if r]
-    candidates = [explicit] if explicit else list(dict.fromkeys(f"{repo}:base-{stack}" for repo in repos))
+    # An emulated platform's local images are tagged <tag>.<arch> (`mcore-images build --platform`): so is its base.
+    arch = platforms.BY_NAME[image.platform].arch if image.platform in platforms.BY_NAME else ""
+    suffixes = [f"{tags.PLATFORM_SEPARATOR}{arch}", ""] if image.shown.endswith(f"{tags.PLATFORM_SEPARATOR}{arch}") \
+        else [""]
+    candidates = [explicit] if explicit else list(dict.fromkeys(f"{repo}:base-{stack}{suffix}" for repo in repos
+                                                                for suffix in suffixes))
     notes = []
     for ref in candidates:
         if not image_exists(ref):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import components, dockerfile, gpu_archs, plan, tags
+from mcore_images import components, debian_base, dockerfile, gpu_archs, lock, plan, platforms, tags
 from mcore_images.images import label
 from mcore_images.stacks import Stack, groups
 
@@ -126,3 +126,46 @@ def test_builds_carry_no_provenance_that_would_change_the_digest(printed: dict) 
     another digest (`mcore-images reproduce`). Every target turns it off; the release workflow asks for it."""
     for name, target in printed["target"].items():
         assert target.get("attest") == ["type=provenance,disabled=true"], name
+
+
+def test_targets_build_their_stacks_platforms(printed: dict, stacks: dict[str, Stack]) -> None:
+    """A multi-platform stack's targets name its platforms; a stack of the default platform alone names none, so
+    its targets print (and build) exactly as before stacks had platforms."""
+    for s in stacks.values():
+        for layer in s.built_layers:
+            target = printed["target"][tags.target(layer, s)]
+            if s.platforms == (platforms.DEFAULT.name,):
+                assert "platforms" not in target, (s.name, layer)
+            else:
+                assert target["platforms"] == list(s.platforms), (s.name, layer)
+
+
+def test_another_platform_gets_its_own_locks_and_debian_base(printed: dict, stacks: dict[str, Stack]) -> None:
+    """BuildKit takes NAME::os/arch over NAME when it builds that platform: the arm64 build mounts the same
+    <stack>/<layer>.txt from env/locks/aarch64, and the debian flavor's FROM is the arm64 base `mcore-images base
+    --platform linux/arm64` makes; the default platform's contexts are the ones every target had."""
+    arm64 = platforms.BY_NAME["linux/arm64"]
+    for s in stacks.values():
+        for layer in s.built_layers:
+            contexts = printed["target"][tags.target(layer, s)]["contexts"]
+            assert contexts["locks"] == "env/locks"
+            extra = {k: v for k, v in contexts.items() if "::" in k}
+            if arm64.name not in s.platforms:
+                assert extra == {}, (s.name, layer)
+                continue
+            expected = {f"locks::{arm64.name}": f"env/locks/{arm64.machine}"}
+            if s.flavor == "debian":
+                expected[f"{s.base_image}::{arm64.name}"] = f"docker-image://{debian_base.local_tag(s, arm64)}"
+            assert extra == expected, (s.name, layer)
+
+
+def test_the_arm64_locks_tree_mirrors_the_default_one(root: Path, stacks: dict[str, Stack]) -> None:
+    """The Dockerfile mounts <stack>/<layer>.txt from whichever tree BuildKit picks: each stack's arm64 locks are at
+    the same relative paths under env/locks/aarch64."""
+    for s in stacks.values():
+        if "linux/arm64" not in s.platforms:
+            continue
+        for name in lock.own_layers(s):
+            default = lock.lock_path(s, name, root).relative_to(lock.locks_root(root))
+            arm = lock.lock_path(s, name, root, "aarch64").relative_to(lock.locks_root(root, "aarch64"))
+            assert default == arm and (lock.locks_root(root, "aarch64") / arm).is_file(), (s.name, name)

@@ -141,8 +141,11 @@ def test_a_candidate_torch_is_judged_by_the_cudnn_its_metadata_requires(monkeypa
     # `build --set torch=X` / `outdated`: torch X's cuDNN requirement is read from the index, never written to env/.
     stack = variant(load_stacks()["debian"], torch="2.11.9")
     before = engines.engines_file().read_text()
-    monkeypatch.setattr(engines, "_CANDIDATES", {"torch": {}, "verl": {}, "megatron_bridge": {}, "cudnn": {}})
+    monkeypatch.setattr(engines, "_CANDIDATES", {"torch": {}, "verl": {}, "megatron_bridge": {}, "cudnn": {},
+                                                 "torch_wheels": {}})
     monkeypatch.setattr(engines, "read_cudnn", lambda torch, python: "nvidia-cudnn-cu13==9.99.0.1")
+    monkeypatch.setattr(engines, "read_torch_wheel", lambda torch, python, machine: {
+        "wheel": f"torch-{torch}-{machine}.whl", "bytes": 1, "cuda_runtime": "cuda-toolkit[cudart]==13.0.2"})
     assert engines.read_candidates(stack) == ["torch 2.11.9"]
     lines = [str(v) for v in rules.check(stack) if v.rule == "cudnn-torch"]
     assert lines == [f"[cudnn-torch] stack 'debian': torch 2.11.9 requires nvidia-cudnn-cu13==9.99.0.1 (the cuDNN it "
@@ -163,6 +166,8 @@ def test_lock_records_torchs_cudnn_beside_what_was_recorded(tmp_path: Path, monk
     committed = json.loads(engines.engines_file().read_text())
     (tmp_path / "env" / "engines.json").write_text(json.dumps({**committed, "cudnn": {}}))
     monkeypatch.setattr(engines, "read_cudnn", lambda torch, python: f"nvidia-cudnn-cu13==9.0.{python[-2:]}")
+    monkeypatch.setattr(engines, "read_torch_wheel", lambda torch, python, machine: committed["torch_wheels"][torch][
+        engines.wheel_key(python, machine)])
     engines.record(load_stacks()["debian"], root=tmp_path)
     written = json.loads((tmp_path / "env" / "engines.json").read_text())
     assert written["cudnn"] == {"2.11.0": "nvidia-cudnn-cu13==9.0.13"}

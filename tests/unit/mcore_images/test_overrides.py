@@ -38,10 +38,13 @@ def test_mcore_bump_keeps_lower_locks_byte_identical(tmp_path: Path, root: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     work = fake_root(tmp_path, root)
     calls: list[tuple[list[str], dict[str, str]]] = []
+    agreed: dict[str, dict[str, str]] = {}
 
     def fake_compile(stack: Stack, requirements: list[str], below: dict[str, str],
-                     constraints: dict[str, str] | None = None, preferred: str = "") -> str:
+                     constraints: dict[str, str] | None = None, machine: str = "x86_64",
+                     preferred: str = "") -> str:
         calls.append((requirements, dict(below)))
+        agreed.setdefault(machine, {}).update(constraints or {})
         return f"megatron-core=={stack.mcore} \\\n    --hash=sha256:{'1' * 64}\n"
 
     monkeypatch.setattr(lock, "compile_layer", fake_compile)
@@ -61,6 +64,13 @@ def test_mcore_bump_keeps_lower_locks_byte_identical(tmp_path: Path, root: Path,
                  if e["name"] == "debian")
     assert entry["mcore"] == "0.16.0"
     assert json.loads((work / "env" / "stacks.json").read_text()) != json.loads(bake_file.read_text())
+    # The arm64 locks (debian lists linux/arm64) are laid out as env/locks/aarch64 is, their lower layers kept byte
+    # for byte, and resolved at the override's x86_64 versions, not the committed ones.
+    for layer in ("base", "builder", "kernels"):
+        assert (locks / "aarch64" / "debian" / f"{layer}.txt").read_bytes() == (
+            work / "env" / "locks" / "aarch64" / "debian" / f"{layer}.txt").read_bytes()
+    assert "aarch64-manylinux" in (locks / "aarch64" / "debian" / "runtime.txt").read_text().splitlines()[1]
+    assert agreed["aarch64"]["megatron-core"] == "0.16.0"
 
 
 def test_override_that_breaks_a_rule_stops_before_docker(root: Path) -> None:
@@ -69,3 +79,19 @@ def test_override_that_breaks_a_rule_stops_before_docker(root: Path) -> None:
         build.build(build.BuildRequest(stack="debian", sets=("mcore=0.19.2",), dry_run=True))
     with pytest.raises(InputError, match="add --stack"):
         build.build(build.BuildRequest(sets=("mcore=0.16.0",), dry_run=True))
+
+
+def test_an_override_of_a_stack_sharing_layers_carries_the_shared_locks(tmp_path: Path, root: Path,
+                                                                       stacks: dict[str, Stack],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Dockerfile mounts the lower layers' locks from <layers_from>/ of the locks context: an override's locks
+    folder holds them too, for every platform (before, it held the stack's own folder alone)."""
+    work = fake_root(tmp_path, root)
+    monkeypatch.setattr(lock, "compile_layer", lambda stack, requirements, below, constraints=None,
+                        machine="x86_64": f"megatron-core=={stack.mcore} \\\n    --hash=sha256:{'1' * 64}\n")
+    monkeypatch.setattr(lock, "sdist_requirements", lambda name, version: [])
+    changed = overrides.apply(stacks["debian-mcore019"], {"mcore": "0.19.1"})
+    _, locks = overrides.workspace(stacks, changed, {"mcore": "0.19.1"}, work)
+    for tree, committed in ((locks, work / "env" / "locks"), (locks / "aarch64", work / "env" / "locks" / "aarch64")):
+        assert (tree / "debian" / "base.txt").read_bytes() == (committed / "debian" / "base.txt").read_bytes()
+        assert "megatron-core==0.19.1" in (tree / "debian-mcore019" / "runtime.txt").read_text()

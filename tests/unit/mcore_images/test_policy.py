@@ -169,7 +169,7 @@ def test_policies_ship_with_the_tool_and_another_file_is_read_only_when_given(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
     assert policy.load_policy("release") == policy.Policy("release", policy.load_policy("release").description,
-                                                          True, 7)
+                                                          True, 7, True)
     given = tmp_path / "site-policies.json"
     given.write_text(json.dumps({"ci": {"description": "x", "require_gpu": "no", "max_age_days": -1}}))
     with pytest.raises(InputError, match=r"field ci.max_age_days: -1 is less than or equal to the minimum of 0"):

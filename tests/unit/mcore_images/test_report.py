@@ -42,11 +42,15 @@ def test_index_files_a_certificate_under_its_stack_and_links_its_page(tmp_path: 
     page = re.search(r'href="(cert-debian-runtime-[^"]+\.html)"', row.group(0)).group(1)
     assert (tmp_path / "site" / page).is_file()
     serves = gpu_archs.serves(load_stacks()["debian"].cuda_archs)
-    assert row.group(0).endswith(f"<td>{serves}</td></tr>")  # the GPUs the tag serves
+    assert f"<td>{serves}</td>" in row.group(0)  # the GPUs the tag serves
+    # the tag's platforms, each with its own newest certificate (this one, from before platforms were recorded, is
+    # amd64's)
+    assert row.group(0).endswith(f'<td><span class="passed">amd64: <a href="{page}">passed</a></span><br>'
+                                 '<span class="none">arm64: none</span></td></tr>')
     declared = load_stacks()["debian"].cuda_archs
     assert (tmp_path / "site" / page).read_text().count(f"<td>GPU architectures</td><td>{declared}: {serves}</td>")
     cuda = re.search(r'<tr class="none"><td>cuda</td><td>kernels</td>.*?</tr>', index).group(0)
-    assert "sm_100 B200/GB200; sm_103 B300/GB300; sm_120 RTX PRO 6000 Blackwell/RTX 50xx</td></tr>" in cuda
+    assert "sm_100 B200/GB200; sm_103 B300/GB300; sm_120 RTX PRO 6000 Blackwell/RTX 50xx</td>" in cuda
     # the other layers and stacks are listed with no certificate
     assert '<tr class="none"><td>debian</td><td>base</td>' in index
     assert '<tr class="none"><td>cuda</td><td>runtime</td>' in index
@@ -269,3 +273,17 @@ def test_the_bench_row_shows_the_measured_and_baseline_throughput(tmp_path: Path
     page = next((tmp_path / "site").glob("cert-*.html")).read_text()
     row = re.search(r'<table id="bench">.*?</table>', page, re.S).group(0)
     assert "<td>416.7</td><td>78,600</td><td>544.4</td><td>540.0</td><td>55.0 %</td><td>passed (+0.8 %)</td>" in row
+
+
+def test_each_platform_of_a_tag_shows_its_own_newest_certificate(tmp_path: Path) -> None:
+    certificate(tmp_path / "in" / "amd64", gpus=0, platform="linux/amd64")
+    certificate(tmp_path / "in" / "arm64", gpus=0, platform="linux/arm64")
+    report.generate(tmp_path / "site", [tmp_path / "in"], [])
+    index = (tmp_path / "site" / "index.html").read_text()
+    row = re.search(r'<tr class="passed"><td>debian</td><td>runtime</td>.*?</tr>', index).group(0)
+    cells = re.findall(r'<span class="passed">(amd64|arm64): <a href="(cert-[^"]+)\.html">passed</a></span>', row)
+    assert [arch for arch, _ in cells] == ["amd64", "arm64"] and cells[0][1] != cells[1][1]
+    arm = (tmp_path / "site" / f"{cells[1][1]}.html").read_text()
+    assert "<td>platform</td><td>linux/arm64 (machine aarch64)</td>" in arm
+    verl = re.search(r'<tr class="none"><td>debian-verl</td><td>app</td>.*?</tr>', index).group(0)
+    assert verl.endswith('<td><span class="none">amd64: none</span></td></tr>')  # an amd64-only stack's tag

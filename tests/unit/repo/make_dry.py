@@ -17,7 +17,8 @@ def make_targets() -> list[str]:
     return [m.group(1) for line in out.splitlines() if (m := re.match(r"^\s+(?:\x1b\[\d+m)?([a-z][\w-]*)", line))]
 
 
-VALUES = {"STACK": "debian", "GROUP": "ci", "LAYER": "runtime", "MAX_JOBS": "2", "NVCC_THREADS": "1",
+VALUES = {"STACK": "debian", "GROUP": "ci", "LAYER": "runtime", "PLATFORM": "linux/arm64", "MAX_JOBS": "2",
+          "NVCC_THREADS": "1",
           "REGISTRY": "registry.example/acme", "SHA": "0123456789abcdef", "KEY": "cosign.pub", "POLICY": "ci",
           "EXECUTE": "1", "IMAGE": "registry.example/acme/mcore-images@sha256:" + "0" * 64,
           "BAKE_ARGS": "--set kernels-cuda.contexts.apex=/src/apex"}

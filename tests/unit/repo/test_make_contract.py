@@ -81,3 +81,22 @@ def test_switches_follow_their_value() -> None:
     assert make_vars.argv_for("jobs", ["FORCE"], {"FORCE": "1"}) == ["jobs", "--force"]
     assert make_vars.argv_for("jobs", ["FORCE"], {"FORCE": "0"}) == ["jobs"]
     assert make_vars.argv_for("jobs", ["FORCE"], {}) == ["jobs"]
+
+
+def test_make_build_arm64_makes_the_arm64_base_then_builds_for_linux_arm64() -> None:
+    """The emulated build someone times: `make emulation` first, then the arm64 base and the layers, each a phase."""
+    lines = dry_run("build-arm64", {"STACK": "debian", "LAYER": "runtime"})
+    assert lines[0] == "bash .ci/emulation.sh"
+    steps = [line for line in lines if "phase.sh arm64-" in line]
+    assert len(steps) == 2 and all("PLATFORM=linux/arm64 " in line for line in steps)
+    values = {"STACK": "debian", "LAYER": "runtime", "PLATFORM": "linux/arm64"}
+    assert [a for line in steps for a in tool_argvs(line, values)] == [
+        ["base", "--stack", "debian", "--platform", "linux/arm64"],
+        ["build", "--stack", "debian", "--layer", "runtime", "--platform", "linux/arm64"]]
+
+
+def test_make_test_arm64_tests_and_smokes_the_emulated_image() -> None:
+    body = " ".join(dry_run("test-arm64", {}))
+    assert 'image="mcore-images:${LAYER:-runtime}-${STACK:-debian}.arm64"' in body
+    assert 'pytest -q tests/image --image "$image"' in body
+    assert '-m mcore_images certify "$image" --out build/arm64-certificate -- --cpu --nproc 2' in body

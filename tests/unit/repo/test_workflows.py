@@ -273,7 +273,28 @@ def test_build_pushes_candidates_by_digest_with_attestations_and_cache(workflows
     assert digests["env"]["METADATA"] == "${{ steps.bake.outputs.metadata }}"
     assert "containerimage.digest" in digests["run"] and "GITHUB_STEP_SUMMARY" in digests["run"]
     upload = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
-    assert upload["with"]["name"] == "bake-metadata-${{ matrix.stack }}"
+    assert upload["with"]["name"] == "bake-metadata-${{ matrix.stack }}-${{ matrix.arch }}"
+
+
+def test_each_platform_builds_natively_and_one_job_joins_them_per_target(workflows: dict[str, dict[str, Any]]) -> None:
+    """arm64 builds on GitHub's Arm runners (no emulation), amd64 on x64 ones; then `mcore-images index` joins the
+    platforms' candidates into one index per target, each platform is certified on its own GPU runner, and the
+    target is promoted once, after every platform's certificate."""
+    jobs = workflows["build.yml"]["jobs"]
+    runs_on = jobs["build"]["runs-on"]
+    assert "matrix.arch == 'arm64'" in runs_on and "ubuntu-24.04-arm" in runs_on
+    assert "vars.BUILD_RUNS_ON_ARM64" in runs_on
+    candidates = jobs["candidates"]
+    body = "\n".join(runs({"jobs": {"c": candidates}}))
+    assert 'python -m mcore_images index --candidates candidates --sha "$GITHUB_SHA"' in body
+    assert body.index("mcore_images index") < body.index("mcore_images matrix --candidates candidates)")
+    assert "python -m mcore_images matrix --candidates candidates --promotions" in body
+    assert any(s.get("uses", "").startswith("docker/login-action@") for s in candidates["steps"])
+    assert jobs["smoke"]["with"]["platform"] == "${{ matrix.platform }}" and jobs["smoke"]["with"]["promote"] is False
+    promote = jobs["promote"]
+    assert promote["needs"] == ["candidates", "smoke"] and promote["uses"] == "./.github/workflows/promote.yml"
+    assert promote["strategy"]["matrix"] == "${{ fromJSON(needs.candidates.outputs.promote) }}"
+    assert promote["with"]["certificate-artifact"] == "certificate-${{ matrix.layer }}-${{ matrix.stack }}-*"
 
 
 def test_build_sets_every_bake_variable_it_names() -> None:
@@ -287,15 +308,17 @@ def test_gpu_smoke_certifies_the_candidate_by_digest(workflows: dict[str, dict[s
     smoke = workflows["gpu-smoke.yml"]
     assert {"workflow_call", "workflow_dispatch"} <= set(smoke["on"])
     job = smoke["jobs"]["certify"]
-    labels = json.loads(re.search(r"'(\[.*\])'", job["runs-on"]).group(1))
-    assert labels == ["self-hosted", "linux", "x64", "gpu", "h100"]
-    assert "vars.GPU_RUNS_ON" in job["runs-on"]
+    labels = [json.loads(found) for found in re.findall(r"'(\[[^']*\])'", job["runs-on"])]
+    assert labels == [["self-hosted", "linux", "arm64", "gpu", "gh200"], ["self-hosted", "linux", "x64", "gpu", "h100"]]
+    assert "inputs.platform == 'linux/arm64'" in job["runs-on"]
+    assert "vars.GPU_RUNS_ON_ARM64" in job["runs-on"] and "vars.GPU_RUNS_ON" in job["runs-on"]
     body = "\n".join(runs({"jobs": {"c": job}}))
     assert "*@sha256:*" in body and 'docker pull "$IMAGE"' in body
     assert 'python -m mcore_images certify "$IMAGE" --out cert' in body
     assert "cert/certificate.md >>\"$GITHUB_STEP_SUMMARY\"" in body
     upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
     assert "cert/certificate.json" in upload["with"]["path"] and upload["if"] == "${{ !cancelled() }}"
+    assert upload["with"]["name"] == "certificate-${{ inputs.layer }}-${{ inputs.stack }}-${{ steps.ref.outputs.arch }}"
 
 
 def test_promotion_is_gated_on_a_passed_certificate(workflows: dict[str, dict[str, Any]]) -> None:
@@ -303,7 +326,7 @@ def test_promotion_is_gated_on_a_passed_certificate(workflows: dict[str, dict[st
     assert gate["needs"] == "certify" and gate["uses"] == "./.github/workflows/promote.yml"
     assert "needs.certify.outputs.status == 'passed'" in gate["if"] and "inputs.promote" in gate["if"]
     body = "\n".join(runs(workflows["promote.yml"]))
-    attach = body.index('mcore-images attach "$IMAGE" --certificate cert --key')
+    attach = body.index('mcore-images attach "$IMAGE" --certificate "$folder" --key')  # each platform's certificate
     promotion = body.index('mcore-images promote "$IMAGE" --stack "$STACK" --layer "$LAYER" --key cosign.pub')
     assert attach < promotion and "--policy release" in body[promotion:] and "--execute" in body[promotion:]
     assert 'exit "$rc"' in body  # a refusal fails the job

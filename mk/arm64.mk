@@ -1,0 +1,18 @@
+# linux/arm64 images (Grace hosts: GH200, GB200, GB300) built and tested on an x86_64 Debian machine under QEMU.
+# Included by the Makefile; `make help` lists the targets. On an aarch64 machine the same targets run natively.
+# STACK and LAYER reach the recipes as environment variables (defaults: debian, runtime), never as shell text.
+
+.PHONY: emulation build-arm64 test-arm64
+
+emulation: ## let this Debian host build and run linux/arm64 images: QEMU (qemu-user-static, binfmt-support) with binfmt's F flag; idempotent
+	bash .ci/emulation.sh
+
+build-arm64: emulation ## emulated linux/arm64 build: [STACK=debian] [LAYER=runtime]; its arm64 base (debootstrap --arch arm64), then its layers (::phase lines time both)
+	STACK="$${STACK:-debian}" PLATFORM=linux/arm64 bash .ci/phase.sh arm64-base $(FROM_MAKE) base STACK PLATFORM
+	STACK="$${STACK:-debian}" LAYER="$${LAYER:-runtime}" PLATFORM=linux/arm64 \
+	  bash .ci/phase.sh arm64-build $(FROM_MAKE) build STACK LAYER PLATFORM MAX_JOBS NVCC_THREADS FORCE BAKE_ARGS
+
+test-arm64: ## image tests and the CPU smoke (certify -- --cpu) of the image build-arm64 made: [STACK=debian] [LAYER=runtime]
+	image="mcore-images:$${LAYER:-runtime}-$${STACK:-debian}.arm64"; \
+	bash .ci/phase.sh arm64-image-tests $(PYTHON) -m pytest -q tests/image --image "$$image" \
+	&& bash .ci/phase.sh arm64-cpu-smoke $(MCORE) certify "$$image" --out build/arm64-certificate -- --cpu --nproc 2
