@@ -87,8 +87,8 @@ def test_an_override_of_a_stack_sharing_layers_carries_the_shared_locks(tmp_path
     """The Dockerfile mounts the lower layers' locks from <layers_from>/ of the locks context: an override's locks
     folder holds them too, for every platform (before, it held the stack's own folder alone)."""
     work = fake_root(tmp_path, root)
-    monkeypatch.setattr(lock, "compile_layer", lambda stack, requirements, below, constraints=None,
-                        machine="x86_64": f"megatron-core=={stack.mcore} \\\n    --hash=sha256:{'1' * 64}\n")
+    monkeypatch.setattr(lock, "compile_layer", lambda stack, requirements, below, constraints=None, machine="x86_64",
+                        preferred="": f"megatron-core=={stack.mcore} \\\n    --hash=sha256:{'1' * 64}\n")
     monkeypatch.setattr(lock, "sdist_requirements", lambda name, version: [])
     changed = overrides.apply(stacks["debian-mcore019"], {"mcore": "0.19.1"})
     _, locks = overrides.workspace(stacks, changed, {"mcore": "0.19.1"}, work)
