@@ -104,6 +104,10 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
     if args.cpu and "te" in specs:
         raise errors.CouldNotRun("--specs te needs a GPU: drop --cpu")
     args.variants = _choose(args.variants, bench_model.VARIANTS, "--variants")
+    if needs := sorted({v.dispatcher for n in args.variants if (v := bench_model.VARIANTS[n]).dispatcher}
+                       - {args.dispatcher}):
+        raise errors.CouldNotRun(f"--variants {','.join(args.variants)} needs the {needs[0]} MoE dispatcher: add "
+                                 f"--dispatcher {needs[0]}")
     args.precisions = _choose(args.precisions or ("fp32" if args.cpu else "bf16"), bench_model.PRECISIONS,
                               "--precisions")
     if args.cpu and args.precisions != ["fp32"]:

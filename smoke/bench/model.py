@@ -135,6 +135,7 @@ class Variant:
     settings: dict[str, object]
     why: str
     ce_fusion: bool = False
+    dispatcher: str | None = None  # the MoE token dispatcher its settings need (--dispatcher), if any
 
 
 # What Megatron-LM's training scripts turn on by default (megatron/training/arguments.py: --no-bias-swiglu-fusion,
@@ -146,7 +147,13 @@ FUSIONS: dict[str, object] = {
     # MoE: Transformer Engine's fused token permutation and router (--moe-permute-fusion, --moe-router-fusion)
     "moe_permute_fusion": True, "moe_router_fusion": True,
 }
-MOE_ONLY = ("moe_permute_fusion", "moe_router_fusion")
+# Megatron-LM's --moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity: every expert takes exactly its
+# share of the tokens (the excess dropped, a shortfall padded), so the per-expert split sizes are known on the host
+# without copying token counts from the GPU: the step stops waiting on that device-to-host sync. megatron-core
+# pads only in the alltoall (and flex) dispatcher. The FLOPs are the dropless model's: the same tokens per expert.
+DROP_PAD: dict[str, object] = {"moe_expert_capacity_factor": 1.0, "moe_pad_expert_input_to_capacity": True}
+TE_MOE_KERNELS = ("moe_permute_fusion", "moe_router_fusion")
+MOE_ONLY = (*TE_MOE_KERNELS, *DROP_PAD)
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("defaults", {}, "megatron-core's TransformerConfig defaults: LayerNorm, every fusion off"),
     Variant("fusions", FUSIONS, "Megatron-LM's default fusions and RMSNorm, no gradient-accumulation fusion"),
@@ -154,6 +161,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "how Megatron-LM trains by default: the fusions, RMSNorm, gradient-accumulation fusion"),
     Variant("production+ce", {**FUSIONS, "gradient_accumulation_fusion": True}, "production plus the fused "
             "cross-entropy (an option in Megatron-LM, --cross-entropy-loss-fusion)", ce_fusion=True),
+    Variant("fusions+drop-pad", {**FUSIONS, **DROP_PAD}, "MoE: the fusions, experts at capacity factor 1.0 padded to "
+            "capacity (no device-to-host sync per layer; tokens over capacity dropped); needs --dispatcher alltoall",
+            dispatcher="alltoall"),
 )}
 DEFAULT_VARIANTS = ("production",)
 
@@ -165,7 +175,7 @@ def resolve_variant(variant: Variant, *, moe: bool, te: bool, cpu: bool, apex: b
     settings = {k: v for k, v in variant.settings.items() if moe or k not in MOE_ONLY}
     dropped = []
     if not te:
-        for key in MOE_ONLY:
+        for key in TE_MOE_KERNELS:
             if settings.pop(key, False):
                 dropped.append(f"{key} (Transformer Engine's kernel)")
     if variant.ce_fusion:

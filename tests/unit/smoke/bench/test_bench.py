@@ -255,6 +255,15 @@ def test_variants_drop_what_the_environment_cannot_run_and_say_why() -> None:
     assert ce["cross_entropy_loss_fusion"] and ce["cross_entropy_fusion_impl"] == "te"
 
 
+def test_drop_pad_sets_capacity_on_moe_models_only_and_survives_the_local_spec() -> None:
+    drop_pad = bench_model.VARIANTS["fusions+drop-pad"]
+    moe, dropped = bench_model.resolve_variant(drop_pad, moe=True, te=False, cpu=True, apex=False)
+    assert moe["moe_expert_capacity_factor"] == 1.0 and moe["moe_pad_expert_input_to_capacity"] is True
+    assert not any("capacity" in d for d in dropped)  # megatron-core pads without TE's kernels
+    dense, _ = bench_model.resolve_variant(drop_pad, moe=False, te=True, cpu=False, apex=False)
+    assert not set(bench_model.DROP_PAD) & set(dense)
+
+
 # ------------------------------------------------------------------------------------------ certificate
 
 
@@ -332,6 +341,7 @@ def test_dry_run_prints_the_flops_without_torch() -> None:
     (["--baselines", "/nonexistent.json"], "not found"),
     (["--cert", "/nonexistent"], "certificate.json not found"),
     (["--seed", "-1"], "--seed -1 is out of range: give 0 … 4294967295"),
+    (["--variants", "fusions,fusions+drop-pad"], "needs the alltoall MoE dispatcher: add --dispatcher alltoall"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(args: list[str], message: str) -> None:
     out = bench(*args, "--dry-run")
