@@ -28,42 +28,50 @@ INDEX_FILE = "index.json"
 """What `index` writes beside the bake metadata it read: target → the index and its platforms' digests."""
 
 
-def per_platform(candidates: Path, sha: str, stacks: dict[str, Stack]) -> dict[str, dict[str, str]]:
-    """target → {platform: REPO@digest} of every per-platform candidate of commit ``sha`` that the bake metadata
-    files under ``candidates`` name (each what a platform's build wrote: `mcore-images build --candidate`, or
-    bake-action's metadata output)."""
+def bake_records(candidates: Path, fix: str) -> list[tuple[Path, str, dict[str, Any]]]:
+    """(file, target, record) of every target in the bake metadata files under ``candidates`` (what `build
+    --candidate` or bake-action wrote; the index file and buildx's own keys left out). None is bad input: ``fix``."""
     files = sorted(p for p in candidates.glob("*.json") if p.name != INDEX_FILE) if candidates.is_dir() else []
     if not files:
-        raise InputError(f"no bake metadata (*.json) under {candidates}: build each platform's candidates first "
-                         "(mcore-images build --candidate SHA --platform …), or download the build jobs' artifacts")
-    known = {tags.target(layer, s): s for s in stacks.values() for layer in s.built_layers}
-    found: dict[str, dict[str, str]] = {}
+        raise InputError(f"no bake metadata (*.json) under {candidates}: {fix}")
+    found = []
     for path in files:
         try:
             metadata = json.loads(path.read_text())
         except ValueError as exc:
-            raise InputError(f"{path} is not JSON ({exc}): save the build's metadata unchanged") from None
-        for target, record in metadata.items():
-            if target.startswith("buildx.") or not isinstance(record, dict):
-                continue
-            names = [n for n in str(record.get("image.name", "")).split(",") if n]
-            digest = str(record.get("containerimage.digest", ""))
-            parsed = tags.split_candidate(images.parse(names[0]).tag or "") if names else None
-            if parsed is None or parsed[2] is None:
-                continue  # a single-platform stack's candidate is its own tag already
-            if parsed[0] != sha:
-                raise InputError(f"{path}: {target} is a candidate of commit {parsed[0]}, not {sha}; index the "
-                                 "candidates of one commit")
-            if target not in known:
-                raise InputError(f"{path}: target '{target}' is not in env/stacks.json; index from the commit that "
-                                 "built it")
-            if not images.is_digest(digest):
-                raise InputError(f"{path}: target '{target}' has no pushed digest; build it with --candidate")
-            platform = platforms.BY_ARCH[parsed[2]].name
-            if platform not in known[target].platforms:
-                raise InputError(f"{path}: {target} was built for {platform}, which stack '{known[target].name}' "
-                                 "does not list")
-            found.setdefault(target, {})[platform] = f"{images.repository(names[0])}@{digest}"
+            raise InputError(f"{path} is not JSON ({exc}): save the build's bake metadata unchanged") from None
+        found += [(path, target, record) for target, record in metadata.items()
+                  if not target.startswith("buildx.") and isinstance(record, dict)]
+    return found
+
+
+def per_platform(candidates: Path, sha: str, stacks: dict[str, Stack]) -> dict[str, dict[str, str]]:
+    """target → {platform: REPO@digest} of every per-platform candidate of commit ``sha`` that the bake metadata
+    files under ``candidates`` name (each what a platform's build wrote: `mcore-images build --candidate`, or
+    bake-action's metadata output)."""
+    records = bake_records(candidates, "build each platform's candidates first (mcore-images build --candidate "
+                           "SHA --platform …), or download the build jobs' artifacts")
+    known = {tags.target(layer, s): s for s in stacks.values() for layer in s.built_layers}
+    found: dict[str, dict[str, str]] = {}
+    for path, target, record in records:
+        names = [n for n in str(record.get("image.name", "")).split(",") if n]
+        digest = str(record.get("containerimage.digest", ""))
+        parsed = tags.split_candidate(images.parse(names[0]).tag or "") if names else None
+        if parsed is None or parsed[2] is None:
+            continue  # a single-platform stack's candidate is its own tag already
+        if parsed[0] != sha:
+            raise InputError(f"{path}: {target} is a candidate of commit {parsed[0]}, not {sha}; index the "
+                             "candidates of one commit")
+        if target not in known:
+            raise InputError(f"{path}: target '{target}' is not in env/stacks.json; index from the commit that "
+                             "built it")
+        if not images.is_digest(digest):
+            raise InputError(f"{path}: target '{target}' has no pushed digest; build it with --candidate")
+        platform = platforms.BY_ARCH[parsed[2]].name
+        if platform not in known[target].platforms:
+            raise InputError(f"{path}: {target} was built for {platform}, which stack '{known[target].name}' "
+                             "does not list")
+        found.setdefault(target, {})[platform] = f"{images.repository(names[0])}@{digest}"
     return found  # none: every stack built is of one platform, whose candidates are their own tags
 
 

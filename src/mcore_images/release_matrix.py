@@ -107,40 +107,30 @@ def promotion_matrix(candidates: Path, stacks: dict[str, Stack] | None = None,
 
 def _candidates(candidates: Path, known: dict[str, tuple[Stack, str]]) -> list[dict[str, str]]:
     """Every certifiable candidate of the bake metadata and index under ``candidates``, one entry per platform."""
-    from mcore_images.platform_index import INDEX_FILE
+    from mcore_images.platform_index import INDEX_FILE, bake_records
 
-    files = sorted(p for p in candidates.glob("*.json") if p.name != INDEX_FILE) if candidates.is_dir() else []
-    if not files:
-        raise InputError(f"no bake metadata (*.json) under {candidates}: download the build jobs' "
-                         "bake-metadata-* artifacts there first")
+    records = bake_records(candidates, "download the build jobs' bake-metadata-* artifacts there first")
     indexed = _indexes(candidates / INDEX_FILE, known)
     found: dict[tuple[str, str], dict[str, str]] = {(e["target"], e["platform"]): e for e in indexed}
-    for path in files:
-        try:
-            metadata = json.loads(path.read_text())
-        except ValueError as exc:
-            raise InputError(f"{path} is not JSON ({exc}): save bake-action's `metadata` output unchanged") from None
-        for target, record in metadata.items():
-            if target.startswith("buildx.") or not isinstance(record, dict):
-                continue
-            if target not in known:
-                raise InputError(f"{path}: target '{target}' is not in env/stacks.json; build and certify from "
-                                 "the same commit")
-            stack, layer = known[target]
-            if layer not in CERTIFIED_LAYERS:
-                continue
-            digest = str(record.get("containerimage.digest", ""))
-            names = [n for n in str(record.get("image.name", "")).split(",") if n]
-            if not images.is_digest(digest) or not names:
-                raise InputError(f"{path}: target '{target}' has no pushed digest/image name; build it with push")
-            parsed = tags.split_candidate(images.parse(names[0]).tag or "")
-            platform = (platforms.BY_ARCH[parsed[2]] if parsed and parsed[2]
-                        else platforms.BY_NAME[stack.platforms[0]])
-            if any(e["target"] == target for e in indexed):
-                continue  # one platform of an index: certified by the manifest digest the index holds
-            found.setdefault((target, platform.name), {
-                "stack": stack.name, "layer": layer, "target": target, "platform": platform.name,
-                "arch": platform.arch, "image": f"{images.repository(names[0])}@{digest}", "index": ""})
+    for path, target, record in records:
+        if target not in known:
+            raise InputError(f"{path}: target '{target}' is not in env/stacks.json; build and certify from "
+                             "the same commit")
+        stack, layer = known[target]
+        if layer not in CERTIFIED_LAYERS:
+            continue
+        digest = str(record.get("containerimage.digest", ""))
+        names = [n for n in str(record.get("image.name", "")).split(",") if n]
+        if not images.is_digest(digest) or not names:
+            raise InputError(f"{path}: target '{target}' has no pushed digest/image name; build it with push")
+        parsed = tags.split_candidate(images.parse(names[0]).tag or "")
+        platform = (platforms.BY_ARCH[parsed[2]] if parsed and parsed[2]
+                    else platforms.BY_NAME[stack.platforms[0]])
+        if any(e["target"] == target for e in indexed):
+            continue  # one platform of an index: certified by the manifest digest the index holds
+        found.setdefault((target, platform.name), {
+            "stack": stack.name, "layer": layer, "target": target, "platform": platform.name,
+            "arch": platform.arch, "image": f"{images.repository(names[0])}@{digest}", "index": ""})
     return list(found.values())
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import ctypes
 import importlib
 import importlib.metadata as metadata
-import importlib.util
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from mcore_images.doctor import fatbin
 from mcore_images.doctor.model import Context
 
 IMPORT = "import:"
@@ -62,15 +62,7 @@ def locate(name: str) -> Path | None:
         if not origin:
             return Path(f"<{name} in sys.modules>")
         return Path(origin).parent if origin.endswith("__init__.py") else Path(origin)
-    try:
-        spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError):
-        return None
-    if spec is None:
-        return None
-    if spec.submodule_search_locations:
-        return Path(next(iter(spec.submodule_search_locations)))
-    return Path(spec.origin) if spec.origin else None
+    return fatbin.find_spec_path(name)
 
 
 def dist_version(*names: str) -> tuple[str, str] | None:
