@@ -113,12 +113,9 @@ def _candidates(candidates: Path, known: dict[str, tuple[Stack, str]]) -> list[d
     indexed = _indexes(candidates / INDEX_FILE, known)
     found: dict[tuple[str, str], dict[str, str]] = {(e["target"], e["platform"]): e for e in indexed}
     for path, target, record in records:
-        if target not in known:
-            raise InputError(f"{path}: target '{target}' is not in env/stacks.json; build and certify from "
-                             "the same commit")
-        stack, layer = known[target]
-        if layer not in CERTIFIED_LAYERS:
+        if (certifiable := _certifiable(path, target, known)) is None:
             continue
+        stack, layer = certifiable
         digest = str(record.get("containerimage.digest", ""))
         names = [n for n in str(record.get("image.name", "")).split(",") if n]
         if not images.is_digest(digest) or not names:
@@ -134,6 +131,16 @@ def _candidates(candidates: Path, known: dict[str, tuple[Stack, str]]) -> list[d
     return list(found.values())
 
 
+def _certifiable(path: Path, target: str, known: dict[str, tuple[Stack, str]]) -> tuple[Stack, str] | None:
+    """The stack and layer of a target ``path`` names, None for a layer that is not certified; a target of
+    another commit's stacks is bad input."""
+    if target not in known:
+        raise InputError(f"{path}: target '{target}' is not in env/stacks.json; build and certify from the same "
+                         "commit")
+    stack, layer = known[target]
+    return (stack, layer) if layer in CERTIFIED_LAYERS else None
+
+
 def _indexes(path: Path, known: dict[str, tuple[Stack, str]]) -> list[dict[str, str]]:
     """One entry per platform of each certifiable index `mcore-images index` recorded in ``path`` (none without)."""
     if not path.is_file():
@@ -144,12 +151,9 @@ def _indexes(path: Path, known: dict[str, tuple[Stack, str]]) -> list[dict[str, 
         raise InputError(f"{path} is not JSON ({exc}): run `mcore-images index` again") from None
     out = []
     for target, record in recorded.items():
-        if target not in known:
-            raise InputError(f"{path}: target '{target}' is not in env/stacks.json; build and certify from the same "
-                             "commit")
-        stack, layer = known[target]
-        if layer not in CERTIFIED_LAYERS:
+        if (certifiable := _certifiable(path, target, known)) is None:
             continue
+        stack, layer = certifiable
         repository = images.repository(record["image.name"])
         for name, digest in sorted(record.get("platforms", {}).items()):
             platform = platforms.BY_NAME[name]
