@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from mcore_images import components, platforms
 from mcore_images.errors import InputError
@@ -220,16 +222,39 @@ def read_torch_wheel(torch: str, python: str, machine: str) -> dict[str, Any]:
     return {"wheel": wheel, "bytes": file_size("torch", wheel), "cuda_runtime": runtime}
 
 
-def file_size(project: str, filename: str) -> int | None:
-    """The size the index's JSON simple API gives for one file of a project (None when it gives none)."""
+class NoWheel(InputError):
+    """The release is on the index but has no wheel for the stack's Python: a verdict on that version (a bump to it
+    would break the stack), not a failure to read the index."""
+
+
+def _index_files(project: str) -> list[dict[str, Any]]:
+    """Every file the index's JSON simple API lists for a project."""
     from mcore_images.lock import PYPI_SIMPLE
 
     request = urllib.request.Request(f"{PYPI_SIMPLE}/{project}/",
                                      headers={"Accept": "application/vnd.pypi.simple.v1+json"})
     with urllib.request.urlopen(request, timeout=120) as response:
-        files = json.load(response)["files"]
-    size = next((f.get("size") for f in files if f["filename"] == filename), None)
+        files: list[dict[str, Any]] = json.load(response)["files"]
+    return files
+
+
+def file_size(project: str, filename: str) -> int | None:
+    """The size the index's JSON simple API gives for one file of a project (None when it gives none)."""
+    size = next((f.get("size") for f in _index_files(project) if f["filename"] == filename), None)
     return size if isinstance(size, int) else None
+
+
+def wheel_pythons(project: str, version: str) -> list[str]:
+    """The interpreter tags (cp311, py3, …) of the release's wheels on the index, sorted; [] when it has none."""
+    found = set()
+    for item in _index_files(project):
+        try:
+            _, wheel_version, _, wheel_tags = parse_wheel_filename(item["filename"])
+        except (InvalidWheelFilename, InvalidVersion):
+            continue
+        if wheel_version == Version(version):
+            found |= {t.interpreter for t in wheel_tags}
+    return sorted(found)
 
 
 def read_metadata(distribution: str, version: str, python: str) -> dict[str, Any]:
@@ -250,9 +275,21 @@ def _install_report(distribution: str, version: str, python: str, wheel_tags: tu
             capture_output=True, text=True, check=False)
         if done.returncode:
             why = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
+            _no_wheel_for(distribution, version, python)
             raise InputError(f"cannot read {distribution} {version}'s requirements from the index: {why}")
         item: dict[str, Any] = json.loads(report.read_text())["install"][0]
     return item
+
+
+def _no_wheel_for(distribution: str, version: str, python: str) -> None:
+    """Raise NoWheel when pip found nothing because the release has wheels, none of them for this Python."""
+    try:
+        pythons = wheel_pythons(distribution, version)
+    except (OSError, ValueError, KeyError):
+        return  # the index cannot be read either: the caller's error says so
+    cp = f"cp{python.replace('.', '')}"
+    if pythons and not any(t in (cp, "py3", f"py{python.replace('.', '')}") for t in pythons):
+        raise NoWheel(f"{distribution} {version} has no wheel for Python {python} (its wheels: {', '.join(pythons)})")
 
 
 def record(stack: Stack, root: Path | None = None) -> Path | None:

@@ -128,6 +128,9 @@ def check_stack(stack: Stack, fetch: Fetch, cache: dict[str, Any], resolve: Reso
         bumped = stack.replace(**{comp.key: newest})
         try:
             read(bumped)
+        except engines.NoWheel as error:
+            out.append(Finding(stack.name, comp.key, pinned, newest, "newer", (f"[wheel] {error}",)))
+            continue
         except InputError as error:
             out.append(Finding(stack.name, comp.key, pinned, newest, "error", note=str(error)))
             continue

@@ -174,3 +174,27 @@ def test_lock_records_torchs_cudnn_beside_what_was_recorded(tmp_path: Path, monk
     assert {k: v for k, v in written.items() if k not in ("cudnn", "about")} == \
         {k: v for k, v in committed.items() if k not in ("cudnn", "about")}
     assert "cudnn-torch" in written["about"]
+
+
+@pytest.mark.parametrize(("pythons", "raised"), [
+    (["cp311", "cp312"], True),   # wheels, none for 3.10: a verdict on the version
+    (["cp310", "cp311"], False),  # a wheel for 3.10: pip failed for another reason, the caller says so
+    (["py3"], False),
+    ([], False),                  # nothing listed: the index is the problem
+])
+def test_a_release_without_a_wheel_for_the_python_is_told_apart(monkeypatch: pytest.MonkeyPatch, pythons: list[str],
+                                                                 raised: bool) -> None:
+    monkeypatch.setattr(engines, "wheel_pythons", lambda project, version: pythons)
+    if raised:
+        with pytest.raises(engines.NoWheel, match=r"torch 2.15.0 has no wheel for Python 3.10 \(its wheels: cp311"):
+            engines._no_wheel_for("torch", "2.15.0", "3.10")
+    else:
+        engines._no_wheel_for("torch", "2.15.0", "3.10")
+
+
+def test_wheel_pythons_reads_the_release_wheels_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    files = [{"filename": n} for n in ("torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+                                        "torch-2.15.0-cp314-cp314t-win_amd64.whl", "torch-2.14.0-cp310-cp310-any.whl",
+                                        "torch-2.15.0.tar.gz")]
+    monkeypatch.setattr(engines, "_index_files", lambda project: files)
+    assert engines.wheel_pythons("torch", "2.15.0") == ["cp311", "cp314"]

@@ -134,6 +134,21 @@ def test_a_candidate_whose_requirements_cannot_be_read_is_an_error_not_clean() -
     assert found["vllm"].status == "error" and "cannot read vllm 99.0.0" in found["vllm"].note
 
 
+def test_a_candidate_with_no_wheel_for_the_stacks_python_would_break_it_not_an_error() -> None:
+    # Before: torch 2.15.0 (no cp310 wheel) for verl-mcore013 (Python 3.10) read "error: cannot read torch
+    # 2.15.0's requirements from the index: ResolutionImpossible", and the run ended "PyPI could not be read".
+    stack = next(s for s in load_stacks().values() if s.has("vllm"))
+
+    def no_wheel(bumped: Stack) -> None:
+        raise outdated.engines.NoWheel(f"torch 99.0.0 has no wheel for Python {stack.python} (its wheels: cp399)")
+
+    pypi = {**PYPI, "torch": release(stack.torch, "99.0.0")}
+    found = {f.component: f for f in outdated.check_stack(stack, lambda name: pypi.get(name, release("0")), {},
+                                                          resolves, read=no_wheel)}
+    assert found["torch"].status == "newer" and found["torch"].breaks == (
+        f"[wheel] torch 99.0.0 has no wheel for Python {stack.python} (its wheels: cp399)",)
+
+
 def test_cudnn_follows_torch_not_pypi() -> None:
     # Before: a component with no lock requirement of its own read "follows its base image or git commit".
     stacks = load_stacks()
