@@ -77,6 +77,7 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
+    --mount=type=bind,source=docker/pip-check.py,target=/mnt/build/pip-check.py \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
     --mount=type=bind,from=locks,source=${LAYERS_STACK}/base.txt,target=/mnt/lock.txt \
@@ -101,6 +102,7 @@ RUN if [ "${FLAVOR}" != ngc ]; then \
       && rm -rf /var/lib/apt/lists/*; \
     fi
 RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
+    --mount=type=bind,source=docker/pip-check.py,target=/mnt/build/pip-check.py \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,from=locks,source=${LAYERS_STACK}/builder.txt,target=/mnt/lock.txt \
     --mount=type=secret,id=ca_bundle,required=false \
@@ -175,6 +177,7 @@ FROM base AS kernels
 ARG LAYERS_STACK
 ARG TE_VERSION
 RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
+    --mount=type=bind,source=docker/pip-check.py,target=/mnt/build/pip-check.py \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/link-nvidia-libs.sh,target=/mnt/build/link-nvidia-libs.sh \
     --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
@@ -201,6 +204,7 @@ RUN --mount=type=bind,source=docker/install-toolchain.sh,target=/mnt/build/insta
 ARG STACK
 ARG MCORE_VERSION
 RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
+    --mount=type=bind,source=docker/pip-check.py,target=/mnt/build/pip-check.py \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
     --mount=type=bind,source=docker/megatron-datasets.mk,target=/mnt/build/megatron-datasets.mk \
@@ -244,6 +248,7 @@ ARG VERL_VERSION
 ARG VLLM_VERSION
 ARG SGLANG_VERSION
 RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
+    --mount=type=bind,source=docker/pip-check.py,target=/mnt/build/pip-check.py \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
     --mount=type=bind,from=locks,source=${STACK}/app.txt,target=/mnt/lock.txt \

@@ -2,7 +2,8 @@
 # Install one layer's hashed lock (env/locks/<stack>/<layer>.txt, mounted as the first argument)
 # with --no-deps, then the wheels this build compiled (optional second argument: a folder).
 # A lock is a complete closure computed ahead of time, so nothing is resolved here and no
-# package installed by a lower layer (torch above all) can be replaced.
+# package installed by a lower layer (torch above all) can be replaced. pip check ends it, judged by
+# pip-check.py (mounted beside this script).
 set -eu
 lock="$1"
 wheels="${2:-}"
@@ -20,4 +21,4 @@ if [ -n "$wheels" ] && ls "$wheels"/*.whl >/dev/null 2>&1; then
   echo "install-lock: local wheels:" "$wheels"/*.whl
   sh "$here/pip.sh" install --no-deps --no-index --no-cache-dir "$wheels"/*.whl
 fi
-python -m pip check || { echo "install-lock: pip check found broken requirements (above)" >&2; exit 1; }
+python "$here/pip-check.py" || { echo "install-lock: pip check found broken requirements (above)" >&2; exit 1; }
