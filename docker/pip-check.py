@@ -2,7 +2,7 @@
 
 pip check reports two things: broken requirements, and installed wheels whose own WHEEL file declares
 tags this interpreter does not support. NVIDIA declares some aarch64 wheels "manylinux2014_sbsa" there
-(nvidia-cusparselt-cu13 0.8.0; SBSA is Arm's server architecture) while the file is named, chosen and
+(nvidia-cusparselt-cu13's; SBSA is Arm's server architecture) while the file is named, chosen and
 hash-checked as manylinux2014_aarch64. On aarch64 that line is the vendor's naming, not a broken install;
 every other line fails the layer.
 
