@@ -45,6 +45,14 @@ def bake_records(candidates: Path, fix: str) -> list[tuple[Path, str, dict[str, 
     return found
 
 
+def candidate_image(record: dict[str, Any]) -> tuple[str, str, tuple[str, str, str | None] | None]:
+    """(its first image name, its pushed digest, its tag read as a candidate tag) of one bake record; empty
+    strings and None where the record lacks them."""
+    name = next((n for n in str(record.get("image.name", "")).split(",") if n), "")
+    digest = str(record.get("containerimage.digest", ""))
+    return name, digest, (tags.split_candidate(images.parse(name).tag or "") if name else None)
+
+
 def per_platform(candidates: Path, sha: str, stacks: dict[str, Stack]) -> dict[str, dict[str, str]]:
     """target → {platform: REPO@digest} of every per-platform candidate of commit ``sha`` that the bake metadata
     files under ``candidates`` name (each what a platform's build wrote: `mcore-images build --candidate`, or
@@ -54,9 +62,7 @@ def per_platform(candidates: Path, sha: str, stacks: dict[str, Stack]) -> dict[s
     known = {tags.target(layer, s): s for s in stacks.values() for layer in s.built_layers}
     found: dict[str, dict[str, str]] = {}
     for path, target, record in records:
-        names = [n for n in str(record.get("image.name", "")).split(",") if n]
-        digest = str(record.get("containerimage.digest", ""))
-        parsed = tags.split_candidate(images.parse(names[0]).tag or "") if names else None
+        name, digest, parsed = candidate_image(record)
         if parsed is None or parsed[2] is None:
             continue  # a single-platform stack's candidate is its own tag already
         if parsed[0] != sha:
@@ -71,7 +77,7 @@ def per_platform(candidates: Path, sha: str, stacks: dict[str, Stack]) -> dict[s
         if platform not in known[target].platforms:
             raise InputError(f"{path}: {target} was built for {platform}, which stack '{known[target].name}' "
                              "does not list")
-        found.setdefault(target, {})[platform] = f"{images.repository(names[0])}@{digest}"
+        found.setdefault(target, {})[platform] = f"{images.repository(name)}@{digest}"
     return found  # none: every stack built is of one platform, whose candidates are their own tags
 
 

@@ -107,7 +107,7 @@ def promotion_matrix(candidates: Path, stacks: dict[str, Stack] | None = None,
 
 def _candidates(candidates: Path, known: dict[str, tuple[Stack, str]]) -> list[dict[str, str]]:
     """Every certifiable candidate of the bake metadata and index under ``candidates``, one entry per platform."""
-    from mcore_images.platform_index import INDEX_FILE, bake_records
+    from mcore_images.platform_index import INDEX_FILE, bake_records, candidate_image
 
     records = bake_records(candidates, "download the build jobs' bake-metadata-* artifacts there first")
     indexed = _indexes(candidates / INDEX_FILE, known)
@@ -116,18 +116,16 @@ def _candidates(candidates: Path, known: dict[str, tuple[Stack, str]]) -> list[d
         if (certifiable := _certifiable(path, target, known)) is None:
             continue
         stack, layer = certifiable
-        digest = str(record.get("containerimage.digest", ""))
-        names = [n for n in str(record.get("image.name", "")).split(",") if n]
-        if not images.is_digest(digest) or not names:
+        name, digest, parsed = candidate_image(record)
+        if not images.is_digest(digest) or not name:
             raise InputError(f"{path}: target '{target}' has no pushed digest/image name; build it with push")
-        parsed = tags.split_candidate(images.parse(names[0]).tag or "")
         platform = (platforms.BY_ARCH[parsed[2]] if parsed and parsed[2]
                     else platforms.BY_NAME[stack.platforms[0]])
         if any(e["target"] == target for e in indexed):
             continue  # one platform of an index: certified by the manifest digest the index holds
         found.setdefault((target, platform.name), {
             "stack": stack.name, "layer": layer, "target": target, "platform": platform.name,
-            "arch": platform.arch, "image": f"{images.repository(names[0])}@{digest}", "index": ""})
+            "arch": platform.arch, "image": f"{images.repository(name)}@{digest}", "index": ""})
     return list(found.values())
 
 
