@@ -120,6 +120,23 @@ FROM scratch AS planner
 COPY src/mcore_images/__init__.py src/mcore_images/errors.py src/mcore_images/command.py src/mcore_images/jobs.py \
      /mcore_images/
 
+# A C/C++ cross compiler that runs at the build machine's speed, for a builder of another platform that runs
+# under QEMU (linux/arm64 made on x86_64): Debian's g++ for aarch64 from the same OS base, so its GCC is the
+# target's. The compile step mounts it (docker/cross-compiler.sh); a native builder mounts an empty stage.
+# The stage is picked by BuildKit's platform args, so a native build never builds the toolchain.
+FROM --platform=${BUILDPLATFORM} ${BASE_IMAGE} AS cross-gxx-toolchain
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends g++-aarch64-linux-gnu \
+ && rm -rf /var/lib/apt/lists/*
+FROM scratch AS cross-gxx-none
+FROM cross-gxx-toolchain AS cross-gxx-arm64-on-amd64
+FROM cross-gxx-none AS cross-gxx-amd64-on-amd64
+FROM cross-gxx-none AS cross-gxx-arm64-on-arm64
+FROM cross-gxx-none AS cross-gxx-amd64-on-arm64
+# hadolint ignore=DL3006
+FROM cross-gxx-${TARGETARCH}-on-${BUILDARCH} AS cross-gxx
+
 FROM builder AS kernels-build
 ARG CUDA_VERSION
 ARG TE_VERSION
@@ -137,6 +154,8 @@ RUN --mount=type=bind,source=docker/build-te.sh,target=/mnt/build/build-te.sh \
     --mount=type=bind,source=docker/compile-jobs.sh,target=/mnt/build/compile-jobs.sh \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/nvcc-retry.sh,target=/mnt/build/nvcc-retry.sh \
+    --mount=type=bind,source=docker/cross-compiler.sh,target=/mnt/build/cross-compiler.sh \
+    --mount=type=bind,from=cross-gxx,target=/mnt/cross-gxx \
     --mount=type=bind,from=planner,target=/mnt/planner \
     --mount=type=secret,id=max_jobs,required=false \
     --mount=type=secret,id=nvcc_threads,required=false \
@@ -144,7 +163,8 @@ RUN --mount=type=bind,source=docker/build-te.sh,target=/mnt/build/build-te.sh \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.ccache,sharing=locked \
     if [ "${TE_SOURCE}" = build ]; then \
-      TE_VERSION="${TE_VERSION}" CUDA_MAJOR="${CUDA_VERSION%%.*}" /mnt/build/build-te.sh; \
+      TE_VERSION="${TE_VERSION}" CUDA_MAJOR="${CUDA_VERSION%%.*}" CROSS_TOOLCHAIN=/mnt/cross-gxx \
+        /mnt/build/build-te.sh; \
     fi
 # apex from its git source at a pinned commit; an air-gapped site passes the source as the
 # named context `apex` (docker buildx bake --set <target>.contexts.apex=<dir>).

@@ -2,8 +2,9 @@
 # Compile Transformer Engine's PyTorch extension (sdist transformer-engine-torch) into /wheels.
 # The core library comes as the transformer-engine-cuXX wheel; only the extension is built here,
 # against the torch of this image, so the two always share one ABI.
-# Inputs (env): TE_VERSION, CUDA_MAJOR, NVTE_CUDA_ARCHS; the compile jobs are planned here
-# (compile-jobs.sh: this builder's CPUs and memory, or the build's explicit values).
+# Inputs (env): TE_VERSION, CUDA_MAJOR, NVTE_CUDA_ARCHS, and CROSS_TOOLCHAIN where the Dockerfile mounts a cross
+# compiler; the compile jobs are planned here (compile-jobs.sh: this builder's CPUs and memory, or the build's
+# explicit values).
 set -eu
 : "${TE_VERSION:?}" "${CUDA_MAJOR:?}" "${NVTE_CUDA_ARCHS:?}"
 plan="$(sh "$(dirname "$0")/compile-jobs.sh" te)"
@@ -35,6 +36,16 @@ for lib in $(echo "$libs" | tr ':' ' '); do
   done
 done
 export LIBRARY_PATH="${links}:${LIBRARY_PATH}"
+# An emulated builder (another platform's image made under QEMU) compiles with the native cross compiler
+# of the stage mounted at CROSS_TOOLCHAIN when it has one (the Dockerfile's cross-gxx); else with its g++.
+if [ -n "${CROSS_TOOLCHAIN:-}" ]; then
+  cross_bin="$(mktemp -d)"
+  cross="$(sh "$(dirname "$0")/cross-compiler.sh" "$CROSS_TOOLCHAIN" "$cross_bin")"
+  if [ -n "$cross" ]; then
+    echo "build-te: $cross"
+    export PATH="$cross_bin:$PATH"
+  fi
+fi
 # The extension's C++ is what takes the time: compile it through ccache. torch's ninja build calls $CXX
 # (default `c++`, which Debian's ccache does not link), so name g++, whose ccache link is first on
 # PATH. CCACHE_BASEDIR (the Dockerfile's ENV) makes pip's random build folder under /tmp relative.

@@ -23,10 +23,12 @@ from pathlib import Path
 from mcore_images import components
 from mcore_images.components import LAYERS, Component
 
-PREDEFINED = frozenset({
+PLATFORM_ARGS = frozenset({
     "TARGETPLATFORM", "TARGETOS", "TARGETARCH", "TARGETVARIANT", "BUILDPLATFORM", "BUILDOS", "BUILDARCH",
-    "BUILDVARIANT", "HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY",
+    "BUILDVARIANT",
 })
+"""BuildKit's platform args: set in the global scope, so a FROM may read them without an ARG before it."""
+PREDEFINED = PLATFORM_ARGS | {"HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY"}
 """Args BuildKit itself provides: a stage may declare them without bake passing them."""
 
 _REF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
@@ -162,7 +164,7 @@ def edge_problems(global_args: list[str], stages: list[Stage], settings: list[st
         out += [f"Dockerfile stage {stage.name} reads ${{{a}}} but does not declare it (it expands to ''); add "
                 f"`ARG {a}` to the stage" for a in sorted(stage.reads & (passed - set(stage.declared)))]
         out += [f"Dockerfile stage {stage.name}: its FROM reads ${{{a}}}, which only an ARG before the first FROM "
-                f"sets; add `ARG {a}` there" for a in sorted(stage.from_reads - set(global_args))]
+                f"sets; add `ARG {a}` there" for a in sorted(stage.from_reads - set(global_args) - PLATFORM_ARGS)]
         for arg in stage.declared:
             c = by_arg.get(arg)
             if c and layer and LAYERS.index(c.layer) > LAYERS.index(layer):

@@ -32,9 +32,17 @@ def test_the_checkouts_dockerfile_follows_the_catalogue() -> None:
 def test_stages_belong_to_the_lowest_layer_that_builds_on_them() -> None:
     layers = dockerfile.layer_of(dockerfile.parse(TEXT)[1])
     assert {name: layers[name] for name in ("os-debian", "os-ngc", "builder", "kernels-build", "planner",
-                                            "tooling-build", "app")} == {
+                                            "cross-gxx", "cross-gxx-toolchain", "tooling-build", "app")} == {
         "os-debian": "base", "os-ngc": "base", "builder": "kernels", "kernels-build": "kernels", "planner": "kernels",
-        "tooling-build": "runtime", "app": "app"}
+        "cross-gxx": "kernels", "cross-gxx-toolchain": "kernels", "tooling-build": "runtime", "app": "app"}
+
+
+def test_a_from_may_read_buildkits_platform_args_and_no_other_undeclared_one() -> None:
+    picked = "FROM cross-gxx-${TARGETARCH}-on-${BUILDARCH} AS cross-gxx\n"
+    assert problems(TEXT) == [] and picked in TEXT
+    assert problems(edit(picked, picked.replace("${BUILDARCH}", "${HOST_ARCH}"))) == [
+        "Dockerfile stage cross-gxx: its FROM reads ${HOST_ARCH}, which only an ARG before the first FROM sets; add "
+        "`ARG HOST_ARCH` there"]
 
 
 KERNELS_ARGS = "FROM base AS kernels\nARG LAYERS_STACK\nARG TE_VERSION\n"
