@@ -82,7 +82,9 @@ class BakeLog:
 STAGE_LAYER = {
     "os-debian": "base", "os-cuda": "base", "os-ngc": "base", "base": "base",
     "builder": "kernels", "planner": "kernels", "kernels-build": "kernels", "kernels": "kernels",
+    **{f"cross-gxx{suffix}": "kernels" for suffix in (
+        "", "-toolchain", "-none", "-arm64-on-amd64", "-amd64-on-amd64", "-arm64-on-arm64", "-amd64-on-arm64")},
     "tooling-build": "runtime", "runtime": "runtime", "app": "app",
 }
-"""The layer each Dockerfile stage's work is for: the builder stages compile the kernels layer's wheels, and
-tooling-build makes the wheel the runtime layer installs."""
+"""The layer each Dockerfile stage's work is for: the builder stages (and the cross compiler an emulated builder
+compiles with) make the kernels layer's wheels, and tooling-build makes the wheel the runtime layer installs."""

@@ -85,5 +85,5 @@ def test_every_dockerfile_stage_has_a_layer() -> None:
     from mcore_images.bake_log import STAGE_LAYER
     from tests.unit.conftest import ROOT
 
-    stages = re.findall(r"^FROM \S+ AS (\S+)$", (ROOT / "Dockerfile").read_text(), re.M)
+    stages = re.findall(r"^FROM (?:--platform=\S+ )?\S+ AS (\S+)$", (ROOT / "Dockerfile").read_text(), re.M)
     assert sorted(stages) == sorted(STAGE_LAYER)
