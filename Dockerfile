@@ -249,8 +249,9 @@ ENV CUDA_DEVICE_MAX_CONNECTIONS=1 \
     MCORE_IMAGES_ROOT=/opt/mcore-images
 RUN --mount=type=bind,from=tooling-build,source=/tooling,target=/tooling \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+    --mount=type=bind,source=docker/pip-check.py,target=/mnt/build/pip-check.py \
     sh /mnt/build/pip.sh install --no-deps --no-index --no-cache-dir /tooling/*.whl \
- && python -m pip check \
+ && python /mnt/build/pip-check.py \
  && mkdir -p /opt/mcore-images \
  && python -m mcore_images.constraints > /opt/mcore-images/constraints.txt
 COPY env/stacks.json env/stacks.schema.json env/bench-baselines.json /opt/mcore-images/env/

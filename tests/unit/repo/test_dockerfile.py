@@ -48,3 +48,11 @@ def test_compile_steps_mount_the_planner_stage_and_no_file_of_the_tooling() -> N
     for step in runs:
         assert "--mount=type=bind,from=planner,target=/mnt/planner" in step, step[:120]
         assert "source=src/mcore_images" not in step, step[:120]
+
+
+def test_every_pip_check_of_a_build_step_is_pip_check_py() -> None:
+    """A bare `pip check` fails an aarch64 layer on NVIDIA's sbsa-tagged wheel; docker/pip-check.py judges it."""
+    text = (ROOT / "Dockerfile").read_text()
+    assert not re.search(r"pip\s+check", text), "call python /mnt/build/pip-check.py (mounted) instead of pip check"
+    steps = [step for step in re.split(r"\nRUN ", text) if "pip-check.py" in step]
+    assert steps and all("source=docker/pip-check.py,target=/mnt/build/pip-check.py" in step for step in steps)
