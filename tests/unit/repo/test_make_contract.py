@@ -99,6 +99,6 @@ def test_make_test_arm64_certifies_the_emulated_image_once() -> None:
     body = " ".join(dry_run("test-arm64", {}))
     assert 'image="mcore-images:${LAYER:-runtime}-${STACK:-debian}.arm64"' in body
     assert 'phase.sh arm64-certify python3 -m mcore_images certify "$image" --out build/arm64-certificate -- --cpu ' \
-           '--nproc 2' in body
+           '--nproc 2 --watchdog 3600' in body
     assert "pytest" not in body and "--skip-image-tests" not in body, "certify runs the image tests itself"
 
