@@ -44,14 +44,14 @@ if [ -d "$toolchain/usr/lib64" ]; then
   [ -e "$root/lib64" ] || [ -L "$root/lib64" ] || ln -s usr/lib64 "$root/lib64"
 fi
 
+# The path goes into the wrappers as one single-quoted word: refuse one that a quote would break.
+case "$toolchain" in *"'"*) echo "cross-compiler: a toolchain path with a quote: $toolchain" >&2; exit 1 ;; esac
 mkdir -p "$bin"
 for name in gcc g++ cc c++ "$triplet-gcc" "$triplet-g++"; do
   case "$name" in
     *++) tool="$triplet-g++" ;;
     *) tool="$triplet-gcc" ;;
   esac
-  # The path goes into the script as one single-quoted word: refuse one that a quote would break.
-  case "$toolchain" in *"'"*) echo "cross-compiler: a toolchain path with a quote: $toolchain" >&2; exit 1 ;; esac
   printf "#!/bin/sh\nexec '%s' \"\$@\"\n" "$toolchain/usr/bin/$tool" > "$bin/$name"
   chmod 755 "$bin/$name"
 done
