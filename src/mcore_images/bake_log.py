@@ -5,6 +5,7 @@ per target; build_timing for its per-stage cached/built status."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # "#12 [runtime-debian kernels 1/1] RUN ...": step id, bake target (absent when bake builds one target),
@@ -58,15 +59,16 @@ class BakeLog:
             return None
         return "cached" if all(step in self.cached for step in found) else "built"
 
-    def per_target(self, only: str | None = None) -> dict[str, dict[str, float]]:
+    def per_target(self, stage_layer: Mapping[str, str], only: str | None = None) -> dict[str, dict[str, float]]:
         """Per bake target (``<layer>-<stack>``): steps taken from the cache, steps run and the seconds they
-        ran, each step counted for the layer its Dockerfile stage belongs to (BuildKit prints a step that
+        ran, each step counted for the layer its Dockerfile stage belongs to (``stage_layer``: what
+        `dockerfile.stage_layers` reads from the Dockerfile the build ran; BuildKit prints a step that
         several targets share once, under any of their names; the stack part of that name is right, the
         layer part need not be). ``only`` names the target of a one-target bake, whose lines carry none."""
         out: dict[str, dict[str, float]] = {}
         for step, (target, stage) in self.steps.items():
             name = target or only
-            layer = STAGE_LAYER.get(stage)
+            layer = stage_layer.get(stage)
             if name is None or layer is None or "-" not in name:
                 continue
             row = out.setdefault(f"{layer}-{name.split('-', 1)[1]}",
@@ -78,13 +80,3 @@ class BakeLog:
                 row["build_s"] = round(row["build_s"] + self.seconds[step], 1)
         return out
 
-
-STAGE_LAYER = {
-    "os-debian": "base", "os-cuda": "base", "os-ngc": "base", "base": "base",
-    "builder": "kernels", "planner": "kernels", "kernels-build": "kernels", "kernels": "kernels",
-    **{f"cross-gxx{suffix}": "kernels" for suffix in (
-        "", "-toolchain", "-none", "-arm64-on-amd64", "-amd64-on-amd64", "-arm64-on-arm64", "-amd64-on-arm64")},
-    "tooling-build": "runtime", "runtime": "runtime", "app": "app",
-}
-"""The layer each Dockerfile stage's work is for: the builder stages (and the cross compiler an emulated builder
-compiles with) make the kernels layer's wheels, and tooling-build makes the wheel the runtime layer installs."""

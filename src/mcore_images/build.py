@@ -22,6 +22,7 @@ from mcore_images import (
     bake_args,
     components,
     debian_base,
+    dockerfile,
     emulation,
     engines,
     images,
@@ -227,13 +228,15 @@ def progress_mode(given: tuple[str, ...]) -> str | None:
     return "plain" if os.environ.get("CI") or not sys.stdout.isatty() else "tty"
 
 
-def summarize(log: BakeLog, metadata: Path, only: str | None, code: int, wall: float) -> dict[str, Any]:
+def summarize(log: BakeLog, metadata: Path, only: str | None, code: int, wall: float,
+              stage_layer: dict[str, str]) -> dict[str, Any]:
     """Per target: its tags and digest (bake's metadata file), its image size where the engine has it, and
-    the steps it took from the cache or ran (from a plain log; absent under the TTY display)."""
+    the steps it took from the cache or ran (from a plain log; absent under the TTY display), each step
+    counted for its stage's layer (``stage_layer``, read from the Dockerfile the build ran)."""
     meta: dict[str, Any] = {}
     if metadata.is_file():
         meta = {k: v for k, v in json.loads(metadata.read_text()).items() if isinstance(v, dict)}
-    steps = log.per_target(only)
+    steps = log.per_target(stage_layer, only)
     rows = []
     for name in sorted(set(meta) | set(steps)):
         entry = meta.get(name, {})
@@ -376,7 +379,8 @@ def build(request: BuildRequest) -> int:
     else:
         code = subprocess.run(cmd, env=env, cwd=root, check=False, stdout=sys.stderr if request.json else None
                               ).returncode
-    summary = summarize(log, metadata, targets[0] if len(targets) == 1 else None, code, time.monotonic() - start)
+    summary = summarize(log, metadata, targets[0] if len(targets) == 1 else None, code, time.monotonic() - start,
+                        dockerfile.stage_layers(root))
     if request.json:
         print_json(summary)
     else:

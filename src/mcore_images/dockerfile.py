@@ -118,6 +118,13 @@ def layer_of(stages: list[Stage]) -> dict[str, str]:
     return owner
 
 
+def stage_layers(root: Path) -> dict[str, str]:
+    """Each stage of the checkout's Dockerfile and the layer its work is for (`layer_of`): the builder stages,
+    and the cross compiler an emulated builder uses, make the kernels layer's wheels. Empty without a Dockerfile."""
+    path = root / "Dockerfile"
+    return layer_of(parse(path.read_text())[1]) if path.is_file() else {}
+
+
 def setting_args(bake_text: str) -> list[str] | None:
     """The hand-written settings of docker-bake.hcl's ``stack_args`` (None when the function is missing)."""
     body = re.search(r'^function "stack_args" \{\n(.*?)^\}', bake_text, re.M | re.S)
