@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,7 +230,7 @@ def progress_mode(given: tuple[str, ...]) -> str | None:
 
 
 def summarize(log: BakeLog, metadata: Path, only: str | None, code: int, wall: float,
-              stage_layer: dict[str, str]) -> dict[str, Any]:
+              stage_layer: Mapping[str, str]) -> dict[str, Any]:
     """Per target: its tags and digest (bake's metadata file), its image size where the engine has it, and
     the steps it took from the cache or ran (from a plain log; absent under the TTY display), each step
     counted for its stage's layer (``stage_layer``, read from the Dockerfile the build ran)."""

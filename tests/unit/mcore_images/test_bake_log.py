@@ -45,8 +45,8 @@ def test_a_stage_is_cached_only_when_every_step_was() -> None:
 
 def test_a_one_target_bake_names_no_target_in_its_lines() -> None:
     log = BakeLog.of("#3 [runtime 1/1] RUN true\n#3 DONE 1.0s\n")
-    assert log.per_target(STAGE_LAYER, "runtime-debian") == {"runtime-debian": {"steps_cached": 0, "steps_built": 1,
-                                                                   "build_s": 1.0}}
+    assert log.per_target(STAGE_LAYER, "runtime-debian") == {
+        "runtime-debian": {"steps_cached": 0, "steps_built": 1, "build_s": 1.0}}
 
 
 def test_summary_joins_the_log_with_bakes_metadata(tmp_path: Path) -> None:
