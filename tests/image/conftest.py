@@ -167,6 +167,13 @@ def host(container: str) -> Any:
 
 
 @pytest.fixture(scope="session")
+def slowdown(image: docker.ImageInfo) -> float:
+    """What a test's time limit is multiplied by: 1 for an image of this machine's platform, emulation.SLOWDOWN for
+    one that runs under QEMU (an arm64 image on an x86_64 machine)."""
+    return emulation.slowdown(platforms.BY_NAME.get(image.platform))
+
+
+@pytest.fixture(scope="session")
 def facts(host: Any) -> dict[str, Any]:
     """Versions, install records, import results and environment, from one probe run in the image."""
     return probing.run_probe(host.run)

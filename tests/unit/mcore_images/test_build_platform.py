@@ -92,3 +92,12 @@ def test_emulation_needs_an_enabled_qemu_entry_with_the_f_flag(tmp_path: Path) -
     missing_f = str(emulation.problem(ARM64, "x86_64", _entry(tmp_path, flags="OC")))
     assert "with the F flag" in missing_f and "flags 'OC'" in missing_f and missing_f.endswith(emulation.FIX)
     assert emulation.problem(ARM64, "x86_64", _entry(tmp_path)) is None
+
+
+def test_time_limits_stretch_only_for_a_platform_that_runs_under_qemu() -> None:
+    amd64 = platforms.BY_NAME["linux/amd64"]
+    assert emulation.slowdown(amd64, "x86_64") == 1.0
+    assert emulation.slowdown(ARM64, "aarch64") == 1.0  # a Grace host runs its own images at full speed
+    assert emulation.slowdown(None, "x86_64") == 1.0  # an image whose platform is not one of ours: no stretch
+    assert emulation.slowdown(ARM64, "x86_64") == emulation.SLOWDOWN > 1
+    assert emulation.slowdown(amd64, "aarch64") == emulation.SLOWDOWN
