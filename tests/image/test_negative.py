@@ -269,7 +269,7 @@ TOOLCHAIN_REMOVED = (
 headers, ninja, transformers and the datasets Makefile."""
 
 
-def test_negative_no_runtime_toolchain(image: docker.ImageInfo, wrong_images: list[str]) -> None:
+def test_negative_no_runtime_toolchain(image: docker.ImageInfo, wrong_images: list[str], slowdown: float) -> None:
     """An image without the run-time toolchain (as every runtime image was before it had one): each of the
     run-time paths fails, directly and through the test file, and each passes on the image itself."""
     if not layers.layer_applies("runtime", image.layer or "base"):
@@ -280,7 +280,7 @@ def test_negative_no_runtime_toolchain(image: docker.ImageInfo, wrong_images: li
     ref = docker.build_image(f"FROM {image.ref}\n{TOOLCHAIN_REMOVED}", _tag("toolchain"))
     wrong_images.append(ref)
     with probing.container_host(ref) as host:
-        results = run_paths(host.run, list(runtime_paths.PATHS))
+        results = run_paths(host.run, list(runtime_paths.PATHS), slowdown)
     passed = sorted(name for name, got in results.items() if got["ok"])
     assert not passed, f"these run-time paths still work without the toolchain: {passed}"
     rc, failed, output = _failed_tests(ref, "test_runtime_toolchain and not negative")

@@ -20,21 +20,27 @@ WHAT_IT_NEEDS = {
 }
 
 
-def run_paths(run: Any, names: list[str]) -> dict[str, Any]:
-    """runtime_paths.py in the image (testinfra's host.run or alike)."""
+TIMEOUT_S = 900
+"""What runtime_paths.py may take in all at native speed (torch.compile's first compile is most of it)."""
+
+
+def run_paths(run: Any, names: list[str], slowdown: float = 1.0) -> dict[str, Any]:
+    """runtime_paths.py in the image (testinfra's host.run or alike); ``slowdown`` stretches its time limit for an
+    image under QEMU."""
     import json
     from pathlib import Path
 
     source = Path(runtime_paths.__file__).read_text()
-    result = run(f"cd /tmp && timeout 900 python -c %s {' '.join(['%s'] * len(names))}", source, *names)
+    placeholders = " ".join(["%s"] * len(names))
+    result = run(f"cd /tmp && timeout {TIMEOUT_S * slowdown:.0f} python -c %s {placeholders}", source, *names)
     if result.rc != 0:
         raise AssertionError(f"runtime_paths.py failed in the image (exit {result.rc}): {result.stderr[-1500:]}")
     return json.loads(result.stdout)
 
 
 @pytest.fixture(scope="module")
-def paths(host: Any) -> dict[str, Any]:
-    return run_paths(host.run, list(runtime_paths.PATHS))
+def paths(host: Any, slowdown: float) -> dict[str, Any]:
+    return run_paths(host.run, list(runtime_paths.PATHS), slowdown)
 
 
 @pytest.mark.parametrize("name", list(runtime_paths.PATHS))
