@@ -1,7 +1,7 @@
 """Running another machine's programs here: the kernel's binfmt_misc hands them to QEMU (Debian's qemu-user-static,
-registered by binfmt-support; `make emulation` installs both). What builds or runs an image of another platform asks
-``problem`` first, so a missing registration is one line naming the fix before docker starts, never an "exec format
-error" minutes into a build.
+MIN_QEMU or newer; `make emulation` installs and registers it). What builds or runs an image of another platform asks
+``problem`` first, so a missing or too old registration is one line naming the fix before docker starts, never an
+"exec format error" minutes into a build or a test limit missed hours into one.
 
 Docker needs the registration's F flag ("fix binary"): the kernel opens the interpreter when the entry is registered,
 so a container whose root has no qemu-aarch64-static still runs aarch64 programs.
@@ -9,7 +9,12 @@ so a container whose root has no qemu-aarch64-static still runs aarch64 programs
 
 from __future__ import annotations
 
+import os
 import platform as _platform
+import re
+import subprocess
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from mcore_images import platforms
@@ -21,7 +26,12 @@ SLOWDOWN = 40.0
 of tests that run them are stretched by. Measured on this project's 2-core x86_64 CI machine (qemu-user-static 7.2):
 `python -c "import torch, megatron.core"` in the debian runtime took 4.9 s as linux/amd64 and 170-193 s as
 linux/arm64 (35-39x); a pure-Python loop took 0.13 s and 26.7 s."""
-FIX = "run `make emulation` (installs qemu-user-static and binfmt-support and registers QEMU with the F flag)"
+MIN_QEMU = "10.0"
+"""The oldest QEMU emulated builds and tests run under. Debian's arm64 programs sign their return addresses (pointer
+authentication), which QEMU 7.2 (bookworm's own) emulates with the architected QARMA5 cipher: a pure-Python loop in
+an arm64 trixie root took 58.7 s under 7.2, 6.7 s under 10.0 and 0.48 s natively. .ci/emulation.sh installs it
+(trixie's suite, or bookworm-backports) and holds the same value."""
+FIX = f"run `make emulation` (installs qemu-user-static {MIN_QEMU} or newer and registers it with the F flag)"
 
 
 def machine() -> str:
@@ -41,9 +51,11 @@ def slowdown(target: Platform | None, machine_name: str | None = None) -> float:
     return 1.0 if target is None or native(target, machine_name) else SLOWDOWN
 
 
-def problem(target: Platform, machine_name: str | None = None, binfmt: Path | None = None) -> str | None:
+def problem(target: Platform, machine_name: str | None = None, binfmt: Path | None = None,
+            probe: Callable[[list[str]], str | None] | None = None) -> str | None:
     """Why this machine cannot run ``target``'s programs (one line with the fix), None when it can: natively, or
-    through an enabled binfmt_misc entry for QEMU that has the F flag."""
+    through an enabled binfmt_misc entry with the F flag for a QEMU at MIN_QEMU or newer (``probe`` reads its version;
+    registered_version by default)."""
     here = machine_name or machine()
     if native(target, here):
         return None
@@ -59,4 +71,35 @@ def problem(target: Platform, machine_name: str | None = None, binfmt: Path | No
     if "F" not in flags:
         return (f"{what} with the F flag ({entry} has flags '{flags}': a container cannot reach the interpreter); "
                 f"{FIX}")
+    version = (probe or registered_version)(lines)
+    if version is None:
+        return f"{what}, and the interpreter {entry} holds did not say its QEMU version; {FIX}"
+    if _release(version) < _release(MIN_QEMU):
+        return (f"{what} at QEMU {MIN_QEMU} or newer ({entry} holds QEMU {version}, which runs Debian's arm64 "
+                f"programs about 9x slower); {FIX}")
     return None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def registered_version(entry_lines: list[str]) -> str | None:
+    """The version of the QEMU the kernel holds for a binfmt_misc entry (with the F flag it keeps the interpreter it
+    opened at registration, so an upgraded package alone changes nothing): a file of the entry's magic bytes is handed
+    to that interpreter, and QEMU_VERSION makes QEMU print its version and exit before it reads the file."""
+    fields = dict(line.split(" ", 1) for line in entry_lines if line.startswith(("magic ", "offset ")))
+    magic, offset = fields.get("magic", ""), fields.get("offset", "0")
+    if not re.fullmatch(r"(?:[0-9a-f]{2})+", magic) or not offset.isdigit():
+        return None
+    with tempfile.TemporaryDirectory() as scratch:
+        probe = Path(scratch, "probe")
+        probe.write_bytes(bytes(int(offset)) + bytes.fromhex(magic))
+        probe.chmod(0o700)
+        try:
+            out = subprocess.run([str(probe)], env={**os.environ, "QEMU_VERSION": "1"}, capture_output=True,
+                                 text=True, timeout=30, check=False).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    found = re.search(r"^qemu-\w+ version (\d+(?:\.\d+)*)", out, re.MULTILINE)
+    return found.group(1) if found else None

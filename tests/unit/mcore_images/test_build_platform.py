@@ -3,7 +3,10 @@ foreign one; an amd64-only stack builds on an x86_64 machine exactly as before (
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,13 +88,48 @@ def _entry(tmp_path: Path, state: str = "enabled", flags: str = "OCF") -> Path:
     return tmp_path
 
 
+def qemu(version: str | None) -> Callable[[list[str]], str | None]:
+    return lambda lines: version
+
+
 def test_emulation_needs_an_enabled_qemu_entry_with_the_f_flag(tmp_path: Path) -> None:
     assert emulation.problem(ARM64, "aarch64", tmp_path) is None  # native
     assert "(no " in str(emulation.problem(ARM64, "x86_64", tmp_path))
     assert "is disabled" in str(emulation.problem(ARM64, "x86_64", _entry(tmp_path, state="disabled")))
     missing_f = str(emulation.problem(ARM64, "x86_64", _entry(tmp_path, flags="OC")))
     assert "with the F flag" in missing_f and "flags 'OC'" in missing_f and missing_f.endswith(emulation.FIX)
-    assert emulation.problem(ARM64, "x86_64", _entry(tmp_path)) is None
+    assert emulation.problem(ARM64, "x86_64", _entry(tmp_path), qemu("10.0.2")) is None
+
+
+@pytest.mark.parametrize(("version", "says"), [
+    ("7.2.22", "holds QEMU 7.2.22, which runs Debian's arm64 programs about 9x slower"),
+    ("9.2", "holds QEMU 9.2,"),
+    (None, "did not say its QEMU version"),
+])
+def test_emulation_refuses_a_qemu_older_than_the_floor(tmp_path: Path, version: str | None, says: str) -> None:
+    """Under QEMU 7.2 every emulated step and test limit takes about nine times longer: one line before any run."""
+    found = str(emulation.problem(ARM64, "x86_64", _entry(tmp_path), qemu(version)))
+    assert says in found and found.endswith(emulation.FIX) and "\n" not in found
+
+
+def test_the_registered_qemu_is_asked_its_version_with_the_entrys_own_magic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe file is the entry's offset and magic, run with QEMU_VERSION set: the interpreter the kernel holds
+    answers, not the one the package installed since."""
+    seen: dict[str, object] = {}
+
+    def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        seen["bytes"] = Path(argv[0]).read_bytes()
+        seen["env"] = kwargs["env"]["QEMU_VERSION"]
+        return subprocess.CompletedProcess(argv, 0, "qemu-aarch64 version 10.0.2 (Debian 1:10.0.2+ds-2)\nCopyright\n")
+
+    monkeypatch.setattr(emulation.subprocess, "run", run)
+    lines = ["enabled", "flags: POF", "offset 2", "magic 7f454c460201", "mask ffffffffffff"]
+    assert emulation.registered_version(lines) == "10.0.2"
+    assert seen == {"bytes": b"\0\0\x7fELF\x02\x01", "env": "1"}
+    monkeypatch.setattr(emulation.subprocess, "run",
+                        lambda argv, **kw: subprocess.CompletedProcess(argv, 126, "", "exec format error"))
+    assert emulation.registered_version(lines) is None
+    assert emulation.registered_version(["enabled", "magic 7f45zz"]) is None
 
 
 def test_time_limits_stretch_only_for_a_platform_that_runs_under_qemu() -> None:
