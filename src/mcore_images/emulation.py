@@ -17,6 +17,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from packaging.version import Version
+
 from mcore_images import platforms
 from mcore_images.platforms import Platform
 
@@ -74,14 +76,10 @@ def problem(target: Platform, machine_name: str | None = None, binfmt: Path | No
     version = (probe or registered_version)(lines)
     if version is None:
         return f"{what}, and the interpreter {entry} holds did not say its QEMU version; {FIX}"
-    if _release(version) < _release(MIN_QEMU):
+    if Version(version) < Version(MIN_QEMU):
         return (f"{what} at QEMU {MIN_QEMU} or newer ({entry} holds QEMU {version}, which runs Debian's arm64 "
                 f"programs about 9x slower); {FIX}")
     return None
-
-
-def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
 
 
 def registered_version(entry_lines: list[str]) -> str | None:
