@@ -4,7 +4,7 @@
 
 .PHONY: emulation build-arm64 test-arm64
 
-emulation: ## let this Debian host build and run linux/arm64 images: QEMU (qemu-user-static 10.0 or newer: trixie, or bookworm-backports) registered with the F flag; idempotent
+emulation: ## let this Debian host build and run linux/arm64 images: QEMU 11.1 or newer (Debian's qemu-user, from trixie-backports when this host's is older) registered with the F flag; idempotent
 	bash .ci/emulation.sh
 
 build-arm64: emulation ## emulated linux/arm64 build: [STACK=debian] [LAYER=runtime]; its arm64 base (debootstrap --arch arm64), then its layers (::phase lines time both)
