@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
-import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.image.utils.docker import platform_args, remove_container
+from tests.image.utils.docker import container_options, remove_container
 
 SMOKE = ("python", "-m", "smoke", "--cpu", "--nproc", "1", "--layouts", "dp1", "--models", "dense", "--spec",
          "local", "--steps", "2", "--checkpoint-dir", "/ck")
@@ -27,10 +26,8 @@ def run(image: Any, script: str, *docker: str) -> subprocess.CompletedProcess[st
     """``script`` (sh) in a new container of the image; offline, as the image tests run it. A run past its time
     limit has its container removed: killing `docker run` alone leaves the container running (sh, its first
     process, ignores the SIGTERM docker forwards) with the cores and the tmpfs, until the smoke's own watchdog."""
-    name = f"mcore-images-test-{uuid.uuid4().hex[:10]}"
-    cmd = ["docker", "run", "--rm", "--name", name, "--label", "io.mcore-images.test=1", *platform_args(image.ref),
-           "--network", "none", "--ipc=host", "--hostname", "mcore-images-test", "--add-host",
-           "mcore-images-test:127.0.0.1", *docker, "--entrypoint", "sh", image.ref, "-c", script]
+    name, options = container_options(image.ref)
+    cmd = ["docker", "run", "--rm", *options, *docker, "--entrypoint", "sh", image.ref, "-c", script]
     try:
         return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900)
     except subprocess.TimeoutExpired:

@@ -162,18 +162,21 @@ def image_exists(ref: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", ref], capture_output=True, check=False).returncode == 0
 
 
-def start_container(ref: str) -> str:
-    """One long-lived container, always removed by the caller. No network: every check works offline.
-    The hostname resolves to loopback, as Docker's network would make it: a program that looks up its
-    own host name gets an answer at once instead of waiting for a resolver that is not there. --ipc=host,
-    as NVIDIA's containers ask to be run (the doctor fails Docker's 64 MiB /dev/shm)."""
+def container_options(ref: str) -> tuple[str, list[str]]:
+    """A new test container's name, and the `docker run` options every test container gets: that name and the
+    test label (so a container can be removed by name), the image's platform, and no network: every check works
+    offline. The hostname resolves to loopback, as Docker's network would make it: a program that looks up its
+    own host name gets an answer at once instead of waiting for a resolver that is not there. --ipc=host, as
+    NVIDIA's containers ask to be run (the doctor fails Docker's 64 MiB /dev/shm)."""
     name = f"mcore-images-test-{uuid.uuid4().hex[:10]}"
-    return docker(
-        "run", "-d", "--rm", *platform_args(ref), "--network", "none", "--ipc=host", "--hostname", "mcore-images-test",
-        "--add-host", "mcore-images-test:127.0.0.1", "--name", name, "--label", "io.mcore-images.test=1",
-        "--entrypoint", "sleep", ref, "infinity",
-        timeout=300,
-    ).strip()  # fmt: skip
+    return name, ["--name", name, "--label", "io.mcore-images.test=1", *platform_args(ref), "--network", "none",
+                  "--ipc=host", "--hostname", "mcore-images-test", "--add-host", "mcore-images-test:127.0.0.1"]
+
+
+def start_container(ref: str) -> str:
+    """One long-lived container (container_options), always removed by the caller."""
+    _, options = container_options(ref)
+    return docker("run", "-d", "--rm", *options, "--entrypoint", "sleep", ref, "infinity", timeout=300).strip()
 
 
 def remove_container(cid: str) -> None:
