@@ -7,17 +7,22 @@
 #   1. the CI registry's images in the engine other than this commit's candidates (earlier commits'
 #      candidates, the public tags an earlier run pulled back) and untagged images: the run rebuilds or
 #      pulls what it needs;
-#   2. build records of the engine that were not used recently, down to $MCORE_CI_KEEP_CACHE_GIB
+#   2. the other layer images this project's builds tagged in the engine (every stack and platform,
+#      the image tests' pins of them), known by their io.mcore-images.layer label: a rebuild of one
+#      exports it again from its build records;
+#   3. build records of the engine that were not used recently, down to $MCORE_CI_KEEP_CACHE_GIB
 #      (cache mounts such as ccache and pip stay, so a rebuild stays cheap);
-#   3. every build record, cache mounts still kept (a rebuild runs every step, with ccache's hits);
-#   4. the cache mounts too (the next build is cold);
-#   5. the local registry's storage (the release path pushes it again).
+#   4. every build record, cache mounts still kept (a rebuild runs every step, with ccache's hits);
+#   5. the cache mounts too (the next build is cold);
+#   6. the local registry's storage (the release path pushes it again);
+#   7. the debootstrap bases and the images made from them but not by a build (the report test's
+#      browser), known by the io.mcore-images.base-recipe label (debootstrap runs again).
 #
 #   .ci/disk.sh [ensure]   free at least $MCORE_CI_FREE_GIB GiB (default 40) on the engine's filesystem
-#   .ci/disk.sh show       print what is free and what the engine holds
+#   .ci/disk.sh show       print what is free, what the engine holds and which tags steps 1, 2 and 7 remove
 #
-# Still short after step 5, it exits 2 with what is free and what is needed: the rest of the disk is
-# not this project's to delete.
+# Still short after step 7, it exits 2 with what is free and what is needed: the rest of the disk is
+# not this project's to delete (an image without the project's labels is never touched).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,11 +56,35 @@ enough() {
   return 1
 }
 
-# Images this engine holds under the CI registry's repository, but for this commit's candidates.
-stale_images() {
-  local sha="$1"
-  docker image ls --format '{{.Repository}}:{{.Tag}}' --filter "reference=$REGISTRY/$REPO:*" \
-    | grep -v -F ":candidate-$sha-" || true
+LAYER_LABEL=io.mcore-images.layer
+RECIPE_LABEL=io.mcore-images.base-recipe
+
+# References of the engine's images that match the docker filter "$1", but for this commit's
+# candidates: repo:tag for a tagged image, repo@digest for one pulled by digest and never tagged.
+tags_but_candidates() {
+  local sha
+  sha="$(git rev-parse HEAD)"
+  docker image ls --digests --format '{{.Repository}} {{.Tag}} {{.Digest}}' --filter "$1" \
+    | awk '$1 != "<none>" && $2 != "<none>" {print $1 ":" $2; next}
+           $1 != "<none>" && $3 != "<none>" {print $1 "@" $3}' \
+    | grep -v -e "^$REGISTRY/$REPO:candidate-$sha-" || true
+}
+
+# Each step's picks leave out the earlier steps' (an old candidate carries the layer label too).
+stale_images() { tags_but_candidates "reference=$REGISTRY/$REPO"; }
+layer_images() { tags_but_candidates "label=$LAYER_LABEL" | grep -v -x -F -f <(stale_images) || true; }
+base_images() {
+  tags_but_candidates "label=$RECIPE_LABEL" | grep -v -x -F -f <(stale_images; layer_images) || true
+}
+
+# Remove the references that "$1" lists (an image goes with its last tag), logging how many and what they are.
+remove_tags() {
+  local lister="$1" what="$2" tags
+  mapfile -t tags < <("$lister")
+  ((${#tags[@]})) || return 0
+  log "removing ${#tags[@]} $what"
+  docker image rm "${tags[@]}" >/dev/null
+  docker image prune -f >/dev/null
 }
 
 ensure() {
@@ -64,15 +93,12 @@ ensure() {
     log "error: $(free_gib) GiB free, $NEED_GIB needed, and the CI engine does not answer; start it with .ci/docker-engine.sh"
     exit 2
   }
-  local sha stale
-  sha="$(git rev-parse HEAD)"
-  mapfile -t stale < <(stale_images "$sha")
-  if ((${#stale[@]})); then
-    log "removing ${#stale[@]} image tag(s) of $REGISTRY/$REPO from earlier runs"
-    docker image rm "${stale[@]}" >/dev/null
-  fi
+  remove_tags stale_images "image tag(s) of $REGISTRY/$REPO from earlier runs"
   docker image prune -f >/dev/null
   enough "removing earlier runs' images and untagged images" && return 0
+
+  remove_tags layer_images "other layer image tag(s) this project's builds made (label $LAYER_LABEL)"
+  enough "removing the other layer images" && return 0
 
   log "pruning build records down to $KEEP_CACHE_GIB GiB (cache mounts stay)"
   docker builder prune -f --filter type=regular --keep-storage "${KEEP_CACHE_GIB}GB" >/dev/null
@@ -90,13 +116,21 @@ ensure() {
   bash .ci/registry.sh stop --purge
   enough "purging the local registry" && return 0
 
+  remove_tags base_images "debootstrap base tag(s) and images made from them (label $RECIPE_LABEL)"
+  enough "removing the debootstrap bases" && return 0
+
   log "error: $(free_gib) GiB free on the disk of $ENGINE_STATE, $NEED_GIB needed, and nothing of this project's is left to delete; free space outside it or set MCORE_CI_FREE_GIB"
   exit 2
 }
 
 show() {
   log "$(free_gib) GiB free on the disk of $ENGINE_STATE (a run needs $NEED_GIB)"
-  docker system df 2>/dev/null || log "the CI engine does not answer"
+  docker system df 2>/dev/null || { log "the CI engine does not answer"; return 0; }
+  local step lister
+  for step in "1 stale_images" "2 layer_images" "7 base_images"; do
+    lister="${step#* }"
+    "$lister" | sed "s/^/[disk] step ${step%% *} removes /" >&2
+  done
 }
 
 case "${1:-ensure}" in
