@@ -77,13 +77,17 @@ base_images() {
   tags_but_candidates "label=$RECIPE_LABEL" | grep -v -x -F -f <(stale_images; layer_images) || true
 }
 
-# Remove the references that "$1" lists (an image goes with its last tag), logging how many and what they are.
+# Remove the references that "$1" lists (an image goes with its last tag). One that a container still
+# uses is kept and named: removing it would need --force, and the container is not this script's.
 remove_tags() {
-  local lister="$1" what="$2" tags
+  local lister="$1" what="$2" tags ref kept=()
   mapfile -t tags < <("$lister")
   ((${#tags[@]})) || return 0
   log "removing ${#tags[@]} $what"
-  docker image rm "${tags[@]}" >/dev/null
+  for ref in "${tags[@]}"; do
+    docker image rm "$ref" >/dev/null 2>&1 || kept+=("$ref")
+  done
+  ((${#kept[@]} == 0)) || log "kept ${#kept[@]} that a container uses: ${kept[*]}"
   docker image prune -f >/dev/null
 }
 
