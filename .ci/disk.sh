@@ -58,16 +58,15 @@ enough() {
 
 LAYER_LABEL=io.mcore-images.layer
 RECIPE_LABEL=io.mcore-images.base-recipe
+HEAD_SHA="$(git rev-parse HEAD)"
 
 # References of the engine's images that match the docker filter "$1", but for this commit's
 # candidates: repo:tag for a tagged image, repo@digest for one pulled by digest and never tagged.
 tags_but_candidates() {
-  local sha
-  sha="$(git rev-parse HEAD)"
   docker image ls --digests --format '{{.Repository}} {{.Tag}} {{.Digest}}' --filter "$1" \
     | awk '$1 != "<none>" && $2 != "<none>" {print $1 ":" $2; next}
            $1 != "<none>" && $3 != "<none>" {print $1 "@" $3}' \
-    | grep -v -e "^$REGISTRY/$REPO:candidate-$sha-" || true
+    | grep -v -e "^$REGISTRY/$REPO:candidate-$HEAD_SHA-" || true
 }
 
 # Each step's picks leave out the earlier steps' (an old candidate carries the layer label too).
@@ -77,17 +76,19 @@ base_images() {
   tags_but_candidates "label=$RECIPE_LABEL" | grep -v -x -F -f <(stale_images; layer_images) || true
 }
 
-# Remove the references that "$1" lists (an image goes with its last tag). One that a container still
-# uses is kept and named: removing it would need --force, and the container is not this script's.
+# Remove the references that "$1" lists (an image goes with its last tag), then the untagged images.
+# One that a container still uses is kept and named: removing it would need --force, and the container
+# is not this script's.
 remove_tags() {
   local lister="$1" what="$2" tags ref kept=()
   mapfile -t tags < <("$lister")
-  ((${#tags[@]})) || return 0
-  log "removing ${#tags[@]} $what"
-  for ref in "${tags[@]}"; do
-    docker image rm "$ref" >/dev/null 2>&1 || kept+=("$ref")
-  done
-  ((${#kept[@]} == 0)) || log "kept ${#kept[@]} that a container uses: ${kept[*]}"
+  if ((${#tags[@]})); then
+    log "removing ${#tags[@]} $what"
+    for ref in "${tags[@]}"; do
+      docker image rm "$ref" >/dev/null 2>&1 || kept+=("$ref")
+    done
+    ((${#kept[@]} == 0)) || log "kept ${#kept[@]} that a container uses: ${kept[*]}"
+  fi
   docker image prune -f >/dev/null
 }
 
@@ -98,7 +99,6 @@ ensure() {
     exit 2
   }
   remove_tags stale_images "image tag(s) of $REGISTRY/$REPO from earlier runs"
-  docker image prune -f >/dev/null
   enough "removing earlier runs' images and untagged images" && return 0
 
   remove_tags layer_images "other layer image tag(s) this project's builds made (label $LAYER_LABEL)"

@@ -20,6 +20,12 @@ SCRIPT = ROOT / ".ci" / "disk.sh"
 STEP = re.compile(r"^\[disk\] step (\d+) removes (\S+)$")
 
 
+def disk(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """.ci/disk.sh with ``args`` and the extra environment ``env``; its log is on stderr."""
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, capture_output=True, text=True, check=False,
+                          timeout=300, env={**os.environ, **env})
+
+
 def build(tag: str, labels: dict[str, str]) -> None:
     """An empty image whose labels are the only thing that tells disk.sh what it is."""
     dockerfile = "FROM scratch\n" + "".join(f"LABEL {key}={value}\n" for key, value in labels.items())
@@ -51,8 +57,8 @@ def images() -> Iterator[dict[str, str]]:
 
 
 def picks() -> dict[str, str]:
-    shown = subprocess.run(["bash", str(SCRIPT), "show"], cwd=ROOT, capture_output=True, text=True, check=True,
-                           timeout=300, env={**os.environ, "MCORE_REGISTRY_PORT": HOST.rsplit(":", 1)[1]})
+    shown = disk("show", MCORE_REGISTRY_PORT=HOST.rsplit(":", 1)[1])
+    assert shown.returncode == 0, shown.stderr
     return {match[2]: match[1] for line in shown.stderr.splitlines() if (match := STEP.match(line))}
 
 
@@ -66,8 +72,7 @@ def test_each_image_lands_in_its_step(images: dict[str, str]) -> None:
 
 
 def test_enough_room_deletes_nothing(images: dict[str, str]) -> None:
-    ensured = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, capture_output=True, text=True, check=False,
-                             timeout=300, env={**os.environ, "MCORE_CI_FREE_GIB": "0"})
+    ensured = disk(MCORE_CI_FREE_GIB="0")
     assert ensured.returncode == 0, ensured.stderr
     assert "no deletion needed" in ensured.stderr
     listed = subprocess.run(["docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
@@ -76,8 +81,7 @@ def test_enough_room_deletes_nothing(images: dict[str, str]) -> None:
 
 
 def test_bad_setting_is_one_line_exit_2() -> None:
-    refused = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, capture_output=True, text=True, check=False,
-                             timeout=60, env={**os.environ, "MCORE_CI_FREE_GIB": "forty"})
+    refused = disk(MCORE_CI_FREE_GIB="forty")
     assert refused.returncode == 2
     assert refused.stderr.strip().count("\n") == 0
     assert "MCORE_CI_FREE_GIB=40" in refused.stderr
