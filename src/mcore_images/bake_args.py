@@ -5,6 +5,11 @@ Pushing is decided by the tool alone (candidate tags with ``--candidate``; publi
 allow-list, not a search for bad words: every argument is parsed as bake would parse it, and anything
 that could push (``--push``, an ``output`` or ``tags`` override, a registry cache export), read another
 bake file, name other targets, or change a build argument behind the rules is refused in one line.
+
+A build that pushes candidates is judged once more on what bake resolves, not on how the arguments are
+spelled: bake prints the definition with and without the user's arguments (``docker buildx bake --print``),
+and any target whose inputs or outputs differ (contexts, args, secrets, outputs, platforms, tags, the
+Dockerfile) is refused, whatever pattern or spelling the arguments used (``changed``).
 """
 
 from __future__ import annotations
@@ -19,12 +24,17 @@ FLAGS = frozenset({"--no-cache", "--pull", "--load", "--print"})
 VALUED = {"--progress": frozenset({"auto", "plain", "tty", "quiet", "rawjson"}), "--builder": None}
 """Options with a value (None: any value)."""
 
-SET_KEYS = ("contexts.", "cache-from", "no-cache", "pull")
-"""What ``--set TARGET.KEY=VALUE`` may override: named contexts (an air-gapped apex source), cache
-imports and cache switches."""
+SET_KEYS = ("contexts.apex", "cache-from", "no-cache", "pull")
+"""What ``--set TARGET.KEY=VALUE`` may override: the apex source (an air-gapped site's checkout at the pinned
+commit), cache imports and cache switches. The other named contexts (the locks, the base image, the layer
+below) are what makes the image the stack's: its tags would name something else."""
 
-ALLOWED = ("--no-cache, --pull, --load, --print, --progress MODE, --builder NAME, --set TARGET.contexts.NAME=DIR, "
+ALLOWED = ("--no-cache, --pull, --load, --print, --progress MODE, --builder NAME, --set TARGET.contexts.apex=DIR, "
            "--set TARGET.cache-from=…")
+
+SAME_BUILD = frozenset({"cache-from", "cache-to", "no-cache", "no-cache-filter", "pull"})
+"""Keys of a resolved bake target that change how it is built, not what: everything else must stay as the
+stack defines it in a build that pushes."""
 
 
 def _refuse(arg: str, reason: str) -> InputError:
@@ -36,8 +46,10 @@ def _judge_set(value: str) -> None:
     target, dot, key = target_key.partition(".")
     if not sep or not dot or not target or not key:
         raise _refuse(f"--set {value}", "is not TARGET.KEY=VALUE")
-    if not key.startswith(SET_KEYS) or (key.startswith("contexts.") and len(key) == len("contexts.")):
-        raise _refuse(f"--set {value}", f"overrides {key!r}: outputs, tags and build args come from the stack")
+    if key not in SET_KEYS and not key.startswith("contexts.apex::"):  # apex::os/arch: one platform's source
+        what = ("the locks, the base and the layers below come from the stack" if key.startswith("contexts.")
+                else "outputs, tags and build args come from the stack")
+        raise _refuse(f"--set {value}", f"overrides {key!r}: {what}")
 
 
 def judge(args: Sequence[str]) -> None:
@@ -71,3 +83,15 @@ def judge(args: Sequence[str]) -> None:
                   else "would read another bake file" if name in ("-f", "--file")
                   else "is not an argument this build lets through")
         raise _refuse(arg, reason)
+
+
+def changed(stack_defined: dict, with_user_args: dict) -> list[str]:
+    """``target.key`` for every key of a resolved bake definition (``docker buildx bake --print``'s JSON) that
+    the user's arguments changed beyond the cache settings, and every target they added or dropped."""
+    before, after = stack_defined.get("target", {}), with_user_args.get("target", {})
+    found = [f"{name} (added)" for name in sorted(set(after) - set(before))]
+    found += [f"{name} (dropped)" for name in sorted(set(before) - set(after))]
+    for name in sorted(set(before) & set(after)):
+        keys = (set(before[name]) | set(after[name])) - SAME_BUILD
+        found += [f"{name}.{key}" for key in sorted(keys) if before[name].get(key) != after[name].get(key)]
+    return found

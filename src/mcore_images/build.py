@@ -273,10 +273,22 @@ def own_tag(request: BuildRequest, target: str, repo: str, arch: str | None = No
     return tags.image(f"{request.local_tag}-{target}", "", repo)
 
 
-def build(request: BuildRequest) -> int:
-    """Validate everything, then run docker buildx bake; returns bake's exit code."""
+@dataclass(frozen=True)
+class Preflight:
+    """What a build was judged to make, before anything is built, pushed, pruned or written."""
+
+    stacks: dict[str, Stack]
+    selected: list[Stack]
+    changes: dict[str, str]
+    group: str | None
+    plans: list[Any]
+    platform: platforms.Platform | None
+
+
+def preflight(request: BuildRequest) -> Preflight:
+    """Every check a build makes before it acts (inputs, rules, locks, job counts, platform, the Debian
+    mirror): InputError (one line) or what to build. Reads files and package indexes; changes nothing."""
     request.validate()
-    root = checkout_root("build")
     stacks = load_stacks()
     changes = overrides.parse(list(request.sets))
     group = None if request.stack else (request.group or "default")
@@ -291,12 +303,51 @@ def build(request: BuildRequest) -> int:
     violations = [v for p in plans for v in p.violations]
     if not changes:  # an override's locks are resolved anew below; the committed ones must match the pins
         violations += [problem for s in selected for problem in lock.check_locks(s)]
-    if violations:
-        for v in violations[1:]:
-            print(f"error: {v}", file=sys.stderr)
-        raise InputError(str(violations[0]))
+    if violations:  # the rules first (the cause), then what follows from them (a stale lock, a shared tag)
+        more = (f" (and {len(violations) - 1} more: `mcore-images plan` and `mcore-images lock --check` list them)"
+                if len(violations) > 1 else "")
+        raise InputError(f"{violations[0]}{more}")
     check_job_counts(request, selected)
     target_platform = build_platform(request, selected)
+    if any(s.flavor == "debian" for s in selected) and (problem := debian_base.mirror_problem(
+            os.environ.get("DEBIAN_MIRROR", debian_base.DEFAULT_MIRROR), "DEBIAN_MIRROR")):
+        raise InputError(problem)
+    return Preflight(stacks, selected, changes, group, plans, target_platform)
+
+
+def resolved(cmd: list[str], env: dict[str, str], root: Path) -> dict[str, Any]:
+    """The bake definition ``cmd`` (a ``docker buildx bake`` line) resolves to, as ``--print`` shows it."""
+    keep, rest = [], iter(cmd)
+    for arg in rest:  # what only builds (push, progress display, metadata file) is not part of the definition
+        if arg == "--metadata-file":
+            next(rest, None)
+        elif arg != "--push" and not arg.startswith(("--progress", "--metadata-file=")):
+            keep.append(arg)
+    printed = subprocess.run([*keep, "--print"], env=env, cwd=root, capture_output=True, text=True, check=False)
+    if printed.returncode != 0:
+        said = (printed.stderr.strip().splitlines() or ["no output"])[-1]
+        raise InputError(f"docker buildx bake --print cannot resolve this build ({said[:300]}); check the "
+                         "arguments after --")
+    return json.loads(printed.stdout)
+
+
+def check_pushed_definition(cmd: list[str], own: int, env: dict[str, str], root: Path) -> None:
+    """Refuse a candidate push whose arguments after -- change what any target is made from or where it goes:
+    the definition bake resolves with them must equal the stack's own (cmd[:own]) but for cache settings."""
+    found = bake_args.changed(resolved(cmd[:own], env, root), resolved(cmd, env, root))
+    if found:
+        raise InputError(f"the arguments after -- change what the pushed candidates are made from or where they go "
+                         f"({', '.join(found[:4])}{' …' if len(found) > 4 else ''}): candidates are built from the "
+                         "stack's own definition; drop them, or build without --candidate")
+
+
+def build(request: BuildRequest) -> int:
+    """Validate everything, then run docker buildx bake; returns bake's exit code."""
+    checked = preflight(request)
+    root = checkout_root("build")
+    stacks, selected, changes, group, plans = (checked.stacks, checked.selected, checked.changes, checked.group,
+                                               checked.plans)
+    target_platform = checked.platform
     say = functools.partial(print, file=sys.stderr if request.json else sys.stdout, flush=True)
     say(_jobs_line(request))
     if target_platform is not None:
@@ -353,6 +404,9 @@ def build(request: BuildRequest) -> int:
             for tag in tags.tags(layer, stack, env.get("REGISTRY", ""), env.get("IMAGE_REPO", tags.DEFAULT_REPO)):
                 cmd += ["--set", f"{name}.tags={tag}{suffix}"]
     cmd += list(request.bake_args)
+    if request.candidate and request.bake_args:  # judged on what bake resolves, dry run or not
+        check_docker()
+        check_pushed_definition(cmd, len(cmd) - len(request.bake_args), env, root)
     say("bake: " + " ".join(cmd[3:]))
     if request.dry_run:
         if request.json:

@@ -13,19 +13,20 @@ cached. Ratios are computed from the runs of one invocation, side by side.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mcore_images import build, outputs
 from mcore_images.bake_log import BakeLog
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 
 LAYER_STAGES = ("base", "builder", "kernels-build", "tooling-build", "kernels", "runtime")
 LOG_DIR = Path("build") / "build-timing"  # each scenario's full BuildKit log
+COMMAND = "build-timing"
 
 
 @dataclass
@@ -81,7 +82,7 @@ def image_sizes(stack: str) -> dict[str, float]:
     for layer in ("base", "kernels", "runtime"):
         out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", f"mcore-images:{layer}-{stack}"],
                              capture_output=True, text=True, check=False)
-        if out.returncode == 0:
+        if out.returncode == 0 and out.stdout.strip().isdigit():
             sizes[layer] = round(int(out.stdout.strip()) / 1e9, 2)
     return sizes
 
@@ -124,10 +125,22 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mcore", help="megatron-core version for the 'mcore' scenario")
     p.add_argument("--te", help="TE version for the 'te' scenario")
     p.add_argument("--check-reuse", choices=("mcore",), help="fail unless base and kernels stay cached")
-    p.add_argument("--out", help="write the runs as JSON to this file")
+    p.add_argument("--out", help="write the runs as JSON to this file: a new one, or one this command wrote")
     p.add_argument("--prune-build-cache", action="store_true",
                    help="allow the 'cold' scenario to empty this Docker Engine's whole BuildKit cache "
                    "(`docker builder prune -af`: other projects' cache too)")
+
+
+def requests(args: argparse.Namespace, scenarios: list[str]) -> dict[str, build.BuildRequest]:
+    """The build each scenario runs, as `mcore-images build` will be asked for it."""
+    made = {}
+    for scenario in scenarios:
+        if scenario in ("mcore", "te"):
+            made[scenario] = build.BuildRequest(stack=args.stack, layer="runtime",
+                                                sets=(f"{scenario}={getattr(args, scenario)}",))
+        else:
+            made[scenario] = build.BuildRequest(stack=args.stack)
+    return made
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -143,20 +156,21 @@ def _run(args: argparse.Namespace) -> int:
     if "cold" in scenarios and not args.prune_build_cache:
         raise InputError("the 'cold' scenario empties this Docker Engine's whole build cache, other projects' too: "
                          "pass --prune-build-cache to allow it, or leave 'cold' out of --scenarios")
+    out = outputs.claim_file(Path(args.out), COMMAND) if args.out else None
+    planned = requests(args, scenarios)
+    for request in planned.values():  # every build judged (stack, pins, rules, locks) before the first acts
+        build.preflight(request)
+    build.check_docker()
     runs: list[Run] = []
     for scenario in scenarios:
         if scenario == "cold":
             prune()
-            runs.append(run_build("cold", args.stack, []))
-        elif scenario == "warm":
-            runs.append(run_build("warm", args.stack, []))
-        else:
-            runs.append(run_build(scenario, args.stack, [f"{scenario}={getattr(args, scenario)}"], layer="runtime"))
+        request = planned[scenario]
+        runs.append(run_build(scenario, args.stack, list(request.sets), layer=request.layer))
         print_json(asdict(runs[-1]), compact=True)
     print(markdown(runs, image_sizes(args.stack)))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps([asdict(r) for r in runs], indent=2) + "\n")
+    if out is not None:
+        outputs.write_file(out, COMMAND, {"runs": [asdict(r) for r in runs]})
     if args.check_reuse:
         run = next(r for r in runs if r.scenario == args.check_reuse)
         problems = check_reuse(run, ("base", "kernels"))
@@ -166,7 +180,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in runs) else 1
 
 
-COMMANDS = (Command("build-timing", "time cold, warm and pin-bump builds of a stack side by side; check layer reuse",
+COMMANDS = (Command(COMMAND, "time cold, warm and pin-bump builds of a stack side by side; check layer reuse",
                     _arguments, _run,
                     description="Builds through `mcore-images build` and reads BuildKit's output: wall time and which "
                     "Dockerfile stages were cached or rebuilt per scenario (docs/build-efficiency.md)."),)

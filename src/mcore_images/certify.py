@@ -251,6 +251,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    try:
+        images.parse(args.image)
+    except ValueError as exc:
+        raise InputError(f"{exc}; give an image reference such as mcore-images:app-debian-verl or REPO@sha256:…"
+                         ) from None
     out = Path(args.out) if args.out else default_out(args.image)
     return certify(args.image, out, list(args.passthrough), skip_image_tests=args.skip_image_tests,
                    bench=args.bench)

@@ -19,10 +19,12 @@ import shutil
 import subprocess
 import tempfile
 import time
+import urllib.parse
+from pathlib import Path
 
 from mcore_images import emulation, platforms
 from mcore_images.command import Command, print_json
-from mcore_images.errors import InputError
+from mcore_images.errors import InputError, StepFailed
 from mcore_images.platforms import Platform
 from mcore_images.stacks import Stack, get_stack
 
@@ -80,6 +82,22 @@ def commands(stack: Stack, root: str, mirror: str, platform: Platform | None = N
     return debootstrap, docker_import
 
 
+MIRROR_SCHEMES = ("http", "https", "file")
+"""The mirror addresses debootstrap fetches from that this tool passes it."""
+
+
+def mirror_problem(mirror: str, option: str = "--mirror") -> str | None:
+    """Why ``mirror`` is not a Debian mirror address debootstrap can use (None when it is one)."""
+    parsed = urllib.parse.urlsplit(mirror)
+    if parsed.scheme not in MIRROR_SCHEMES or not (parsed.netloc or parsed.scheme == "file") or any(
+            ch.isspace() or not ch.isprintable() for ch in mirror):
+        return (f"{option} {mirror!r} is not a mirror address: give an http://, https:// or file:// URL of a Debian "
+                f"mirror, e.g. {DEFAULT_MIRROR}")
+    if parsed.scheme == "file" and not Path(parsed.path).is_dir():
+        return f"{option} {mirror!r}: {parsed.path} is not a folder; give the path of a local Debian mirror"
+    return None
+
+
 def ensure(stack: Stack, force: bool = False, mirror: str | None = None, platform: Platform | None = None) -> str:
     """Make the debian stack's base image for ``platform`` (default: the default platform's) exist locally; returns
     a one-line account of what happened."""
@@ -97,10 +115,14 @@ def ensure(stack: Stack, force: bool = False, mirror: str | None = None, platfor
     if platform is not None and (problem := emulation.problem(platform)):
         raise InputError(f"debootstrap of the {platform.name} base: {problem}")
     mirror = mirror or os.environ.get("DEBIAN_MIRROR", DEFAULT_MIRROR)
+    if problem := mirror_problem(mirror, "--mirror" if mirror != os.environ.get("DEBIAN_MIRROR") else "DEBIAN_MIRROR"):
+        raise InputError(problem)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mcore-debian-") as root:
         debootstrap, docker_import = commands(stack, root, mirror, platform)
-        subprocess.run(debootstrap, check=True, stdout=subprocess.DEVNULL)
+        if subprocess.run(debootstrap, check=False, stdout=subprocess.DEVNULL).returncode != 0:
+            raise StepFailed(f"debootstrap of {stack.debian_suite} from {mirror} failed (its messages are above): "
+                              "check the mirror and this machine's network")
         neutralize(root)
         tar = subprocess.Popen(["tar", "-C", root, "-c", "."], stdout=subprocess.PIPE)
         subprocess.run(docker_import, stdin=tar.stdout, check=True, stdout=subprocess.DEVNULL)
@@ -130,6 +152,8 @@ def _run(args: argparse.Namespace) -> int:
             raise InputError(f"stack '{stack.name}' is not built for {args.platform} (its platforms: "
                              f"{', '.join(stack.platforms)}); give one of them")
         platform = platforms.BY_NAME[args.platform]
+    if args.mirror and (problem := mirror_problem(args.mirror)):
+        raise InputError(problem)
     if args.dry_run:
         if stack.flavor != "debian":
             raise InputError(f"stack '{stack.name}' is {stack.flavor}: only debian stacks build their base locally")

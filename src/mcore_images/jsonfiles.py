@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mcore_images.errors import InputError
+from mcore_images.errors import InputError, shown
 
 Place = Callable[[Sequence[Any]], tuple[str, Sequence[Any]]]
 """Turns the start of an error's path into a name ("stack 'debian'") and returns the rest of the path."""
@@ -72,7 +72,10 @@ def problem(data: Any, schema: Path, place: Place | None = None) -> str | None:
     field = ".".join(str(p) for p in where)
     hint = error.schema.get("description") or (error.parent.schema.get("description") if error.parent else None)
     located = ", ".join(p for p in (name, f"field {field}" if field else "") if p)
-    message = error.message if len(error.message) <= 160 else error.message[:157] + "..."
+    message = error.message
+    if isinstance(error.instance, str) and repr(error.instance) in message:  # the user's text, escaped and cut
+        message = message.replace(repr(error.instance), f"'{shown(error.instance)}'")
+    message = message if len(message) <= 160 else message[:157] + "..."
     return f"{located + ': ' if located else ''}{message}" + (f"; write {hint}" if hint else "")
 
 

@@ -1,4 +1,5 @@
-"""Folders a command writes (the report site, a certificate folder): created, never clobbered.
+"""Folders and files a command writes (the report site, a certificate folder, build timings): created, never
+clobbered.
 
 A command writes into a new temporary sibling of the folder the user named and renames it into place at
 the end, so a failed run leaves the old folder as it was and a reader never sees half of one. An existing
@@ -7,7 +8,13 @@ that wrote it and every entry it wrote) and holds nothing else. Anything else (a
 checkout, another command's folder, a path under a file) is refused in one line before any work starts,
 with nothing touched. A folder that cannot be renamed (a mount point, or one in a read-only parent, where
 the new folder is built inside it) is written in place instead: its listed entries are removed and the new
-ones moved in.
+ones moved in. A replaced folder keeps its mode (the setgid bit included), owner and group; a new one gets the
+mode a plain ``mkdir`` would (the umask's), not ``mkdtemp``'s 0700.
+
+A folder a program fills in place (the smoke's ``--out``, mounted into a container) is claimed the same way
+and marked when the program ends (``filled``). A single file (``claim_file``, ``write_file``) is a JSON
+document whose own ``written_by`` field is the marker: an existing file is replaced only when that field
+names the same command; it is written next to itself and renamed into place.
 """
 
 from __future__ import annotations
@@ -15,10 +22,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +34,8 @@ from mcore_images.errors import InputError
 
 MARKER = ".mcore-images-output.json"
 TOOL = "mcore-images"
+WRITTEN_BY = "written_by"
+"""The field of a JSON file a command writes that marks it as that command's (``mcore-images build-timing``)."""
 
 
 @dataclass(frozen=True)
@@ -111,12 +121,38 @@ def writing(output: Output) -> Iterator[Path]:
     except OSError as exc:
         raise InputError(f"{output.option} {output.path} cannot be created ({exc.strerror}); choose a folder you "
                          "can write") from None
+    settle(work, output.path)
     try:
         yield work
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
     _commit(output, work)
+
+
+def settle(work: Path, like: Path) -> None:
+    """Give ``work`` (made by mkdtemp: 0700) what the folder it stands in for has: an existing ``like``'s mode,
+    setgid bit, owner and group; for a new one, the mode ``mkdir`` gives under this umask (a setgid parent's
+    group and setgid bit are the kernel's, already inherited)."""
+    if like.is_dir():
+        _take_over(work, os.stat(like))
+    else:
+        os.chmod(work, _plain_mode(0o777) | (stat.S_IMODE(os.stat(work).st_mode) & stat.S_ISGID))
+
+
+def _take_over(path: Path | str, st: os.stat_result) -> None:
+    """``path`` gets the mode, owner and group of what it replaces (as far as this user may give them)."""
+    with suppress(PermissionError):  # another user's: keep at least the group where we may
+        os.chown(path, -1, st.st_gid)
+        os.chown(path, st.st_uid, st.st_gid)
+    os.chmod(path, stat.S_IMODE(st.st_mode))
+
+
+def _plain_mode(full: int) -> int:
+    """The mode a plain create gives under this process's umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return full & ~umask
 
 
 def _commit(output: Output, work: Path) -> None:
@@ -164,3 +200,82 @@ def _remove(folder: Path, listed: tuple[str, ...]) -> None:
             shutil.rmtree(entry)
         else:
             entry.unlink(missing_ok=True)
+
+
+@contextmanager
+def filled(output: Output) -> Iterator[Path]:
+    """The claimed folder itself, for a program that writes into it in place (mounted into a container): made
+    when missing (as ``mkdir -p`` would) and marked, with every entry it then holds, when the block ends,
+    whether the program passed or failed."""
+    try:
+        output.path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{output.option} {output.path} cannot be created ({exc.strerror}); choose a folder you "
+                         "can write") from None
+    try:
+        yield output.path
+    finally:
+        entries = sorted(set(os.listdir(output.path)) - {MARKER})
+        (output.path / MARKER).write_text(json.dumps({
+            "tool": TOOL, "command": output.command, "entries": entries,
+            "note": f"written by `{TOOL} {output.command}`, which writes into this folder again only while it "
+                    "holds nothing but these entries",
+        }, indent=2) + "\n")
+
+
+def claim_file(path: Path, command: str, option: str = "--out") -> Path:
+    """Whether ``command`` may write the JSON file ``path``: a new file in a folder that exists or can be made,
+    or a file whose ``written_by`` names ``command``. Reads only; InputError (one line, naming the fix)."""
+    where = f"{option} {path}"
+    target = Path(os.path.abspath(path))
+    if target.is_symlink():
+        raise InputError(f"{where} is a symbolic link: give the path of a new file")
+    if target.is_dir():
+        raise InputError(f"{where} is a folder: give the path of a new file (e.g. build/{command}.json)")
+    if target.exists():
+        if not target.is_file():
+            raise InputError(f"{where} is not a regular file: give the path of a new file")
+        owner = _file_owner(target)
+        if owner != f"{TOOL} {command}":
+            said = f"was written by `{owner}`" if owner else f"is a file `{TOOL} {command}` did not write"
+            raise InputError(f"{where} {said}: give a new file name, or move it away; nothing was changed")
+        if not os.access(target, os.W_OK) or not os.access(target.parent, os.W_OK | os.X_OK):
+            raise InputError(f"{where} is not writable; choose a file in a folder you can write")
+        return target
+    ancestor = next(p for p in target.parents if p.exists())
+    if not ancestor.is_dir():
+        raise InputError(f"{where} cannot be created: {ancestor} is a file; choose a path under a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise InputError(f"{where} cannot be created: {ancestor} is not writable; choose a folder you can write")
+    return target
+
+
+def _file_owner(path: Path) -> str | None:
+    """The ``written_by`` of a JSON object file (None: not one of ours, or not readable as one)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            head = handle.read(1 << 20)
+        data = json.loads(head)
+    except (OSError, ValueError):
+        return None
+    owner = data.get(WRITTEN_BY) if isinstance(data, dict) else None
+    return owner if isinstance(owner, str) else None
+
+
+def write_file(path: Path, command: str, document: dict, option: str = "--out") -> None:
+    """Write ``document`` (with its ``written_by``) to ``path``, claimed again now: a temporary file beside it,
+    renamed into place, so a reader never sees half of it; a replaced file keeps its mode, owner and group."""
+    target = claim_file(path, command, option)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".new", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps({WRITTEN_BY: f"{TOOL} {command}", **document}, indent=2) + "\n")
+        if target.exists():
+            _take_over(temp, os.stat(target))
+        else:
+            os.chmod(temp, _plain_mode(0o666))
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise

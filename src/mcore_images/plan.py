@@ -6,10 +6,10 @@ import argparse
 import json
 from dataclasses import dataclass, field
 
-from mcore_images import components, drivers, gpu_archs, needs, platforms, rules, tag_content, tags
+from mcore_images import components, drivers, gpu_archs, images, needs, platforms, rules, tag_content, tags
 from mcore_images.command import Command
-from mcore_images.errors import InputError
-from mcore_images.stacks import Stack, groups, load_stacks
+from mcore_images.errors import InputError, shown
+from mcore_images.stacks import Stack, get_stack, groups, load_stacks
 
 
 @dataclass
@@ -49,13 +49,11 @@ def select(stacks: dict[str, Stack], stack: str | None = None, group: str | None
     if stack and group:
         raise InputError("give either STACK or GROUP, not both (e.g. `make build STACK=debian`)")
     if stack:
-        if stack not in stacks:
-            raise InputError(f"unknown stack '{stack}'; choose one of: {', '.join(stacks)}")
-        return [stacks[stack]]
+        return [get_stack(stack, stacks)]
     if group:
         by_group = groups(stacks)
         if group not in by_group:
-            raise InputError(f"unknown group '{group}'; choose one of: {', '.join(sorted(by_group))}")
+            raise InputError(f"unknown group '{shown(group)}'; choose one of: {', '.join(sorted(by_group))}")
         return [stacks[name] for name in by_group[group]]
     return list(stacks.values())
 
@@ -66,17 +64,14 @@ def make_plan(selected: list[Stack], group: str | None = None, registry: str = "
     stack of env/stacks.json (they push to one repository)."""
     every = load_stacks() if every is None else every
     known = needs.load()
+    index = tag_content.TagIndex(every)
     plans = []
     for stack in selected:
         plan = StackPlan(stack)
         for layer in stack.built_layers:
             plan.targets[tags.target(layer, stack)] = tags.tags(layer, stack, registry)
-        plan.violations = rules.check(stack) + tag_content.violations(stack, every)
+        plan.violations = rules.check(stack) + tag_content.violations(stack, every, index)
         plan.needs = needs.lines(stack, known)
-        if group == "release" and not stack.base_pinned:
-            plan.violations.append(rules.Violation(
-                "release-pinned", stack.name, f"the release group refuses tag-only base {stack.base_image}",
-                "set base_digest in env/stacks.json"))
         plans.append(plan)
     return plans
 
@@ -144,6 +139,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if problem := images.registry_problem(args.registry, "--registry"):
+        raise InputError(problem)
     text, code = run(args.stack, args.group, "json" if args.json else args.format, args.registry)
     print(text)
     return code

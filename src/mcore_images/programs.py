@@ -5,7 +5,9 @@ The three programs ship in every runtime image (``python -m smoke``, ``python -m
 (certificate.json, bridge.json, bench.json) and ``--certificate DIR`` for a smoke certificate folder
 that the bridge and the bench add their section to. The host never imports them, torch or
 megatron-core: it starts the program as a separate process, here or with ``docker run`` (``--image``),
-mounting the folders it names.
+mounting the folders it names. The ``--out`` folder is claimed before anything starts (a new or empty one, or
+one this command wrote before: outputs.py) and marked with what the program left in it; the image reference
+is parsed first too.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcore_images import container
+from mcore_images import container, images, outputs
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.stacks import repo_root
@@ -70,7 +72,6 @@ def command_for(program: Program, image: str | None, out: Path, certificate: Pat
     if not image:
         return ([sys.executable, "-m", program.module,
                  *program.argv(str(out), None if certificate is None else str(certificate), args)], local_env())
-    out.mkdir(parents=True, exist_ok=True)
     mounts = {out: OUT, **({certificate: CERT} if certificate is not None else {})}
     baselines = repo_root() / "env" / "bench-baselines.json"
     read_only: list[Path] = []
@@ -103,12 +104,25 @@ def _arguments_for(program: Program):
     return arguments
 
 
+def image_problem(image: str) -> str | None:
+    """Why ``image`` is not a reference docker can run (None when it is one)."""
+    try:
+        images.parse(image)
+    except ValueError as exc:
+        return f"--image {exc}; give an image reference such as mcore-images:runtime-debian or REPO@sha256:…"
+    return None
+
+
 def _run_for(program: Program):
     def run(args: argparse.Namespace) -> int:
         certificate = getattr(args, "certificate", None)
-        cmd, env = command_for(program, args.image, Path(args.out or program.default_out),
-                               Path(certificate) if certificate else None, list(args.passthrough))
-        return execute(program.name, cmd, env)
+        if args.image and (problem := image_problem(args.image)):
+            raise InputError(problem)
+        target = outputs.claim(Path(args.out or program.default_out), program.name)
+        cmd, env = command_for(program, args.image, target.path, Path(certificate) if certificate else None,
+                               list(args.passthrough))
+        with outputs.filled(target):
+            return execute(program.name, cmd, env)
     return run
 
 

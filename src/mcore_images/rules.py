@@ -6,6 +6,7 @@ The thresholds are facts about upstream packages; the source of each is given be
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -67,8 +68,16 @@ def _sources(s: Stack) -> Iterator[tuple[str, str]]:
 
 @rule("release-pinned")
 def _release_pinned(s: Stack) -> Iterator[tuple[str, str]]:
-    if "release" in s.groups and not s.base_pinned:
-        yield f"release stack with tag-only base {s.base_image}", "set base_digest to the image's sha256 digest"
+    # A released image must name a base anyone can pull and check: a registry image by its digest. A base made
+    # on the build machine (debootstrap) has no digest a user can fetch.
+    if "release" not in s.groups:
+        return
+    if s.flavor == "debian":
+        yield (f"the release group refuses a locally built base ({s.base_image}, debootstrap): nobody can pull or "
+               "check it"), "release an ngc or cuda stack, or take 'release' out of this stack's groups"
+    elif not s.base_digest:
+        yield f"the release group refuses tag-only base {s.base_image}", \
+            "set base_digest to the image's sha256 digest"
 
 
 @rule("python-for-mcore")
@@ -324,7 +333,14 @@ MARKER_ENV = {"sys_platform": "linux", "platform_system": "Linux", "platform_mac
 """The marker environment of every image (Linux, x86_64, CPython); Python comes from the stack."""
 
 
-def _applies(requirement: Requirement, python: str, extras: set[str]) -> bool:
+@functools.cache
+def _requirement(text: str) -> Requirement:
+    """A requirement parsed once: many stacks share one verl release's list."""
+    return Requirement(text)
+
+
+@functools.cache
+def _applies(requirement: Requirement, python: str, extras: frozenset[str]) -> bool:
     """Whether a requirement of verl's applies to a stack: its marker under the stack's Python, for verl itself
     or one of the extras the stack carries."""
     if requirement.marker is None:
@@ -349,11 +365,11 @@ def _verl_requirements(s: Stack) -> Iterator[tuple[str, str]]:
     if declared["requires_python"] and not SpecifierSet(declared["requires_python"]).contains(f"{s.python}.0"):
         yield (f"verl {s.verl} requires Python {declared['requires_python']}, the stack has {s.python}",
                "pick a verl release for this Python, or a stack of another Python")
-    extras = {"mcore"} | {e.key for e in engines.ENGINES if s.has(e.key)}
+    extras = frozenset({"mcore"} | {e.key for e in engines.ENGINES if s.has(e.key)})
     by_dist = {d: c for c in components.CATALOGUE for d in c.distributions}
     constraints = {Requirement(c).name.lower(): Requirement(c).specifier for c in s.constraints}
     for text in declared["requires_dist"]:
-        requirement = Requirement(text)
+        requirement = _requirement(text)
         if not _applies(requirement, s.python, extras):
             continue
         name = requirement.name.lower().replace("_", "-")

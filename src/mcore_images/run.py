@@ -16,12 +16,13 @@ passed through by name.
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
-from mcore_images import container
+from mcore_images import container, images
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 
@@ -47,6 +48,36 @@ def docker_args(text: str) -> list[str]:
         raise InputError(f"--docker-args takes docker run's options, not {words[0]!r}: the image is the first "
                          "argument and the command goes after --")
     return words
+
+
+DEVICE = re.compile(r"[0-9]+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-zA-Z/-]+")
+"""One GPU as NVIDIA's container toolkit names it: an index, a GPU UUID or a MIG device."""
+
+
+def gpus_value(given: str) -> str:
+    """``--gpus`` as docker's own parser takes it. Docker reads the value as CSV, so ``device=0,1`` is two
+    fields and gives GPU 0 alone; a device list must reach it quoted: ``"device=0,1"``. Accepts ``all``, a
+    count (``2``), ``0,1`` and ``device=0,1`` (quoted or not)."""
+    text = given.strip()
+    if text == "all" or (text.isdigit() and int(text) > 0):
+        return text
+    listed = text.strip('"').removeprefix("device=").strip('"')
+    devices = [d.strip() for d in listed.split(",")]
+    if listed and all(DEVICE.fullmatch(d) for d in devices) and len(set(devices)) == len(devices):
+        return f'"device={",".join(devices)}"'
+    raise InputError(f"--gpus {given!r} is not a GPU selection: give all, a count (2), or the devices (0,1 or "
+                     "device=0,1); --cpu for none")
+
+
+def out_problem(out: Path) -> str | None:
+    """Why ``out`` cannot be mounted at /out (None when it is a folder, or can be made one)."""
+    where = Path(out).absolute()
+    if where.exists() and not where.is_dir():
+        return f"--out {out} is a file: give a folder to mount at {OUT}"
+    ancestor = next((p for p in [where, *where.parents] if p.exists()), where)
+    if not ancestor.is_dir():
+        return f"--out {out} cannot be created: {ancestor} is a file; give a folder to mount at {OUT}"
+    return None
 
 
 def command_for(image: str, cmd: list[str], *, cpu: bool, out: Path, memlock: bool, tty: bool,
@@ -75,7 +106,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="out", help="this folder is mounted at /out (default: ./out)")
     p.add_argument("--print", dest="print_only", action="store_true",
                    help="print the docker run line instead of running it")
-    p.add_argument("--gpus", default="all", help="docker's --gpus value (default: all), e.g. 'device=0,1'")
+    p.add_argument("--gpus", default="all", help="the GPUs: all (default), a count (2), or devices (0,1 or "
+                   "device=0,1; passed to docker quoted, as its --gpus needs)")
     p.add_argument("--multinode", action="store_true", help="for Ray or torchrun across nodes: host network, "
                    "/dev/infiniband with IPC_LOCK, the host's NCCL_SOCKET_IFNAME and similar passed through")
     p.add_argument("--docker-args", default="", metavar="ARGS", help="more docker run options as one quoted "
@@ -86,10 +118,16 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     cmd = list(args.passthrough)
+    try:
+        images.parse(args.image)
+    except ValueError as exc:
+        raise InputError(f"{exc}; give an image reference such as mcore-images:runtime-debian or REPO@sha256:…"
+                         ) from None
     extra = tuple(docker_args(args.docker_args))
-    if not args.gpus.strip():
-        raise InputError("--gpus needs a value, e.g. --gpus all or --gpus device=0,1 (or --cpu for none)")
-    options = {"cpu": args.cpu, "out": out, "gpus": args.gpus, "multinode": args.multinode, "extra": extra}
+    gpus = gpus_value(args.gpus)
+    if problem := out_problem(out):
+        raise InputError(problem)
+    options = {"cpu": args.cpu, "out": out, "gpus": gpus, "multinode": args.multinode, "extra": extra}
     if args.print_only:
         print(printable(command_for(args.image, cmd, memlock=True, tty=True, **options), out))
         return 0

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 from mcore_images import components, platforms
 from mcore_images.components import FROM_BASE, LAYERS, NONE
-from mcore_images.errors import InputError
+from mcore_images.errors import InputError, shown
 from mcore_images.jsonfiles import schema_problem
 from mcore_images.versions import InvalidRequirement, InvalidVersion, Requirement, Version
 
@@ -202,7 +203,7 @@ def _stack_place(data: Any) -> Callable[[Sequence[Any]], tuple[str, Sequence[Any
     def place(where: Sequence[Any]) -> tuple[str, Sequence[Any]]:
         if len(where) >= 4 and isinstance(where[3], int):
             entry = data["variable"]["STACKS"]["default"][where[3]]
-            return f"stack '{entry.get('name', where[3]) if isinstance(entry, dict) else where[3]}'", where[4:]
+            return f"stack '{shown(entry.get('name', where[3]) if isinstance(entry, dict) else where[3])}'", where[4:]
         return "", where
 
     return place
@@ -241,10 +242,19 @@ def _parse(path: Path, entry: dict[str, Any]) -> Stack:
     return Stack(**settings, pins={c.key: pins[c.key] for c in components.CATALOGUE})
 
 
+MAX_STACKS_BYTES = 4 << 20
+"""The largest env/stacks.json this tool reads (4 MiB: about 2,500 stacks as they are written today; the
+committed file is under 20 KB). A larger one is refused before it is parsed."""
+
+
 def load_stacks(path: Path | None = None) -> dict[str, Stack]:
     """All stacks by name, in file order; InputError (one line) for a file that is not well-formed."""
     path = path or stacks_file()
     try:
+        size = path.stat().st_size
+        if size > MAX_STACKS_BYTES:
+            raise InputError(f"{path} is {size / (1 << 20):.1f} MiB, over the {MAX_STACKS_BYTES >> 20} MiB this tool "
+                             "reads: keep the stacks you build in it (one entry per stack), or restore it from git")
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{path} not found; run from the mcore-images checkout or set MCORE_IMAGES_ROOT") from None
@@ -264,8 +274,11 @@ def parse_document(data: Any, path: Path) -> dict[str, Stack]:
         raise InputError(problem)
     stacks = [_parse(path, entry) for entry in data["variable"]["STACKS"]["default"]]
     names = [s.name for s in stacks]
-    if len(set(names)) != len(names):
-        raise InputError(f"{path}: duplicate stack names {names}; give each stack a unique name")
+    twice = sorted(name for name, count in Counter(names).items() if count > 1)
+    if twice:
+        named = ", ".join("'" + shown(n) + "'" for n in twice[:5]) + (" …" if len(twice) > 5 else "")
+        raise InputError(f"{path}: stack name{'s' if len(twice) > 1 else ''} {named} used more than once; give each "
+                         "stack a unique name")
     by_name = {s.name: s for s in stacks}
     for stack in stacks:
         if problem := shared_layers_problem(stack, by_name):
@@ -294,7 +307,7 @@ def shared_layers_problem(stack: Stack, stacks: Mapping[str, Stack]) -> str | No
 def get_stack(name: str, stacks: dict[str, Stack] | None = None) -> Stack:
     stacks = stacks if stacks is not None else load_stacks()
     if name not in stacks:
-        raise InputError(f"unknown stack '{name}'; choose one of: {', '.join(stacks)} (see `mcore-images plan`)")
+        raise InputError(f"unknown stack '{shown(name)}'; choose one of: {', '.join(stacks)} (see `mcore-images plan`)")
     return stacks[name]
 
 

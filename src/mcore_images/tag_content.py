@@ -8,6 +8,9 @@ pushed last. Checked with the rules, before any build (``mcore-images plan`` and
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Mapping
+
 from mcore_images import lock, tags
 from mcore_images.components import LAYERS
 from mcore_images.rules import Violation
@@ -46,21 +49,59 @@ def _differences(mine: dict[str, str], theirs: dict[str, str], limit: int = 3) -
     return ", ".join(shown) + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def violations(stack: Stack, every: dict[str, Stack]) -> list[Violation]:
-    """A violation for each layer of ``stack`` whose content tag another stack builds from other content."""
+class TagIndex:
+    """Which stacks give each layer's content tag, grouped by what they build under it, made once for all the
+    stacks a plan judges: each stack's layer content is read once, and a stack is compared with one stack of
+    each other content (not with every stack), so judging them all stays linear in the stacks."""
+
+    def __init__(self, every: Mapping[str, Stack]) -> None:
+        self._by_tag: dict[tuple[str, str], list[Stack]] = defaultdict(list)
+        for other in every.values():
+            for layer in other.built_layers:
+                self._by_tag[(layer, tags.layer_tag(layer, other))].append(other)
+        self._content: dict[tuple[str, str], dict[str, str] | None] = {}
+        self._groups: dict[tuple[str, str], dict[frozenset, Stack]] = {}
+
+    def content(self, stack: Stack, layer: str) -> dict[str, str] | None:
+        key = (stack.name, layer)
+        if key not in self._content:
+            self._content[key] = content(stack, layer)
+        return self._content[key]
+
+    def others(self, stack: Stack, layer: str, tag: str) -> list[Stack]:
+        """One stack for each content, other than ``stack``'s, that the stacks sharing ``tag`` build (unlocked
+        stacks are left out: the lock check reports them)."""
+        if (layer, tag) not in self._groups:
+            groups: dict[frozenset, Stack] = {}
+            for other in self._by_tag[(layer, tag)]:
+                found = self.content(other, layer)
+                if found is not None:
+                    groups.setdefault(frozenset(found.items()), other)
+            self._groups[(layer, tag)] = groups
+        groups = self._groups[(layer, tag)]
+        if len(groups) < 2:
+            return []
+        mine = self.content(stack, layer)
+        if mine is None:
+            return []
+        key = frozenset(mine.items())
+        return [other for found, other in groups.items() if found != key and other.name != stack.name]
+
+
+def violations(stack: Stack, every: Mapping[str, Stack], index: TagIndex | None = None) -> list[Violation]:
+    """A violation for each layer of ``stack`` whose content tag another stack builds from other content
+    (``index``: made once for ``every`` by the caller that judges many stacks)."""
+    index = index if index is not None else TagIndex(every)
     out = []
     for layer in stack.built_layers:
         tag = tags.layer_tag(layer, stack)
-        sharing = [o for o in every.values()
-                   if o.name != stack.name and layer in o.built_layers and tags.layer_tag(layer, o) == tag]
-        mine = content(stack, layer) if sharing else None  # read once per layer, and only when a tag is shared
-        for other in sharing:
-            theirs = content(other, layer)
-            if mine is not None and theirs is not None and mine != theirs:
-                fix = (f"lock {stack.name} against {other.name}'s base (`mcore-images lock --stack {stack.name} "
-                       f"--base-from {other.name}`)" if layer == "base" else
-                       f"take the layers from {other.name} (\"layers_from\": \"{other.name}\" in env/stacks.json) "
-                       "or make the pins differ where the tag shows them")
-                out.append(Violation(RULE, stack.name, f"its {layer} tag {tag} is also stack '{other.name}''s, "
-                                     f"from other content ({_differences(mine, theirs)})", fix))
+        for other in index.others(stack, layer, tag):
+            mine, theirs = index.content(stack, layer), index.content(other, layer)
+            assert mine is not None and theirs is not None
+            fix = (f"lock {stack.name} against {other.name}'s base (`mcore-images lock --stack {stack.name} "
+                   f"--base-from {other.name}`)" if layer == "base" else
+                   f"take the layers from {other.name} (\"layers_from\": \"{other.name}\" in env/stacks.json) "
+                   "or make the pins differ where the tag shows them")
+            out.append(Violation(RULE, stack.name, f"its {layer} tag {tag} is also stack '{other.name}''s, "
+                                 f"from other content ({_differences(mine, theirs)})", fix))
     return out

@@ -23,7 +23,6 @@ def generate(out: Path, sources: list[Path], timing_files: list[Path]) -> dict[s
     """Write the site into ``out``: a new folder, an empty one, or one this command wrote before, replaced
     whole (outputs.py). A missing input, a build-timing file that is not one, or an ``out`` the command may
     not write is an InputError before anything is written. Returns what was written and how long it took."""
-    charts.require()
     t0 = time.perf_counter()
     for path in sources:
         if not path.exists():
@@ -32,6 +31,7 @@ def generate(out: Path, sources: list[Path], timing_files: list[Path]) -> dict[s
     stacks = load_stacks()
     runs = inputs.read_timings(timing_files)
     target = outputs.claim(out, COMMAND)
+    charts.require()
     certs = [inputs.read(path) for path in inputs.find(sources)]
     for cert in certs:
         if cert.data is not None:

@@ -7,21 +7,13 @@ input (fixed hash salt, no date).
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import re
 from typing import Any
 
 from mcore_images.errors import InputError
-
-try:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-except ImportError:  # the report extra is not installed; report.site says how to get it
-    plt = None
 
 STYLE = {
     "svg.fonttype": "none",
@@ -33,11 +25,24 @@ STYLE = {
 }
 
 
-def require() -> None:
-    if plt is None:
+@functools.cache
+def pyplot() -> Any:
+    """matplotlib's pyplot on its file backend, imported when a chart is drawn (not with every command: the
+    import takes time and writes a font cache under the user's home)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # the report extra is not installed
         raise InputError(
             "the report draws its charts with matplotlib: `pip install 'mcore-images[report]'` (or `make setup`)"
-        )
+        ) from None
+    return plt
+
+
+def require() -> None:
+    pyplot()
 
 
 def finite(value: Any) -> float | None:
@@ -74,7 +79,7 @@ def _tag_bars(bars: Any, name: str) -> None:
 def _svg(fig: Any) -> str:
     out = io.StringIO()
     fig.savefig(out, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
-    plt.close(fig)
+    pyplot().close(fig)
     text = out.getvalue()
     text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)  # RDF about the file, not the chart
     return text[text.index("<svg") :]  # inline in HTML: no XML declaration or DOCTYPE
@@ -83,14 +88,14 @@ def _svg(fig: Any) -> str:
 def loss_curves(runs: dict[str, list[float]], title: str) -> str:
     """Every run's loss per step on one chart."""
     require()
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    with pyplot().rc_context(STYLE):
+        fig, ax = pyplot().subplots(figsize=(7.5, 3.6))
         for name, losses in runs.items():
             points = [(i, y) for i, v in enumerate(losses) if (y := drawable(v)) is not None]
             if points:
                 (line,) = ax.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=name)
                 line.set_gid(series_id(name))
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(pyplot().MaxNLocator(integer=True))
         ax.set(xlabel="step", ylabel="loss", title=title)
         if runs:
             ax.legend(fontsize=7, ncol=2)
@@ -105,8 +110,8 @@ def parity(rows: list[tuple[str, float, float, float, float]]) -> str:
     def drawn(value: float) -> float:
         return min(max(value, floor), ceiling)
 
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(7.5, 0.45 * max(len(rows), 2) + 1.2))
+    with pyplot().rc_context(STYLE):
+        fig, ax = pyplot().subplots(figsize=(7.5, 0.45 * max(len(rows), 2) + 1.2))
         names = [r[0] for r in rows]
         y = range(len(rows))
         bars = ax.barh([i - 0.2 for i in y], [drawn(r[1]) for r in rows], height=0.4, label="Δ loss")
@@ -130,8 +135,8 @@ def parity(rows: list[tuple[str, float, float, float, float]]) -> str:
 def wall_time(parts: dict[str, float]) -> str:
     """The run's wall time split into its parts, as one stacked bar."""
     require()
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(7.5, 1.6))
+    with pyplot().rc_context(STYLE):
+        fig, ax = pyplot().subplots(figsize=(7.5, 1.6))
         left = 0.0
         for name, seconds in parts.items():
             bar = ax.barh([0], [seconds], left=left, label=f"{name} {seconds:.1f} s")
@@ -146,8 +151,8 @@ def wall_time(parts: dict[str, float]) -> str:
 def build_efficiency(runs: list[dict[str, Any]]) -> str:
     """Wall seconds per build scenario, the share of stages built (not cached) written on each bar."""
     require()
-    with plt.rc_context(STYLE):
-        fig, ax = plt.subplots(figsize=(7.5, 0.5 * max(len(runs), 2) + 1.0))
+    with pyplot().rc_context(STYLE):
+        fig, ax = pyplot().subplots(figsize=(7.5, 0.5 * max(len(runs), 2) + 1.0))
         names = [f"{r['scenario']} #{i + 1}" for i, r in enumerate(runs)]
         bars = ax.barh(names, [r["wall_s"] for r in runs], color="tab:green")
         _tag_bars(bars, "wall_s")

@@ -163,5 +163,5 @@ def read_timings(paths: list[Path]) -> list[dict[str, Any]]:
         found = problem(data, BUILD_TIMINGS_SCHEMA)
         if found:
             raise InputError(f"--build-timings {path}: {found}")
-        runs += data
+        runs += data["runs"]
     return runs

@@ -169,3 +169,51 @@ def test_a_folder_that_cannot_be_renamed_is_written_in_place_removing_only_its_l
     assert seen["renamable"] is False  # the folder really cannot be renamed
     assert seen["after"] == [outputs.MARKER, "index.html"] and seen["index"] == "2"
     assert "holds mine.txt" in seen["refused"] and seen["siblings"] == ["site"]
+
+
+def test_a_replaced_folder_keeps_its_mode_owner_group_and_setgid_bit(tmp_path: Path) -> None:
+    """Before: an existing empty report folder (2775, group users) became a 0700 root:root one."""
+    site = tmp_path / "site"
+    site.mkdir()
+    os.chmod(site, 0o2775)
+    os.chown(site, -1, 100)  # "users" on Debian; any group other than the process's own
+    write(site)
+    after = os.stat(site)
+    assert (oct(after.st_mode & 0o7777), after.st_gid) == ("0o2775", 100)
+    write(site, files={"index.html": "again"})  # replacing its own folder keeps them too
+    assert (oct(os.stat(site).st_mode & 0o7777), os.stat(site).st_gid) == ("0o2775", 100)
+
+
+def test_a_new_folder_gets_the_umask_mode_and_a_setgid_parents_group(tmp_path: Path) -> None:
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    os.chown(parent, -1, 100)
+    os.chmod(parent, 0o2775)
+    old = os.umask(0o022)
+    try:
+        write(parent / "site")
+    finally:
+        os.umask(old)
+    st = os.stat(parent / "site")
+    assert (oct(st.st_mode & 0o7777), st.st_gid) == ("0o2755", 100)
+
+
+def test_a_file_output_is_created_replaced_only_when_its_own_and_keeps_its_mode(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    before = snapshot(root)
+    for name in ("etc/passwd", "file.txt", "home/user/certificate.json"):
+        with pytest.raises(InputError, match="did not write: give a new file name"):
+            outputs.write_file(root / name, "build-timing", {"runs": []})
+    with pytest.raises(InputError, match="is a folder"):
+        outputs.claim_file(root / "etc", "build-timing")
+    with pytest.raises(InputError, match=r"file\.txt is a file"):
+        outputs.claim_file(root / "file.txt" / "t.json", "build-timing")
+    assert snapshot(root) == before
+    path = tmp_path / "out" / "t.json"
+    outputs.write_file(path, "build-timing", {"runs": [1]})
+    os.chmod(path, 0o640)
+    outputs.write_file(path, "build-timing", {"runs": [2]})
+    assert json.loads(path.read_text()) == {"written_by": "mcore-images build-timing", "runs": [2]}
+    assert oct(path.stat().st_mode & 0o777) == "0o640" and os.listdir(path.parent) == ["t.json"]
+    with pytest.raises(InputError, match="was written by `mcore-images build-timing`"):
+        outputs.claim_file(path, "report")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import build_timing, cli, gpu_archs, report
+from mcore_images import build_timing, cli, gpu_archs, outputs, report
 from mcore_images.stacks import load_stacks
 from tests.support.certificates import add_sections, write_certificate
 from tests.support.sentinels import PLACES, make_root, snapshot
@@ -158,19 +158,9 @@ def test_no_input_says_what_to_feed_it_and_the_output_is_stable(tmp_path: Path) 
     assert 'id="no-timings"' in (tmp_path / "a" / "build.html").read_text()
     certificate(tmp_path / "in")
     timings = tmp_path / "t.json"
-    timings.write_text(
-        json.dumps(
-            [
-                {
-                    "scenario": "mcore",
-                    "command": [],
-                    "wall_s": 52.0,
-                    "returncode": 0,
-                    "stages": {"base": "cached", "runtime": "built"},
-                }
-            ]
-        )
-    )
+    outputs.write_file(timings, build_timing.COMMAND, {"runs": [
+        {"scenario": "mcore", "command": [], "wall_s": 52.0, "returncode": 0,
+         "stages": {"base": "cached", "runtime": "built"}}]})
     for out in ("b", "c"):
         report.generate(tmp_path / out, [tmp_path / "in"], [timings])
     for page in (tmp_path / "b").iterdir():
@@ -236,15 +226,24 @@ def test_a_missing_input_is_one_line_exit_2_before_anything_is_written(tmp_path:
 
 
 @pytest.mark.parametrize(("bad", "message"), [
-    (b"[1, 2]", "field 0: 1 is not of type 'object'"),
-    (b'{"scenario": "x"}', "is not of type 'array'; write a list with one entry per build scenario"),
+    (b'{"written_by": "mcore-images build-timing", "runs": [1, 2]}', "field runs.0: 1 is not of type 'object'"),
+    (b'{"written_by": "mcore-images build-timing", "runs": {"scenario": "x"}}',
+     "is not of type 'array'; write a list with one entry per build scenario"),
+    (b'[{"scenario": "cold", "wall_s": 52, "stages": {}}]', "is not of type 'object'; write an object with written_by"),
+    (b'{"written_by": "mcore-images report", "runs": []}',
+     "field written_by: 'mcore-images build-timing' was expected"),
     (b"nope", "is not JSON"),
     (b"\xff\xfe[]", "is not UTF-8 text"),
-    (b'[{"scenario": "cold", "wall_s": NaN, "stages": {}}]', "NaN is not a number JSON allows"),
-    (b'[{"scenario": "cold", "wall_s": "52", "stages": {}}]', "field 0.wall_s: '52' is not of type 'number'"),
-    (b'[{"scenario": "cold", "wall_s": 52, "stages": {"base": 1}}]', "field 0.stages.base: 1 is not one of"),
+    (b'{"written_by": "mcore-images build-timing", "runs": [{"scenario": "cold", "wall_s": NaN, "stages": {}}]}',
+     "NaN is not a number JSON allows"),
+    (b'{"written_by": "mcore-images build-timing", "runs": [{"scenario": "cold", "wall_s": "52", "stages": {}}]}',
+     "field runs.0.wall_s: '52' is not of type 'number'"),
+    (b'{"written_by": "mcore-images build-timing", "runs": [{"scenario": "cold", "wall_s": 52, '
+     b'"stages": {"base": 1}}]}',
+     "field runs.0.stages.base: 1 is not one of"),
     (None, "not found"),
-], ids=["numbers", "an-object", "not-json", "not-utf8", "nan", "string-seconds", "stage-status", "missing"])
+], ids=["numbers", "runs-an-object", "a-bare-list", "another-command", "not-json", "not-utf8", "nan",
+        "string-seconds", "stage-status", "missing"])
 def test_a_bad_build_timings_file_is_one_line_exit_2_before_anything_is_written(
         bad: bytes | None, message: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     timings = tmp_path / "t.json"
@@ -261,7 +260,7 @@ def test_what_build_timing_writes_is_read(tmp_path: Path) -> None:
           "#9 DONE 41.5s\n"
     run = build_timing.Run("mcore", ["build", "--stack", "debian"], 52.0, 0, build_timing.stage_status(log))
     timings = tmp_path / "t.json"
-    timings.write_text(json.dumps([asdict(run)]))
+    outputs.write_file(timings, build_timing.COMMAND, {"runs": [asdict(run)]})
     report.generate(tmp_path / "site", [], [timings])
     page = (tmp_path / "site" / "build.html").read_text()
     assert 'id="series-wall_s-0"' in page and "<td>cached</td><td>built</td>" in page
