@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
 
 from smoke import faults, layouts, projection
-from smoke.kit import errors, folders, seeds
+from smoke.kit import errors, folders, lifetime, seeds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         if in_torchrun():
             from smoke import worker
 
+            # A rank without its torchrun is an orphan: torchrun starts each rank in a session of its own, so
+            # a SIGKILL to torchrun (the launcher's last resort, the OOM killer) reaches no rank unless the
+            # kernel passes it on.
+            lifetime.die_with_parent()
             code = worker.main(args, argv)
             # Leave at once: interpreter shutdown with megatron-core loaded took seconds, and every
             # rank has passed the final barrier, so every result is written.
@@ -170,7 +175,16 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(code)
         from smoke.launcher import launch
 
+        # SIGTERM (docker stop, Slurm, a timeout) and Ctrl-C stop the ranks before this process leaves: they run
+        # in a session of their own, which no signal sent to this process reaches.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, errors.raise_stopped)
         return launch(args, argv)
     except errors.CouldNotRun as exc:
         print(f"smoke: could not run: {exc}", file=sys.stderr)
         return errors.COULD_NOT_RUN
+    except (errors.Stopped, KeyboardInterrupt) as exc:
+        stopped = exc if isinstance(exc, errors.Stopped) else errors.Stopped(signal.SIGINT)
+        print(f"smoke: stopped by {signal.Signals(stopped.signum).name}: the ranks were stopped before the run "
+              "was certified", file=sys.stderr)
+        return stopped.exit_code

@@ -112,9 +112,11 @@ def _issued(state: dict[str, Any]) -> dict[str, Any]:
     return state.get("collectives") or {}
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop torchrun and every rank it started (they share its new session)."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+def _stop(proc: subprocess.Popen, now: bool = False) -> None:
+    """Stop torchrun and every rank it started: SIGTERM to torchrun's session, then SIGKILL (``now``: SIGKILL at
+    once, for a user's Ctrl-C or SIGTERM). Each rank runs in a session of its own that no signal to torchrun's
+    reaches; the kernel ends it with torchrun (smoke.kit.lifetime), and its save helpers with it."""
+    for sig, wait in ((signal.SIGKILL, 5),) if now else ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
@@ -200,8 +202,13 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
         fired = True
         _stop(proc)
         rc = proc.returncode
-    except KeyboardInterrupt:
-        _stop(proc)
+    except (KeyboardInterrupt, errors.Stopped):  # Ctrl-C, SIGTERM: the ranks' session goes first, whole
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+        _stop(proc, now=True)
+        shutil.rmtree(state, ignore_errors=True)
+        if made:
+            folders.remove_if_empty(checkpoints)
         raise
     return _finish(args, argv, out, state, launched, checkpoints, made, rc, fired, None)
 

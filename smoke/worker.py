@@ -84,6 +84,10 @@ def _round_trips(the_plan: Any, st: Any, tol: Any, folder: Path, rank: int, worl
     from smoke import checkpoint
     from smoke.kit import checkpointing
 
+    # The background saves' helpers (megatron-core's result-queue manager, its forked writers) end with this
+    # rank, which leaves with os._exit; the manager is shut down in order once the round trips are done.
+    stop_writer = (checkpointing.writer_outlives_sigterm()
+                   if any(p.async_save and not p.skip for p in the_plan.round_trips) else lambda: None)
     pairs = []
     for index, pair in enumerate(the_plan.round_trips, 1):
         if pair.skip:
@@ -102,6 +106,7 @@ def _round_trips(the_plan: Any, st: Any, tol: Any, folder: Path, rank: int, worl
         pairs.append(res)
         if rank == 0:
             print(judge.round_trip_line(res, index, len(the_plan.round_trips)), flush=True)
+    stop_writer()
     ran = [p for p in pairs if p["status"] != "skipped"]
     verdict = "skipped" if not ran else "passed" if all(p["status"] == "passed" for p in ran) else "failed"
     return {"format": "torch_dist", "saved_after_steps": checkpoint.SAVED_AT, "resumed_steps": checkpoint.AFTER,

@@ -155,6 +155,10 @@ def build(args: argparse.Namespace) -> list[Any]:
 
 
 def main(argv: list[str]) -> int:
+    if "LOCAL_RANK" in os.environ:  # a rank of torchrun's, which starts it in a session of its own: end with it
+        from smoke.kit import lifetime
+
+        lifetime.die_with_parent()
     try:
         return train(parse(argv))
     except Exception as exc:

@@ -8,7 +8,8 @@ shard, one saved from a model of another shape) is refused by ``verify`` with on
 before any parameter is touched: nothing is ever half-loaded. A save that fails is raised as
 ``SaveFailed``, one line that names a full file system as such (megatron-core's own errors for it read
 "unexpected pos …" or "cannot pickle code objects"). ``writer_outlives_sigterm`` lets a background save
-finish after SIGTERM.
+finish after SIGTERM, and ``helpers_die_with_rank`` makes every process a rank starts for its saves end with
+that rank, however it ends (its last step, a failure, ``os._exit``, a signal).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from __future__ import annotations
 import errno
 import importlib.util
 import multiprocessing
+import os
 import signal
 import time
 from collections.abc import Callable
+from multiprocessing.managers import SyncManager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ from megatron.core import dist_checkpointing
 from megatron.core import parallel_state as ps
 
 from smoke.kit import folders
+from smoke.kit.lifetime import die_with_parent, helpers_die_with_rank
 from smoke.kit.releases import supported
 
 COMMON_FILES = ("metadata.json", ".metadata")
@@ -120,20 +124,26 @@ def _writer_ready() -> None:
 
 
 def writer_outlives_sigterm() -> Callable[[], None]:
-    """Start the queue megatron-core's background writer sends its results back through now, with SIGTERM
-    ignored, and return what stops it. megatron-core makes that queue on first use in a spawned Manager
-    process, which SIGTERM ends: torchrun passes SIGTERM on to a rank's whole process group (killpg) and
-    Slurm to every process of the job step, so a background save in flight always failed ("EOFError") and
-    never finished after SIGTERM. An ignored signal stays ignored in a spawned process. Call it on the main
-    thread, before the first background save."""
+    """Start the queue megatron-core's background writer sends its results back through now, and return what
+    stops it. megatron-core makes that queue on first use in a spawned Manager process, which SIGTERM ends:
+    torchrun passes SIGTERM on to a rank's whole process group (killpg) and Slurm to every process of the job
+    step, so a background save in flight always failed ("EOFError") and never finished after SIGTERM. This
+    one ignores SIGTERM and still ends with its rank (``die_with_parent``), whatever way the rank ends; the
+    rank's forked helpers are tied to it too (``helpers_die_with_rank``). Call it on the main thread, before
+    the first background save."""
     from megatron.core.dist_checkpointing.strategies import filesystem_async
 
+    helpers_die_with_rank()
     # the module global every megatron-core release from 0.13 to 0.19 keeps the queue in
     if not hasattr(filesystem_async, "_results_queue") or filesystem_async._results_queue is not None:
         return lambda: None
+    # The manager starts with SIGTERM ignored (inherited from its first instruction on) and its first act is to
+    # tie itself to this rank, which may already have ended by then; die_with_parent is standard library only,
+    # so the spawned process imports neither torch nor megatron-core to run it.
     previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        manager = multiprocessing.get_context("spawn").Manager()
+        manager = SyncManager(ctx=multiprocessing.get_context("spawn"))  # what Manager() makes, with an initializer
+        manager.start(initializer=die_with_parent, initargs=(os.getpid(),))
     finally:
         signal.signal(signal.SIGTERM, previous)
     filesystem_async._results_queue = manager.Queue()

@@ -107,8 +107,10 @@ class Worker:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(GRACE_S if done else max(GRACE_S, self.started + self.timeout - time.monotonic()))
         finally:
-            if proc.poll() is None:  # a hang, or a worker that does not exit after its last finding
-                _kill(proc)
+            # Always the whole group: a hang, a worker that does not exit after its last finding, Ctrl-C here, or
+            # a worker gone but something it started still running (the kernel keeps the group's id from reuse
+            # while a member lives, so the group is still this worker's).
+            _kill(proc)
             proc.wait()
             for stream in (proc.stdout, proc.stderr):
                 if stream:
