@@ -225,3 +225,23 @@ def test_checks_in_the_doctors_own_interpreter_import_nothing() -> None:
     }
     assert not {cid: names for cid, names in risky.items() if names}
     assert len(risky) >= 5  # the guard looks at something: the cheap checks stay cheap
+
+
+def test_a_probe_that_leaves_a_process_behind_is_ended_with_its_worker(monkeypatch: pytest.MonkeyPatch,
+                                                                        tmp_path: Path) -> None:
+    """A check's worker reports and exits, but something it started still runs (a compiler server, a helper):
+    after the doctor, nothing of the worker's is left. Before: the group was killed only when the worker itself
+    still ran."""
+    pid_file = tmp_path / "left.pid"
+    leave = ("import subprocess, pathlib\n"
+             f"p = subprocess.Popen(['sleep', '300'])\npathlib.Path({str(pid_file)!r}).write_text(str(p.pid))\n")
+    scripted(monkeypatch, leave + emit({"start": "x.a"}, finding("x.a")))
+    found = isolate.run_isolated([make("x.a")], None, timeout=30)
+    assert found["x.a"].status == Status.OK
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists() and \
+            Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z":
+        time.sleep(0.05)
+    alive = Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    assert not alive, f"pid {pid} (sleep 300, started by the check's worker) outlived the doctor"
