@@ -3,7 +3,10 @@
 # They are run-time tools of this stack, not build leftovers: Triton compiles its kernel launcher (C,
 # against Python.h) on the first launch, torch.compile's inductor compiles C++ on CPU, and
 # torch.utils.cpp_extension (megatron-core's NCCL allocator) and megatron-core's compile_helpers() build
-# extensions at run time. ninja and pybind11 come from the runtime lock (PyPI, hashed).
+# extensions at run time. ninja and pybind11 come from the runtime lock (PyPI, hashed). A Megatron-LM
+# checkout's datasets Makefile names the module it builds with `python3-config --extension-suffix`; Debian's
+# pythonX.Y-dev installs only pythonX.Y-config (python3-config comes with the unversioned python3-dev), so
+# python3-config is linked to it here and checked against the interpreter the venv runs.
 #   install-toolchain.sh FLAVOR PYTHON_VERSION GCC_VERSION
 # The OS release fixes gcc's major.minor; GCC_VERSION (the stack's pin) is checked against it, so a base
 # that moved to another compiler fails here, not at the first kernel.
@@ -31,4 +34,13 @@ esac
 include="$(python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
 [ -f "$include/Python.h" ] || { echo "install-toolchain: no Python.h in $include" >&2; exit 1; }
 command -v make >/dev/null || { echo "install-toolchain: make is missing" >&2; exit 1; }
-echo "install-toolchain: gcc $have, $(make --version | head -n 1), $include/Python.h"
+if ! command -v python3-config >/dev/null; then
+  versioned="$(command -v "python${python_version}-config")" \
+    || { echo "install-toolchain: no python${python_version}-config to link python3-config to" >&2; exit 1; }
+  ln -s "$versioned" /usr/local/bin/python3-config
+fi
+suffix="$(python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
+[ "$(python3-config --extension-suffix)" = "$suffix" ] \
+  || { echo "install-toolchain: python3-config names $(python3-config --extension-suffix), the venv's python $suffix" >&2
+       exit 1; }
+echo "install-toolchain: gcc $have, $(make --version | head -n 1), $include/Python.h, python3-config ($suffix)"

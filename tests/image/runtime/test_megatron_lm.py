@@ -1,8 +1,10 @@
 """A Megatron-LM checkout on the image, as docs/megatron-lm.md says to bring one: on PYTHONPATH, declared with
 $MEGATRON_LM_CHECKOUT. The tests cannot fetch Megatron-LM, so the checkout's layout is made from the
 megatron-core sdist of the image's own release on PyPI: that holds megatron/core (sources, helpers.cpp)
-and nothing else, so Megatron-LM's megatron/training and pretrain_gpt.py are out of reach here, and the
-datasets Makefile a checkout carries is stood in for by the one the runtime layer adds to the wheel."""
+and nothing else, so Megatron-LM's megatron/training and pretrain_gpt.py are out of reach here. The datasets
+Makefile a checkout carries is stood in for by data/checkout-datasets.mk, which asks the image what the
+checkout's Makefile asks (`python3-config --extension-suffix`, `python3 -m pybind11 --includes`): before the
+runtime layer linked python3-config, make wrote a bare `helpers_cpp` and the import failed."""
 
 from __future__ import annotations
 
@@ -16,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.image.shared_checks.hygiene import REPO
+from tests.image.test_negative import _failed_tests, _tag
 from tests.image.utils import docker
 
 from mcore_images import images
 
 CHECKOUT = "/tmp/Megatron-LM"
+CHECKOUT_MAKEFILE = Path(__file__).parent / "data" / "checkout-datasets.mk"
 PYPI_SIMPLE = "https://pypi.org/simple"
 RUN = f"cd /tmp && MEGATRON_LM_CHECKOUT={CHECKOUT} PYTHONPATH={CHECKOUT} timeout 600 "
 
@@ -98,7 +101,7 @@ def checkout(image: docker.ImageInfo, container: str, tmp_path_factory: pytest.T
     version = image.labels.get(images.label("mcore"))
     if not version or version == "none":
         pytest.skip("the image carries no megatron-core")
-    tar = checkout_tar(sdist(version, tmp_path_factory.mktemp("sdist")), REPO / "docker" / "megatron-datasets.mk")
+    tar = checkout_tar(sdist(version, tmp_path_factory.mktemp("sdist")), CHECKOUT_MAKEFILE)
     copied = subprocess.run(["docker", "cp", "-", f"{container}:/tmp"], input=tar, capture_output=True,
                             check=False, timeout=300)
     assert copied.returncode == 0, copied.stderr.decode(errors="replace")[-800:]
@@ -121,3 +124,18 @@ def test_a_checkout_builds_its_helpers_and_a_gpt_dataset_from_bin_idx(host: Any,
     got = json.loads(result.stdout.strip().splitlines()[-1])
     assert got["core"].startswith(CHECKOUT) and got["helpers"].startswith(CHECKOUT), got
     assert got["samples"] >= 16 and got["tokens"] == [32], got
+
+
+def test_negative_without_python3_config_the_checkout_cannot_build_its_helpers(image: docker.ImageInfo) -> None:
+    """An image without `python3-config` (as every runtime image was): the checkout's Makefile writes a bare
+    helpers_cpp and the data path's import fails, through the test file."""
+    if image.labels.get(images.label("mcore")) in (None, "none"):
+        pytest.skip("the image carries no megatron-core")
+    ref = docker.build_image(f"FROM {image.ref}\nRUN rm -f \"$(command -v python3-config)\"\n",
+                             _tag("no-python3-config"))
+    try:
+        rc, failed, output = _failed_tests(ref, "test_a_checkout_builds_its_helpers_and_a_gpt_dataset_from_bin_idx")
+    finally:
+        docker.remove_image(ref)
+    assert rc == 1 and "test_a_checkout_builds_its_helpers_and_a_gpt_dataset_from_bin_idx" in failed, \
+        f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
