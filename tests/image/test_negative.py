@@ -3,7 +3,8 @@
 Throwaway images are built FROM the image under test with plain `docker build` and removed afterwards: one
 whose label disagrees with what is installed, one declaring a GPU architecture its kernels lack, one with a
 package uninstalled and a dirty build left in it, one whose build leaked a secret into a layer that a later
-layer deletes, and one without the run-time toolchain.
+layer deletes, one without the run-time toolchain, one with an installed file edited, one whose PATH others can
+write into, and one with a private key and a credential file outside the home folders.
 Each check's function must report a problem, and the image tests themselves (run in a subprocess
 with `--image <wrong image>`) must fail, naming the checks that caught it.
 """
@@ -25,7 +26,7 @@ import pytest
 
 from mcore_images import components, gpu_archs
 from mcore_images.images import label
-from tests.image.shared_checks import archs, environment, hygiene, versions
+from tests.image.shared_checks import archs, environment, hygiene, installed, versions
 from tests.image.shared_checks import layers as layer_checks
 from tests.image.shared_checks.hygiene import REPO
 from tests.image.utils import docker, layers, probing, saved_layers
@@ -200,6 +201,91 @@ def test_negative_package_missing_and_dirty(
         expected.add("test_installed_distributions_equal_the_locks")
     rc, failed, output = _failed_tests(ref, select)
     assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+
+
+def test_negative_installed_file_edited(
+    image: docker.ImageInfo, facts: dict[str, Any], wrong_images: list[str]
+) -> None:
+    """One line appended to the top labelled package's __init__.py (megatron-core's from the runtime layer up): the
+    same version and the same RECORD, so only the RECORD check sees it, naming the distribution and the file."""
+    key = layers.first_labelled(image, ("mcore", "te", "torch"))
+    assert key, "the image labels none of megatron-core, TE, torch"
+    comp = components.BY_LABEL[key]
+    where = f"import importlib.util as u, pathlib; p = pathlib.Path(u.find_spec('{comp.modules[0]}').origin)"
+    edit = f"{where}; p.write_text(p.read_text() + '# edited' + chr(10))"
+    ref = docker.build_image(f"FROM {image.ref}\nRUN python -c {shlex.quote(edit)}\n", _tag("edited"))
+    wrong_images.append(ref)
+    with probing.container_host(ref) as host:
+        path = host.run(f"python -c {shlex.quote(where + '; print(p)')}").stdout.strip()
+        found = installed.record_problems(installed.verify_records(host.run), facts)
+    dist = probing.normalize(comp.distribution or "")
+    assert f"{dist}: {path}: hash differs (RECORD)" in found, (path, found)
+    rc, failed, output = _failed_tests(ref, "test_installed_files_match_their_records")
+    assert rc == 1 and "test_installed_files_match_their_records" in failed, (
+        f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}")
+
+
+PATH_OPENED = (
+    "RUN mkdir -p /opt/team/bin && chmod 0775 /opt/team/bin "
+    "&& printf 'PATH=\"$PATH:/var/tmp/tools/bin\"\\n' > /etc/profile.d/zz-tools.sh\n"
+    "ENV PATH=/tmp:/opt/team/bin:$PATH\n"
+)
+"""PATH entries others can write: /tmp (world-writable, sticky) and a group-writable folder in the image config,
+and, in a login shell's PATH only, a folder that does not exist in world-writable /var/tmp."""
+
+
+def test_negative_path_writable_by_others(image: docker.ImageInfo, wrong_images: list[str]) -> None:
+    """The PATH check names each entry others can write and where it comes from, directly and through the test."""
+    wrong = docker.inspect_image(docker.build_image(f"FROM {image.ref}\n{PATH_OPENED}", _tag("path")))
+    wrong_images.append(wrong.ref)
+    with probing.container_host(wrong.ref) as host:
+        sources = hygiene.path_sources(wrong.env, host.run)
+        found = hygiene.path_problems(sources, host.run)
+    for needle in ("PATH entry /tmp (image config, docker exec, bash -i) is writable by group or others (mode 1777)",
+                   "PATH entry /opt/team/bin (image config, docker exec, bash -i) is writable by group or others "
+                   "(mode 775)",
+                   "PATH entry /var/tmp/tools/bin (bash -l) does not exist, and /var/tmp"):
+        assert any(p.startswith(needle) for p in found), (needle, found)
+    rc, failed, output = _failed_tests(wrong.ref, "test_path_entries_not_writable_by_others")
+    assert rc == 1 and "test_path_entries_not_writable_by_others" in failed, (
+        f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}")
+
+
+KEYS_PLANTED = (
+    "RUN mkdir -p /srv/app && printf -- '-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBg\\n-----END PRIVATE KEY-----\\n' "
+    "> /srv/app/key.pem && printf 'machine pypi.example login ci password tok\\n' > /srv/app/.netrc "
+    "&& torch=\"$(python -c 'import importlib.util as u, os; print(os.path.dirname(u.find_spec(\"torch\").origin))')\" "
+    "&& cp /srv/app/key.pem \"$torch/../deploy-key.pem\" "
+    "&& printf '# -----BEGIN RSA PRIVATE KEY-----\\n' >> \"$torch/version.py\" "
+    "&& printf '# -----BEGIN EC PRIVATE KEY-----\\n' >> /etc/bash.bashrc\n"
+)
+"""A private key and a netrc under /srv; a key among the installed packages that no RECORD lists; a key line
+appended to a file pip installed (torch's version.py) and to one an OS package installed (bash's bashrc, a
+conffile): none is what a package shipped."""
+KEYS_FOUND = {
+    "/srv/app/key.pem": "PEM private key",
+    "/srv/app/.netrc": "credential file",
+    "deploy-key.pem": "PEM private key",
+    "torch/version.py": "PEM private key",
+    "/etc/bash.bashrc": "PEM private key",
+}
+
+
+def test_negative_private_key_outside_homes(image: docker.ImageInfo, host: Any, wrong_images: list[str]) -> None:
+    """The credential check walks the whole file system and exempts only files a package ships unchanged: each
+    planted or edited file is named, directly and through test_no_credentials, and what the image itself holds
+    stays exempt."""
+    exempt = {path: owner for path, owner in hygiene.credential_findings(host.run).items() if owner}
+    ref = docker.build_image(f"FROM {image.ref}\n{KEYS_PLANTED}", _tag("keys"))
+    wrong_images.append(ref)
+    with probing.container_host(ref) as wrong_host:
+        findings = hygiene.credential_findings(wrong_host.run)
+    problems = hygiene.unshipped_credentials(findings)
+    for needle, kind in KEYS_FOUND.items():
+        assert any(p.startswith(f"{kind} in the image: ") and needle in p for p in problems), (needle, problems)
+    assert {path: findings.get(path) for path in exempt} == exempt, "a file the image ships lost its exemption"
+    rc, failed, output = _failed_tests(ref, "test_no_credentials")
+    assert rc == 1 and "test_no_credentials" in failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
 
 
 def _scan_parent(image: docker.ImageInfo) -> str:

@@ -1,11 +1,12 @@
-"""Hygiene: no caches, build trees, credentials or secrets in any layer; the size stays in its budget."""
+"""Hygiene: no caches, build trees, credentials or secrets in any layer, installed files as their packages shipped
+them, no PATH entry others can write; the size stays in its budget."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from tests.image.shared_checks import hygiene
+from tests.image.shared_checks import hygiene, installed
 from tests.image.shared_checks import layers as layer_checks
 from tests.image.utils import docker, saved_layers
 
@@ -20,11 +21,36 @@ def test_no_build_trees_or_git(fs_trees: list[str], container: str) -> None:
     assert not problems, "\n".join(problems)
 
 
-def test_no_credentials(host: Any) -> None:
-    """No tool's credential file (netrc, docker, cloud, git, pip, ssh keys) under a home folder, and no PEM
-    private key there or in /etc."""
-    problems = hygiene.credential_problems(host.run)
+def test_no_credentials(host: Any, container: str) -> None:
+    """No tool's credential file (netrc, docker, cloud, git, pip, ssh keys) and no PEM private key anywhere in the
+    file system, but what an OS package or a pip distribution ships unchanged (hygiene.credential_problems says
+    why those are exempt; the output lists them)."""
+    found = hygiene.credential_findings(host.run, ignore=docker.container_added(container))
+    problems = hygiene.unshipped_credentials(found)
     assert not problems, "\n".join(problems)
+    print("; ".join(f"{path} (shipped by {owner})" for path, owner in found.items()) or "none found, none exempt")
+
+
+def test_installed_files_match_their_records(host: Any, facts: dict[str, Any]) -> None:
+    """Every file pip installed in the image's Python still has the hash its RECORD lists: no package was patched
+    or edited in place, or overwritten by another, after pip installed it (the version checks cannot see that)."""
+    verified = installed.verify_records(host.run)
+    problems = installed.record_problems(verified, facts)
+    assert not problems, "\n".join(problems)
+    print(
+        f"{len(verified['distributions'])} distributions, {verified['files']} files, "
+        f"{verified['bytes'] / docker.GB:.2f} GB hashed in {verified['seconds']} s"
+    )
+
+
+def test_path_entries_not_writable_by_others(host: Any, image: docker.ImageInfo) -> None:
+    """No entry of the PATH the image config, docker exec, `bash -i` and `bash -l` give can be written (or, where
+    it does not exist, made) by anyone but its owner: a program put there would run in place of the image's."""
+    sources = hygiene.path_sources(image.env, host.run)
+    assert sources, "no PATH found: neither the image config nor a shell in the container gives one"
+    problems = hygiene.path_problems(sources, host.run)
+    assert not problems, "\n".join(problems)
+    print("; ".join(f"{name}: {value}" for name, value in sources.items()))
 
 
 def test_file_permissions(host: Any, container: str) -> None:

@@ -1,6 +1,7 @@
 """What a published image must not keep: build caches, source and build trees, secrets and credentials, the
-builder-only packages; and its size budget. The run-time toolchain (a compiler, make, the Python headers,
-ninja) is not on the list: Triton, torch.compile and torch.utils.cpp_extension compile at run time."""
+builder-only packages, a PATH entry others can write; and its size budget. The run-time toolchain (a compiler,
+make, the Python headers, ninja) is not on the list: Triton, torch.compile and torch.utils.cpp_extension compile
+at run time."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 
 from mcore_images.components import LAYERS
 from mcore_images.stacks import Stack
-from tests.image.utils.credentials import CREDENTIAL_FILES, HOME_ROOTS, PRIVATE_KEY
+from tests.image.shared_checks import installed
+from tests.image.utils.credentials import CREDENTIAL_FILES, PRIVATE_KEY
 from tests.image.utils.docker import GB, ImageInfo, iter_lines
 from tests.image.utils.probing import normalize
 
@@ -109,19 +111,107 @@ def size_problems(image: ImageInfo) -> list[str]:
     return []
 
 
-HOMES = " ".join(HOME_ROOTS)
+FIND_CREDENTIALS = (
+    "find / -xdev -type f \\( \\( "
+    + " -o ".join(f"-path '*/{name}'" for name in CREDENTIAL_FILES)
+    + f" \\) -print , -exec grep -IlF -e '{PRIVATE_KEY}' {{}} + \\) 2>/dev/null"
+)
+"""One walk of the whole file system (GNU find's `,` runs both tests on every file): a tool's credential file
+wherever it lies, and every text file holding a PEM private key."""
 
 
-def credential_problems(run: Any) -> list[str]:
-    """Credentials a published image must not carry: tools' credential files under the home folders, and
-    any file there or in /etc holding a PEM private key. (Compilers are run-time tools of this stack:
-    Triton and torch.compile build code at run time, so they are not on this list.)"""
-    names = " -o ".join(f"-path '*/{name}'" for name in CREDENTIAL_FILES)
-    out = run(
-        f"for h in {HOMES}; do [ -d \"$h\" ] && find \"$h\" -xdev \\( {names} \\) -type f -print; done 2>/dev/null; "
-        f"grep -rIl --exclude-dir=proc -e '{PRIVATE_KEY}' {HOMES} /etc 2>/dev/null | head -n 20; true"
-    ).stdout
-    return [f"credential in the image: {line}" for line in dict.fromkeys(iter_lines(out))]
+def credential_kind(path: str) -> str:
+    return "credential file" if any(path.endswith(f"/{name}") for name in CREDENTIAL_FILES) else "PEM private key"
+
+
+def credential_findings(run: Any, ignore: set[str] | frozenset[str] = frozenset()) -> dict[str, str | None]:
+    """Every credential file and PEM private key in the image, with who ships it unchanged ("pip <distribution>",
+    "dpkg") or None; less the paths in ``ignore`` (what the tests wrote in their container)."""
+    found = installed.owners(run, FIND_CREDENTIALS)
+    return {path: owner for path, owner in found.items() if path not in ignore}
+
+
+def credential_problems(run: Any, ignore: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """Credentials a published image must not carry, anywhere in its file system: a tool's credential file
+    (CREDENTIAL_FILES) or a file holding a PEM private key.
+
+    Exempt is what a package ships byte for byte: a file an OS package's list (/var/lib/dpkg/info/*.list) names
+    with the md5 dpkg recorded, or one a pip distribution's RECORD lists with its hash. Those bytes are public,
+    the same for everyone who installs that package from Debian's archive or the index, so they cannot be a
+    secret of this build; a library's test key is such a file. In the debian-verl app image the exempt files
+    are four sources of google-auth and cryptography that name the PEM markers in code (`_PKCS1_MARKER =
+    ("-----BEGIN RSA PRIVATE KEY-----", …)`), none a key; the runtime image has no finding at all. Not exempt: a
+    package's file edited after install (its hash no longer the record's), or any file beside them that no record
+    names, wherever it lies. (Compilers are run-time tools of this stack, not on this list: Triton and
+    torch.compile build code at run time.)"""
+    return unshipped_credentials(credential_findings(run, ignore))
+
+
+def unshipped_credentials(findings: Mapping[str, str | None]) -> list[str]:
+    """The findings no package ships unchanged: the problems."""
+    return [f"{credential_kind(path)} in the image: {path}" for path, owner in findings.items() if owner is None]
+
+
+PATH_SHELLS = {
+    "docker exec": "printf 'PATH=%s\\n' \"$PATH\"",
+    "bash -i": "command -v bash >/dev/null && bash -ic 'printf \"PATH=%s\\n\" \"$PATH\"' 2>/dev/null",
+    "bash -l": "command -v bash >/dev/null && bash -lc 'printf \"PATH=%s\\n\" \"$PATH\"' 2>/dev/null",
+}
+"""How processes in the container get their PATH: as docker starts them (the config's Env), and as the shells a
+user opens set it (the image's default command is bash; a login shell reads /etc/profile and profile.d)."""
+
+
+def path_sources(env: Mapping[str, str], run: Any) -> dict[str, str]:
+    """The PATH of the image config (`docker image inspect` Env) and of each of PATH_SHELLS in the container."""
+    sources = {"image config": env["PATH"]} if "PATH" in env else {}
+    for name, command in PATH_SHELLS.items():
+        lines = [line for line in iter_lines(run(command).stdout) if line.startswith("PATH=")]
+        if lines:
+            sources[name] = lines[-1].removeprefix("PATH=")
+    return sources
+
+
+PATH_MODES = (
+    'for e in "$@"; do p="$e"; while [ ! -e "$p" ]; do p="$(dirname "$p")"; done; '
+    'printf \'%s\\t%s\\t%s\\n\' "$e" "$p" "$(stat -L -c %a "$p")"; done'
+)
+"""Each entry, the nearest path of it that exists (itself, or the ancestor it would be made in), and that
+path's mode (symlinks followed: /bin -> usr/bin is /usr/bin's)."""
+
+
+def path_problems(sources: Mapping[str, str], run: Any) -> list[str]:
+    """No PATH entry that anyone but its owner can write into, sticky or not (a sticky /tmp still lets anyone add
+    a `python` that shadows the venv's), no entry that does not exist where anyone but the owner could make it,
+    and no relative or empty entry (the working directory, whatever it is)."""
+    where: dict[str, list[str]] = {}
+    for source, value in sources.items():
+        for entry in value.split(":"):
+            where.setdefault(entry, []).append(source)
+    problems = [
+        f"PATH entry '{entry}' ({', '.join(seen)}) is relative: it names whatever folder a process runs in"
+        for entry, seen in where.items()
+        if not entry.startswith("/")
+    ]
+    absolute = [entry for entry in where if entry.startswith("/")]
+    if not absolute:
+        return problems
+    out = run("sh -c %s sh" + " %s" * len(absolute), PATH_MODES, *absolute).stdout
+    modes = {entry: (existing, mode) for entry, existing, mode in (line.split("\t") for line in iter_lines(out))}
+    for entry in absolute:
+        seen = ", ".join(where[entry])
+        if entry not in modes or not modes[entry][1].isdigit():
+            problems.append(f"PATH entry {entry} ({seen}): its mode could not be read")
+            continue
+        existing, mode = modes[entry]
+        if not int(mode, 8) & 0o022:
+            continue
+        if existing == entry:
+            problems.append(f"PATH entry {entry} ({seen}) is writable by group or others (mode {mode}): "
+                            "a program put there shadows the image's own")
+        else:
+            problems.append(f"PATH entry {entry} ({seen}) does not exist, and {existing}, where it would be made, "
+                            f"is writable by group or others (mode {mode})")
+    return problems
 
 
 PERMISSIONS = (
