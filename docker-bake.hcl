@@ -118,6 +118,7 @@ variable "COMPONENTS" {
     { key = "cudnn", label = "cudnn", layer = "base", pin = "version", build_arg = null, tag = null, tag_optional = false },
     { key = "te", label = "te", layer = "kernels", pin = "version", build_arg = "TE_VERSION", tag = "te", tag_optional = false },
     { key = "apex", label = "apex", layer = "kernels", pin = "commit", build_arg = "APEX_COMMIT", tag = "apex", tag_optional = false },
+    { key = "flash_attn", label = "flash-attn", layer = "kernels", pin = "version", build_arg = null, tag = null, tag_optional = false },
     { key = "gcc", label = "gcc", layer = "runtime", pin = "major_minor", build_arg = "GCC_VERSION", tag = null, tag_optional = false },
     { key = "mcore", label = "mcore", layer = "runtime", pin = "version", build_arg = "MCORE_VERSION", tag = "mcore", tag_optional = false },
     { key = "mbridge", label = "mbridge", layer = "runtime", pin = "version", build_arg = null, tag = null, tag_optional = false },

@@ -75,7 +75,7 @@ class Component:
     """Imports that must work where the component is pinned, and fail with ModuleNotFoundError where it
     is 'none' (the image tests' import checks)."""
     requirements: tuple[str, ...] = ()
-    """Lock inputs, formatted with ``version`` (the pin) and ``cuda_major``."""
+    """Lock inputs, formatted with ``version`` (the pin), ``cuda_major`` and ``cuda_extra`` (``cuda_extra``)."""
     source: str | None = None
     """A stack field saying where the component comes from; the lock lists it only for LOCKED_SOURCES."""
     certificate: str | None = None
@@ -135,7 +135,14 @@ class Component:
             return []
         if self.source and getattr(stack, self.source) not in LOCKED_SOURCES:
             return []
-        return [r.format(version=version, cuda_major=stack.cuda.split(".")[0]) for r in self.requirements]
+        major = stack.cuda.split(".")[0]
+        return [r.format(version=version, cuda_major=major, cuda_extra=cuda_extra(major)) for r in self.requirements]
+
+
+def cuda_extra(cuda_major: str) -> str:
+    """The extra NVIDIA's CuTe DSL (nvidia-cutlass-dsl) and flash-attn-4 name their CUDA libraries by: CUDA 12's
+    come without one (nvidia-cutlass-dsl 4.6.0 and newer), CUDA 13's with ``[cu13]``."""
+    return "" if cuda_major == "12" else f"[cu{cuda_major}]"
 
 
 LOCKED_SOURCES = ("pypi", "build")
@@ -168,6 +175,14 @@ CATALOGUE: tuple[Component, ...] = (
               modules=("apex", "fused_layer_norm_cuda", "amp_C", "fused_weight_gradient_mlp_cuda"),
               certificate="apex", build_arg="APEX_COMMIT", in_tag=TagPart("apex", 31, until="kernels"),
               compile_profile="apex"),
+    # FlashAttention 4 (CuTe DSL): a pure-Python wheel whose kernels nvidia-cutlass-dsl compiles at run time, so
+    # nothing is compiled at build time. TE selects it under megatron-core's attention_backend=flash (verl's
+    # default), which otherwise finds no backend. The CuTe DSL release it runs on is the stack's constraint,
+    # judged by the rule flash-attn-cutlass (flash_attention.py holds the facts).
+    Component("flash_attn", "flash-attn", "FlashAttention", "kernels", "kernels", distributions=("flash-attn-4",),
+              modules=("flash_attn.cute.interface",),
+              requirements=("flash-attn-4=={version}", "nvidia-cutlass-dsl{cuda_extra}"),
+              certificate="flash-attn-4"),
     # The run-time C/C++ compiler (gcc from the OS): Triton builds its kernel launcher with it on the first
     # launch, torch.compile's inductor and torch.utils.cpp_extension compile with it. Pinned as gcc's
     # major.minor, which the OS release fixes; no lock holds it (it is not a PyPI package).

@@ -157,6 +157,8 @@ def expected_pins(stack: Stack) -> dict[str, dict[str, str]]:
     for comp in components.CATALOGUE:
         for text in comp.lock_requirements(stack):
             requirement = Requirement(text)
+            if not requirement.specifier:  # a companion whose release the stack's constraints choose (CuTe DSL)
+                continue
             version = next(iter(requirement.specifier)).version
             out.setdefault(comp.layer, {})[requirement.name.lower()] = version
     return out

@@ -74,15 +74,17 @@ def fetch_pypi(name: str) -> dict[str, Any]:
         return json.load(resp)
 
 
-def newest_release(document: dict[str, Any]) -> str | None:
-    """The highest final version with at least one file that is not yanked."""
+def newest_release(document: dict[str, Any], prereleases: bool = False) -> str | None:
+    """The highest final version with at least one file that is not yanked (``prereleases``: or pre-release, for
+    a component that has no final release yet and is pinned to a pre-release, as FlashAttention 4 is)."""
     best: Version | None = None
     for text, files in document.get("releases", {}).items():
         try:
             version = Version(text)
         except InvalidVersion:
             continue
-        if version.is_prerelease or version.is_devrelease or not files or all(f.get("yanked") for f in files):
+        if (version.is_prerelease and not prereleases) or version.is_devrelease or not files or all(
+                f.get("yanked") for f in files):
             continue
         best = version if best is None or version > best else best
     return None if best is None else str(best)
@@ -102,7 +104,7 @@ def tracked(stack: Stack, comp: components.Component) -> str | None:
     return None
 
 
-def check_stack(stack: Stack, fetch: Fetch, cache: dict[str, Any], resolve: Resolve = resolution_problem,
+def check_stack(stack: Stack, fetch: Fetch, cache: dict[tuple[str, bool], Any], resolve: Resolve = resolution_problem,
                 read: Read = engines.read_candidates) -> list[Finding]:
     """Each component's pin against PyPI's newest; a newer one is judged by the rules, with the candidate's own
     requirements read from the index where env/engines.json lacks them, then, when they allow it, by resolving
@@ -115,13 +117,14 @@ def check_stack(stack: Stack, fetch: Fetch, cache: dict[str, Any], resolve: Reso
                 out.append(Finding(stack.name, comp.key, stack.pins[comp.key], None, "untracked", note=why))
             continue
         name = comp.distribution or comp.key
+        early = Version(stack.pins[comp.key]).is_prerelease
         try:
-            if name not in cache:
-                cache[name] = newest_release(fetch(name))
+            if (name, early) not in cache:
+                cache[(name, early)] = newest_release(fetch(name), prereleases=early)
         except (urllib.error.URLError, OSError, ValueError) as error:
             out.append(Finding(stack.name, comp.key, stack.pins[comp.key], None, "error", note=f"PyPI: {error}"))
             continue
-        newest, pinned = cache[name], stack.pins[comp.key]
+        newest, pinned = cache[(name, early)], stack.pins[comp.key]
         if newest is None or Version(newest) <= Version(pinned):
             out.append(Finding(stack.name, comp.key, pinned, newest, "current"))
             continue
@@ -186,7 +189,7 @@ def _run(args: argparse.Namespace, fetch: Fetch = fetch_pypi, resolve: Resolve =
     if args.dry_run:
         raise InputError("--dry-run goes with --bump STACK (without --bump, outdated writes nothing)")
     chosen = [get_stack(args.stack, stacks)] if args.stack else list(stacks.values())
-    cache: dict[str, Any] = {}
+    cache: dict[tuple[str, bool], Any] = {}
     findings = [f for stack in chosen for f in check_stack(stack, fetch, cache, resolve)]
     if args.json:
         print_json([asdict(f) for f in findings])

@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from mcore_images import gpu_archs, platforms
+from mcore_images import flash_attention, gpu_archs, platforms
 from mcore_images.components import FROM_BASE
 from mcore_images.stacks import NONE, Stack
 from mcore_images.versions import Requirement, SpecifierSet, Version, at_least, bounded_below, can_meet, major_minor
@@ -131,6 +131,46 @@ def _mbridge_transformers(s: Stack) -> Iterator[tuple[str, str]]:
             constraint_on(s, "transformers"), "5"):
         yield (f"mbridge {s.mbridge} fails on transformers 5 (config.rope_theta moved into rope_parameters)",
                "add 'transformers<5' to the stack's constraints")
+
+
+@rule("te-flash-attn")
+def _te_flash_attn(s: Stack) -> Iterator[tuple[str, str]]:
+    # TE knows FlashAttention 4 from 2.15 (flash_attention.py); an older TE never selects it.
+    if not s.has("flash_attn"):
+        return
+    line = flash_attention.te_line(s.te) if s.has("te") else None
+    if line is None or not line.fa4:
+        yield (f"FlashAttention {s.flash_attn} is FlashAttention 4, which TE {s.te} does not know: nothing selects "
+               "it", "use TE >= 2.15, or set flash_attn='none'")
+
+
+@rule("flash-attn-cutlass")
+def _flash_attn_cutlass(s: Stack) -> Iterator[tuple[str, str]]:
+    # FlashAttention 4 compiles its kernels with NVIDIA's CuTe DSL at run time; a release pairs with a range of
+    # nvidia-cutlass-dsl releases, and its own metadata does not bound it (flash_attention.FA4_CUTLASS).
+    if not s.has("flash_attn"):
+        return
+    pinned = [spec.version for spec in constraint_on(s, flash_attention.CUTLASS_DSL) if spec.operator == "=="]
+    if len(pinned) != 1:
+        yield (f"FlashAttention {s.flash_attn} runs on the nvidia-cutlass-dsl release the stack pins, and it pins "
+               "none", f"add '{flash_attention.CUTLASS_DSL}==VERSION' to the stack's constraints (e.g. 4.8.1)")
+    elif problem := flash_attention.cutlass_problem(s.flash_attn, pinned[0]):
+        yield problem, "pin a flash-attn-4 and nvidia-cutlass-dsl pair the table admits"
+
+
+@rule("flash-attn-archs")
+def _flash_attn_archs(s: Stack) -> Iterator[tuple[str, str]]:
+    # TE 2.15 to 2.17 let FlashAttention 4 serve sm80, whose backward FlashAttention 4 lacks: training under
+    # attention_backend=flash then fails in the first backward on an A100.
+    line = flash_attention.te_line(s.te) if s.has("flash_attn") and s.has("te") else None
+    if line is None or not line.fa4:
+        return
+    older = [a for a in s.cuda_archs.split(";") if a.isdigit() and line.fa4_min_sm <= int(a) < 90]
+    if older:
+        yield (f"TE {s.te} selects FlashAttention 4 on sm_{', sm_'.join(older)}, where FlashAttention 4 has no "
+               "backward: training with attention_backend=flash fails there"), \
+            ("drop those from cuda_archs, use TE >= 2.20 (it serves FlashAttention 4 from sm_90), or set "
+             "flash_attn='none'")
 
 
 @rule("te-cuda")

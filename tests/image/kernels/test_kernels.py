@@ -68,3 +68,28 @@ def test_torch_same_as_base_image(pytestconfig: pytest.Config, image: docker.Ima
         pytest.skip(base)
     problems = layer_checks.base_torch_problems(base, facts)
     assert not problems, "\n".join(problems)
+
+
+TE_FLASH_VIEW = r'''
+import json
+import transformer_engine.pytorch  # noqa: F401  (importing it is what makes TE look for FlashAttention)
+from transformer_engine.pytorch.attention.dot_product_attention.utils import FlashAttentionUtils as fa
+print(json.dumps({"fa2": str(fa.version) if fa.is_installed else None,
+                  "fa3": str(fa.fa3_version) if fa.v3_is_installed else None,
+                  "fa4": str(fa.fa4_version) if getattr(fa, "v4_is_installed", False) else None}))
+'''
+"""What TE itself found when it looked for FlashAttention 2, 3 and 4 (its FlashAttentionUtils, set on import)."""
+
+
+def test_te_sees_the_labelled_flash_attention(labels: dict[str, str], host: Any) -> None:
+    """TE's own view of FlashAttention is the label's: the release TE will select under megatron-core's
+    attention_backend=flash (verl's default), or none where the stack pins none. Without it TE has no backend
+    for that setting and the first forward fails."""
+    if labels.get(components.BY_KEY["te"].oci_label) in (None, "none"):
+        pytest.skip("the image carries no Transformer Engine")
+    pinned = labels.get(components.BY_KEY["flash_attn"].oci_label, "none")
+    result = host.run("python -c %s", TE_FLASH_VIEW)
+    assert result.rc == 0, (result.stdout + result.stderr)[-3000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    expected = {"fa2": None, "fa3": None, "fa4": None if pinned == "none" else pinned}
+    assert seen == expected, f"TE sees {seen}; the label says FlashAttention {pinned}"

@@ -19,9 +19,9 @@ from mcore_images.stacks import Stack, load_stacks
 from tests.image.shared_checks import versions as image_versions
 from tests.unit.conftest import ROOT
 
-FLASH = components.Component(
-    "flash_attn", "flash-attn", "flash-attn", "kernels", "kernels", distributions=("flash-attn",),
-    modules=("flash_attn",), requirements=("flash-attn=={version}",), certificate="flash-attn")
+MADE_UP = components.Component(
+    "made_up", "made-up", "made-up", "kernels", "kernels", distributions=("made-up",),
+    modules=("made_up",), requirements=("made-up=={version}",), certificate="made-up")
 
 
 def test_the_catalogue_is_consistent() -> None:
@@ -30,9 +30,9 @@ def test_the_catalogue_is_consistent() -> None:
 
 
 @pytest.fixture
-def with_flash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The catalogue with FLASH added, and a copy of the checkout's env/ and bake file that pin it."""
-    catalogue = (*components.CATALOGUE, FLASH)
+def with_made_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The catalogue with MADE_UP added, and a copy of the checkout's env/ and bake file that pin it."""
+    catalogue = (*components.CATALOGUE, MADE_UP)
     monkeypatch.setattr(components, "CATALOGUE", catalogue)
     monkeypatch.setattr(components, "BY_KEY", {c.key: c for c in catalogue})
     monkeypatch.setattr(components, "BY_LABEL", {c.label: c for c in catalogue})
@@ -44,52 +44,52 @@ def with_flash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     doc = json.loads(path.read_text())
     for entry in doc["variable"]["STACKS"]["default"]:
         shares = entry.get("layers_from") == "debian"  # a stack on debian's kernels layer carries it too
-        entry["flash_attn"] = "2.8.3" if entry["name"] == "debian" or shares else "none"
+        entry["made_up"] = "2.8.3" if entry["name"] == "debian" or shares else "none"
     path.write_text(json.dumps(doc, indent=2))
     monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
     return tmp_path
 
 
-def test_every_consumer_picks_up_a_new_component(with_flash: Path) -> None:
+def test_every_consumer_picks_up_a_new_component(with_made_up: Path) -> None:
     debian = load_stacks()["debian"]
-    assert debian.flash_attn == "2.8.3" and debian.versions()["flash_attn"] == "2.8.3"
-    assert "flash-attn==2.8.3" in lock.layer_inputs(debian)["kernels"]
-    assert lock.expected_pins(debian)["kernels"]["flash-attn"] == "2.8.3"
-    assert overrides.first_lock_layer("flash_attn") == "kernels" and "flash_attn" in overrides.overridable()
+    assert debian.made_up == "2.8.3" and debian.versions()["made_up"] == "2.8.3"
+    assert "made-up==2.8.3" in lock.layer_inputs(debian)["kernels"]
+    assert lock.expected_pins(debian)["kernels"]["made-up"] == "2.8.3"
+    assert overrides.first_lock_layer("made_up") == "kernels" and "made_up" in overrides.overridable()
     table = plan.render_markdown(plan.make_plan([debian]))
-    assert "| flash-attn |" in table.splitlines()[0] and "| 2.8.3 |" in table.splitlines()[2]
-    assert "flash-attn" in components.certificate_packages() and "flash-attn" in envinfo.packages()
+    assert "| made-up |" in table.splitlines()[0] and "| 2.8.3 |" in table.splitlines()[2]
+    assert "made-up" in components.certificate_packages() and "made-up" in envinfo.packages()
 
     # bake labels it, from the regenerated COMPONENTS block
-    assert generated.update(with_flash) == ["README.md", "docker-bake.hcl"]
-    assert generated.stale(with_flash) == []
+    assert generated.update(with_made_up) == ["README.md", "docker-bake.hcl"]
+    assert generated.stale(with_made_up) == []
     if shutil.which("docker"):
         printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", "env/stacks.json",
-                                  "--print", "kernels-debian", "runtime-ngc", "base-debian"], cwd=with_flash,
+                                  "--print", "kernels-debian", "runtime-ngc", "base-debian"], cwd=with_made_up,
                                  capture_output=True, text=True, check=True).stdout
         targets = json.loads(printed)["target"]
-        assert targets["kernels-debian"]["labels"]["io.mcore-images.flash-attn"] == "2.8.3"
-        assert targets["runtime-ngc"]["labels"]["io.mcore-images.flash-attn"] == "none"
-        assert "io.mcore-images.flash-attn" not in targets["base-debian"]["labels"]
+        assert targets["kernels-debian"]["labels"]["io.mcore-images.made-up"] == "2.8.3"
+        assert targets["runtime-ngc"]["labels"]["io.mcore-images.made-up"] == "none"
+        assert "io.mcore-images.made-up" not in targets["base-debian"]["labels"]
 
     # promotion compares it with the image's label and what the certificate measured
     labels = {"io.mcore-images.stack": "debian", "io.mcore-images.layer": "runtime",
               **{c.oci_label: debian.pins[c.key] for c in components.labelled_in("runtime")}}
-    packages = {"flash-attn": "2.8.3"}
+    packages = {"made-up": "2.8.3"}
     cert = {"environment": {"packages": packages, "cuda": debian.cuda}}
-    assert not [p for p in policy.measured_problems(labels, cert) if "flash-attn" in p]
-    packages["flash-attn"] = "2.7.0"
-    assert any("flash-attn 2.7.0" in p for p in policy.measured_problems(labels, cert))
-    _, problems = policy.image_problems({**labels, "io.mcore-images.flash-attn": "2.7.0"}, debian)
-    assert any("the image says flash-attn=2.7.0 but env/stacks.json pins 2.8.3" in p for p in problems)
+    assert not [p for p in policy.measured_problems(labels, cert) if "made-up" in p]
+    packages["made-up"] = "2.7.0"
+    assert any("made-up 2.7.0" in p for p in policy.measured_problems(labels, cert))
+    _, problems = policy.image_problems({**labels, "io.mcore-images.made-up": "2.7.0"}, debian)
+    assert any("the image says made-up=2.7.0 but env/stacks.json pins 2.8.3" in p for p in problems)
 
     # the image tests check its label against what is installed and importable
-    assert FLASH in components.of_layer("kernels")
-    facts = {"dists": {"flash-attn": {"version": "2.8.3"}}, "imports": {"flash_attn": {"ok": True}}}
-    assert image_versions.version_problems(FLASH, labels, facts) == []
-    assert image_versions.import_problems(FLASH, labels, facts) == []
-    facts["dists"]["flash-attn"]["version"] = "2.7.0"
-    assert image_versions.version_problems(FLASH, labels, facts)
+    assert MADE_UP in components.of_layer("kernels")
+    facts = {"dists": {"made-up": {"version": "2.8.3"}}, "imports": {"made_up": {"ok": True}}}
+    assert image_versions.version_problems(MADE_UP, labels, facts) == []
+    assert image_versions.import_problems(MADE_UP, labels, facts) == []
+    facts["dists"]["made-up"]["version"] = "2.7.0"
+    assert image_versions.version_problems(MADE_UP, labels, facts)
 
 
 def test_cudnn_names_the_wheel_of_the_stacks_cuda() -> None:
@@ -110,19 +110,19 @@ def test_the_catalogue_refuses_a_follower_with_requirements_of_its_own(monkeypat
 
 
 @pytest.mark.parametrize(("changes", "problem"), [
-    ({"build_arg": "flash_attn"}, "flash_attn: build_arg 'flash_attn' is not an ARG name such as 'TE_VERSION'"),
+    ({"build_arg": "made_up"}, "made_up: build_arg 'made_up' is not an ARG name such as 'TE_VERSION'"),
     ({"build_arg": "TE_VERSION"}, "two components share a build_arg"),
     ({"in_tag": components.TagPart("te", 33)}, "two components share a tag prefix"),
     ({"in_tag": components.TagPart("fa", 30)}, "two components share a tag rank"),
-    ({"in_tag": components.TagPart("flash-attn", 33)},
-     "flash_attn: tag prefix 'flash-attn' is not lowercase letters and digits, e.g. 'te'"),
+    ({"in_tag": components.TagPart("made-up", 33)},
+     "made_up: tag prefix 'made-up' is not lowercase letters and digits, e.g. 'te'"),
     ({"in_tag": components.TagPart("fa", 33, until="base")},
-     "flash_attn: in_tag until 'base' must be a layer from its own ('kernels') up"),
+     "made_up: in_tag until 'base' must be a layer from its own ('kernels') up"),
 ])
 def test_the_catalogue_refuses_a_build_edge_it_cannot_name(monkeypatch: pytest.MonkeyPatch, changes: dict,
                                                            problem: str) -> None:
     """Build args and tag parts reach bake's args and tags: each must be one bake and the tags can tell apart."""
-    monkeypatch.setattr(components, "CATALOGUE", (*components.CATALOGUE, dataclasses.replace(FLASH, **changes)))
+    monkeypatch.setattr(components, "CATALOGUE", (*components.CATALOGUE, dataclasses.replace(MADE_UP, **changes)))
     assert components.check() == [problem]
 
 
@@ -137,15 +137,15 @@ def test_what_a_stack_compiles_follows_the_catalogue(stacks: dict, monkeypatch: 
     assert apex.compiled(stacks["cuda"]) and not apex.compiled(stacks["debian"])  # a commit / none
 
     def pinned(stack: Stack, version: str) -> Stack:
-        return dataclasses.replace(stack, pins={**stack.pins, "flash_attn": version})
+        return dataclasses.replace(stack, pins={**stack.pins, "made_up": version})
 
-    fa = dataclasses.replace(FLASH, lock_layer="builder", requirements=(), compile_profile="flash-attn")
+    fa = dataclasses.replace(MADE_UP, lock_layer="builder", requirements=(), compile_profile="flash-attn")
     monkeypatch.setattr(components, "CATALOGUE", (*components.CATALOGUE, fa))
     plain = stacks["debian"].replace(te_source="pypi")  # compiles nothing
     assert "pybind11" not in lock.layer_inputs(pinned(plain, "none"))["builder"]
     assert "pybind11" in lock.layer_inputs(pinned(plain, "2.8.3"))["builder"]
 
-    # 4 CPUs and 8 GiB: two TE jobs fit, two flash-attn jobs (5 GiB per nvcc thread) do not
+    # 4 CPUs and 8 GiB: two TE jobs fit, two made-up jobs (flash-attn's profile: 5 GiB per nvcc thread) do not
     monkeypatch.setattr(jobs, "detect", lambda: jobs.Resources(4, 8.0, "test", "test"))
     request = build.BuildRequest(stack="debian", max_jobs="2")
     build.check_job_counts(request, [pinned(stacks["debian"], "none")])

@@ -100,7 +100,7 @@ def one_line(capsys: pytest.CaptureFixture, code: int) -> str:
     (lambda e: e.update(python="3"), "python='3' is not MAJOR.MINOR"),
     (lambda e: e.update(constraints=["transformers<<5"]), "is not a requirement specifier"),
     (lambda e: e.pop("verl"), "no pin for verl"),
-    (lambda e: e.update(flash_attn="2.8.3"), "unknown field(s) flash_attn"),
+    (lambda e: e.update(ring_attn="0.1.8"), "unknown field(s) ring_attn"),
 ])
 def test_a_bad_stacks_file_is_one_line(checkout: Callable, capsys: pytest.CaptureFixture, change: Callable,
                                        needle: str) -> None:

@@ -21,7 +21,8 @@ def release(*versions: str, yanked: tuple[str, ...] = ()) -> dict[str, Any]:
 
 PYPI = {"torch": release("2.11.0"), "transformer-engine": release("2.20.2", "2.21.0"),
         "megatron-core": release("0.16.1", "0.19.2", "0.20.0rc1", "0.19.3", yanked=("0.19.3",)),
-        "mbridge": release("0.15.1"), "megatron-bridge": release("0.6.2"), "verl": release("0.9.1")}
+        "mbridge": release("0.15.1"), "megatron-bridge": release("0.6.2"), "verl": release("0.9.1"),
+        "flash-attn-4": release("0.0.1", "4.0.0b36", yanked=("0.0.1",))}
 
 
 def resolves(stack: Stack) -> str | None:  # a stand-in for uv: every bump resolves

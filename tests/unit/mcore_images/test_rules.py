@@ -47,6 +47,12 @@ BAD = [
     ("cuda-archs", "debian", {"cuda_archs": "90;101"}),
     ("cuda-archs", "debian", {"cuda_archs": "90;95"}),
     ("te-archs", "verl-mcore013", {"te": "1.13.0", "cuda_archs": "90;100"}),
+    ("te-flash-attn", "verl-mcore013", {"flash_attn": "4.0.0b36", "constraints": ("nvidia-cutlass-dsl==4.8.1",
+                                                                                  "transformers<5")}),
+    ("flash-attn-cutlass", "debian", {"constraints": ("transformers<5",)}),
+    ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b11"}),  # TE's own install hint, on cutlass-dsl 4.8.1
+    ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b24"}),
+    ("flash-attn-archs", "debian-verl", {"cuda_archs": "80;90;100"}),
 ]
 
 
@@ -155,3 +161,21 @@ def test_te_archs_are_the_ones_the_te_release_carries(stacks: dict[str, Stack], 
 def test_release_stacks_serve_hopper_and_blackwell(stacks: dict[str, Stack]) -> None:
     for stack in (s for s in stacks.values() if "release" in s.groups):
         assert {"90", "100", "103", "120"} <= set(gpu_archs.parse(stack.cuda_archs)), stack.name
+
+
+def test_flash_attention_4_pairs_with_the_cutlass_dsl_its_code_needs(stacks: dict[str, Stack]) -> None:
+    """b11 runs on cutlass-dsl < 4.6 (cute.core.ThrMma), b36 on 4.8.1 (measured on an H200 under TE 2.20.2)."""
+    def broken(fa4: str, cutlass: str) -> list[str]:
+        stack = variant(stacks["debian"], flash_attn=fa4, constraints=(f"nvidia-cutlass-dsl=={cutlass}",
+                                                                        "transformers<5"))
+        return [str(v) for v in rules.check(stack) if v.rule == "flash-attn-cutlass"]
+
+    assert broken("4.0.0b11", "4.5.3") == [] and broken("4.0.0b36", "4.8.1") == []
+    assert "cute.core.ThrMma" in broken("4.0.0b11", "4.8.1")[0]
+    assert "4.6.2 or newer" in broken("4.0.0b36", "4.5.3")[0]
+
+
+def test_te_2_20_serves_flash_attention_4_from_hopper_only(stacks: dict[str, Stack]) -> None:
+    """TE 2.20 leaves sm80 to another backend, so an sm80 stack with FlashAttention 4 still trains there."""
+    stack = variant(stacks["debian"], cuda_archs="80;90;100")
+    assert not [v for v in rules.check(stack) if v.rule == "flash-attn-archs"]

@@ -85,23 +85,24 @@ def test_add_a_stack(checkout: Path, capsys: pytest.CaptureFixture) -> None:
         assert json.loads(printed)["target"]["runtime-debian-next"]["args"]["STACK"] == "debian-next"
 
 
-FLASH_ATTN = """\
-    # flash-attn, compiled from its sdist in kernels-build (the recipe's example of a compiled component).
-    Component("flash_attn", "flash-attn", "flash-attn", "kernels", "builder", distributions=("flash-attn",),
-              modules=("flash_attn",), certificate="flash-attn", build_arg="FLASH_ATTN_VERSION",
-              in_tag=TagPart("fa", 32, until="kernels"), compile_profile="flash-attn"),
+GROUPED_GEMM = """\
+    # grouped-gemm, compiled from its sdist in kernels-build (the recipe's example of a compiled component).
+    Component("grouped_gemm", "grouped-gemm", "grouped-gemm", "kernels", "builder",
+              distributions=("grouped-gemm",),
+              modules=("grouped_gemm",), certificate="grouped-gemm", build_arg="GROUPED_GEMM_VERSION",
+              in_tag=TagPart("gg", 32, until="kernels"), compile_profile="apex"),
 """
 
-FLASH_ATTN_STEPS = {  # the Dockerfile lines the recipe adds: its ARG where it is compiled and checked, the steps
-    "ARG CUDA_ARCHS\n": "ARG CUDA_ARCHS\nARG FLASH_ATTN_VERSION\n",
+GROUPED_GEMM_STEPS = {  # the Dockerfile lines the recipe adds: its ARG where it is compiled and checked, the steps
+    "ARG CUDA_ARCHS\n": "ARG CUDA_ARCHS\nARG GROUPED_GEMM_VERSION\n",
     "\n# The tooling (mcore_images and the smoke programs)":
-        '\nRUN if [ "${FLASH_ATTN_VERSION}" != none ]; then echo "compile flash-attn ${FLASH_ATTN_VERSION}"; fi\n'
+        '\nRUN if [ "${GROUPED_GEMM_VERSION}" != none ]; then echo "compile grouped-gemm ${GROUPED_GEMM_VERSION}"; fi\n'
         "\n# The tooling (mcore_images and the smoke programs)",
     "FROM base AS kernels\nARG LAYERS_STACK\nARG TE_VERSION\n":
-        "FROM base AS kernels\nARG LAYERS_STACK\nARG TE_VERSION\nARG FLASH_ATTN_VERSION\n",
+        "FROM base AS kernels\nARG LAYERS_STACK\nARG TE_VERSION\nARG GROUPED_GEMM_VERSION\n",
     '/mnt/build/check-version.sh transformer-engine "${TE_VERSION}"':
         '/mnt/build/check-version.sh transformer-engine "${TE_VERSION}" \\\n'
-        ' && /mnt/build/check-version.sh flash-attn "${FLASH_ATTN_VERSION}"',
+        ' && /mnt/build/check-version.sh grouped-gemm "${GROUPED_GEMM_VERSION}"',
 }
 
 
@@ -120,15 +121,15 @@ def test_add_a_compiled_component(checkout: Path) -> None:
     catalogue = checkout / "src" / "mcore_images" / "components.py"
     text = catalogue.read_text()
     assert text.count("\n)\n\nBY_KEY") == 1
-    catalogue.write_text(text.replace("\n)\n\nBY_KEY", "\n" + FLASH_ATTN + ")\n\nBY_KEY"))
+    catalogue.write_text(text.replace("\n)\n\nBY_KEY", "\n" + GROUPED_GEMM + ")\n\nBY_KEY"))
 
     # 1. the entry: every stack must now pin it
-    assert "stack 'ngc': no pin for flash_attn" in tool(checkout, "validate").stderr
+    assert "stack 'ngc': no pin for grouped_gemm" in tool(checkout, "validate").stderr
 
     # 2. its pin in every stack ('none' where a stack does not carry it)
     def pin(stacks: list[dict]) -> None:
         for s in stacks:
-            s["flash_attn"] = "2.8.3" if "debian" in (s["name"], s.get("layers_from")) else "none"
+            s["grouped_gemm"] = "2.8.3" if "debian" in (s["name"], s.get("layers_from")) else "none"
     edit_stacks(checkout, pin)
 
     # 3. `make update`, then `make validate` names each Dockerfile line still missing
@@ -137,17 +138,17 @@ def test_add_a_compiled_component(checkout: Path) -> None:
     missing = tool(checkout, "validate")
     assert missing.returncode == 1
     assert missing.stderr.splitlines() == [
-        "error: Dockerfile: bake passes FLASH_ATTN_VERSION (components.py's flash_attn) but no stage declares it; add "
-        "`ARG FLASH_ATTN_VERSION` to the stage that reads it, or drop it there",
-        "error: Dockerfile: no stage of the kernels layer reads FLASH_ATTN_VERSION (flash-attn); read it where the "
+        "error: Dockerfile: bake passes GROUPED_GEMM_VERSION (components.py's grouped_gemm) but no stage declares it; "
+        "add `ARG GROUPED_GEMM_VERSION` to the stage that reads it, or drop it there",
+        "error: Dockerfile: no stage of the kernels layer reads GROUPED_GEMM_VERSION (grouped-gemm); read it where the "
         "layer installs or checks it, or drop build_arg from components.py",
-        "error: Dockerfile stage kernels does not check flash-attn's release: add `/mnt/build/check-version.sh "
-        'flash-attn "${FLASH_ATTN_VERSION}"` to its install step']
+        "error: Dockerfile stage kernels does not check grouped-gemm's release: add `/mnt/build/check-version.sh "
+        'grouped-gemm "${GROUPED_GEMM_VERSION}"` to its install step']
 
     # 4. its compile step and version check in the Dockerfile
     dockerfile = checkout / "Dockerfile"
     text = dockerfile.read_text()
-    for old, new in FLASH_ATTN_STEPS.items():
+    for old, new in GROUPED_GEMM_STEPS.items():
         assert text.count(old) == 1, old
         text = text.replace(old, new)
     dockerfile.write_text(text)
@@ -160,12 +161,12 @@ def test_add_a_compiled_component(checkout: Path) -> None:
                              text=True, check=True).stdout
     targets = json.loads(printed)["target"]
     kernels = targets["kernels-debian"]
-    assert kernels["args"]["FLASH_ATTN_VERSION"] == "2.8.3"
-    assert kernels["labels"]["io.mcore-images.flash-attn"] == "2.8.3"
-    assert "-apexnone-fa2.8.3-torch" in kernels["tags"][0]
-    assert targets["kernels-cuda"]["args"]["FLASH_ATTN_VERSION"] == "none"
-    assert "-fa" not in targets["runtime-debian"]["tags"][0]  # until="kernels": the runtime tag does not name it
-    assert targets["runtime-debian"]["labels"]["io.mcore-images.flash-attn"] == "2.8.3"
+    assert kernels["args"]["GROUPED_GEMM_VERSION"] == "2.8.3"
+    assert kernels["labels"]["io.mcore-images.grouped-gemm"] == "2.8.3"
+    assert "-apexnone-gg2.8.3-torch" in kernels["tags"][0]
+    assert targets["kernels-cuda"]["args"]["GROUPED_GEMM_VERSION"] == "none"
+    assert "-gg" not in targets["runtime-debian"]["tags"][0]  # until="kernels": the runtime tag does not name it
+    assert targets["runtime-debian"]["labels"]["io.mcore-images.grouped-gemm"] == "2.8.3"
     ours = json.loads(tool(checkout, "tags", "--stack", "debian", "--json").stdout)
     assert {name: targets[name]["tags"] for name in ("kernels-debian", "runtime-debian")} == {
         name: ours[name] for name in ("kernels-debian", "runtime-debian")}
