@@ -3,7 +3,8 @@
 # Run it on the Ray head (ray-node.sh head); the actors spread over every node that joined.
 #   MODEL=/models/Qwen2.5-0.5B-Instruct DATA=/data/gsm8k NNODES=2 GPUS_PER_NODE=8 bash grpo-megatron.sh
 #   bash grpo-megatron.sh --cfg job       # print the composed config only (CPU, nothing started)
-# Extra Hydra overrides after the script's own are passed on as they are.
+# Hydra overrides given to the script come after its own, so they win (Hydra keeps the last value of a key):
+#   bash grpo-megatron.sh data.train_batch_size=32
 set -euo pipefail
 MODEL="${MODEL:-/models/Qwen2.5-0.5B-Instruct}"
 DATA="${DATA:-/data/gsm8k}"
@@ -36,4 +37,4 @@ overrides=(
   # Join the cluster ray-node.sh started instead of starting a one-node Ray of its own.
   +ray_kwargs.ray_init.address=auto
 )
-exec python3 -m verl.trainer.main_ppo --config-name ppo_megatron_trainer "$@" "${overrides[@]}"
+exec python3 -m verl.trainer.main_ppo --config-name ppo_megatron_trainer "${overrides[@]}" "$@"

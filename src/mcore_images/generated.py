@@ -9,7 +9,8 @@ A region sits between two marker lines in its file and is rendered from the one 
   (tags.py's ``parts`` and ``ORIGINS``), so bake and tags.py name the same parts in the same order;
 - docker-bake.hcl, the ``GPU_ARCHS`` variable its ``io.mcore-images.gpus`` label is computed from: from the GPU
   architecture table (gpu_archs.py);
-- docker-bake.hcl, the ``PLATFORMS`` variable its per-platform contexts are computed from: from platforms.py.
+- docker-bake.hcl, the ``PLATFORMS`` variable its per-platform contexts are computed from: from platforms.py;
+- examples/verl-grpo/README.md, the versions of the app image the example runs: from that stack's pins.
 
 The locks (env/locks) are the other generated files; lock.py writes and checks them. `validate` also holds the
 Dockerfile's hand-written ARG and check-version lines to the catalogue (dockerfile.py).
@@ -94,12 +95,26 @@ def _bake_platforms(root: Path) -> str:
     return f'variable "PLATFORMS" {{\n  default = {{\n{rows}\n  }}\n}}\n'
 
 
+VERL_EXAMPLE_STACK = "debian-verl"
+"""The stack whose app image examples/verl-grpo runs (mcore-images:app-debian-verl)."""
+
+
+def _verl_example_versions(root: Path) -> str:
+    stack = load_stacks(stacks_file(root))[VERL_EXAMPLE_STACK]
+    top = [c for layer in reversed(components.LAYERS) for c in components.of_layer(layer)
+           if stack.has(c.key) and c.distributions]  # the app layer's first, down to torch
+    named = ", ".join(f"{c.title} {c.short(stack.pins[c.key])}" for c in top)
+    return (f"The app image `mcore-images:{tags.target('app', stack)}` holds {named} on Python {stack.python} "
+            f"(stack `{stack.name}`).\n")
+
+
 REGIONS: tuple[Region, ...] = (
     Region("README.md", "<!-- stacks:begin", "<!-- stacks:end -->", _readme_table),
     Region("docker-bake.hcl", "# components:begin", "# components:end", _bake_components),
     Region("docker-bake.hcl", "# tag-scheme:begin", "# tag-scheme:end", _bake_tag_scheme),
     Region("docker-bake.hcl", "# gpu-archs:begin", "# gpu-archs:end", _bake_gpu_archs),
     Region("docker-bake.hcl", "# platforms:begin", "# platforms:end", _bake_platforms),
+    Region("examples/verl-grpo/README.md", "<!-- versions:begin", "<!-- versions:end -->", _verl_example_versions),
 )
 
 

@@ -40,3 +40,14 @@ def test_the_grpo_launch_composes_verls_megatron_config(host: Any, example: str)
     for line in ("strategy: megatron", "adv_estimator: grpo", "name: vllm", "vanilla_mbridge: true",
                  "pipeline_model_parallel_size: 2", "expert_model_parallel_size: 2", "nnodes: 2", "address: auto"):
         assert line in result.stdout, f"'{line}' not in the composed config:\n{result.stdout[-3000:]}"
+
+
+def test_the_users_overrides_win_over_the_scripts(host: Any, example: str) -> None:
+    """Hydra keeps the last value of a key: the script passes the user's overrides after its own (before, a
+    user's data.train_batch_size=32 was silently replaced by the script's 256)."""
+    result = host.run(f"cd /tmp && timeout 600 bash {example}/grpo-megatron.sh --cfg job data.train_batch_size=32 "
+                      "actor_rollout_ref.rollout.n=2")
+    assert result.rc == 0, (result.stdout + result.stderr)[-3000:]
+    for line in ("train_batch_size: 32", "n: 2"):
+        assert line in result.stdout, f"'{line}' not in the composed config:\n{result.stdout[-3000:]}"
+    assert "train_batch_size: 256" not in result.stdout

@@ -301,3 +301,33 @@ def test_kube_smoke_applies_the_manifest_with_the_image_given() -> None:
     assert result.returncode == 0, result.stderr
     job = next(d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "Job")
     assert container_of(job)["image"] == "registry.local:5000/mcore-images@sha256:" + "1" * 64
+
+
+GRPO_SBATCH = ROOT / "examples" / "verl-grpo" / "grpo.sbatch"
+
+
+@pytest.mark.parametrize("submitted_from", ["root", "example"])
+def test_the_grpo_sbatch_finds_its_folder_from_where_it_was_submitted(submitted_from: str, tmp_path: Path) -> None:
+    """Slurm runs a copy of the batch script from its spool folder ($0 is that copy): the example's folder is
+    found from $SLURM_SUBMIT_DIR (before: $0's folder, the spool, was mounted as the example)."""
+    env, log = fake_bin(tmp_path, "srun", "scontrol")
+    spool = tmp_path / "spool" / "job4242"
+    spool.mkdir(parents=True)
+    shutil.copy(GRPO_SBATCH, spool / "slurm_script")
+    folder = ROOT if submitted_from == "root" else GRPO_SBATCH.parent
+    env |= {"IMAGE": "registry/mcore-images:app-debian-verl", "MODEL": "/models/m", "DATA": "/data/d",
+            "SLURM_SUBMIT_DIR": str(folder), "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu-node-[07-08]"}
+    result = subprocess.run(["bash", str(spool / "slurm_script")], capture_output=True, text=True, env=env,
+                            check=False, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    srun = next(argv for argv in calls(log) if argv[0] == "srun")
+    assert f"{GRPO_SBATCH.parent}:/workspace/verl-grpo:ro" in srun, srun
+
+
+def test_the_grpo_sbatch_names_the_fix_when_it_cannot_find_its_folder(tmp_path: Path) -> None:
+    env, log = fake_bin(tmp_path, "srun", "scontrol")
+    env |= {"IMAGE": "x", "MODEL": "/m", "DATA": "/d", "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_JOB_NUM_NODES": "1",
+            "SLURM_JOB_NODELIST": "n1"}
+    result = subprocess.run(["bash", str(GRPO_SBATCH)], capture_output=True, text=True, env=env, check=False)
+    assert result.returncode == 2 and "set EXAMPLE_DIR" in result.stderr and result.stderr.count("\n") == 1
+    assert not [argv for argv in calls(log) if argv[0] == "srun"]
