@@ -27,6 +27,7 @@ Standard library only, apart from ``packaging``'s version parsing through versio
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mcore_images.versions import Version, at_least
@@ -103,3 +104,71 @@ def cutlass_problem(fa4: str, cutlass: str) -> str | None:
         return (f"flash-attn-4 {fa4} needs {CUTLASS_DSL} {found.cutlass_min} or newer{upper} ({found.why}); the "
                 f"stack has {cutlass}")
     return None
+
+
+NVTE_VARIABLES = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
+"""The variables TE reads to allow (1) or forbid (0) each attention backend; unset means allowed."""
+
+MEGATRON_SETS: dict[str, tuple[int, int, int]] = {
+    "flash": (1, 0, 0), "fused": (0, 1, 0), "unfused": (0, 0, 1), "local": (0, 0, 0), "auto": (1, 1, 1),
+}
+"""What megatron-core sets NVTE_VARIABLES to for each ``attention_backend`` (its LanguageModule, 0.13 to 0.19;
+``local`` uses megatron's own attention, not TE's). It asserts that a variable already set agrees."""
+
+ASKED = "MCORE_IMAGES_ATTENTION_BACKEND"
+"""How `mcore-images doctor --attention-backend NAME` hands the backend megatron-core will be told to its workers."""
+
+
+@dataclass(frozen=True)
+class AttentionRequest:
+    """Which TE attention backends a run allows: (flash, fused, unfused), and where that was read."""
+
+    allowed: tuple[bool, bool, bool]
+    source: str
+    conflict: str | None = None
+    """megatron-core's refusal: a variable already set to another value than the backend asks for."""
+
+
+def requested(environ: Mapping[str, str]) -> AttentionRequest:
+    """The backends TE will be allowed: from the ``attention_backend`` handed to the doctor (as megatron-core sets
+    them), else from the NVTE variables as set."""
+    values = {name: environ.get(name) for name in NVTE_VARIABLES}
+    backend = environ.get(ASKED)
+    if not backend:
+        shown = ", ".join(f"{n}={v}" for n, v in values.items() if v is not None) or "none set"
+        flash, fused, unfused = (values[n] != "0" for n in NVTE_VARIABLES)
+        return AttentionRequest((flash, fused, unfused), f"NVTE variables ({shown})")
+    wanted = dict(zip(NVTE_VARIABLES, MEGATRON_SETS[backend], strict=True))
+    clash = [f"{n}={values[n]}" for n, w in wanted.items() if values[n] is not None and values[n] != str(w)]
+    conflict = None
+    if clash:
+        sets = ", ".join(f"{n}={w}" for n, w in wanted.items())
+        conflict = (f"megatron-core's attention_backend={backend} sets {sets} and asserts that a variable already "
+                    f"set agrees, and {', '.join(clash)} does not")
+    flash, fused, unfused = (bool(w) and backend != "local" for w in wanted.values())
+    return AttentionRequest((flash, fused, unfused), f"attention_backend={backend}", conflict)
+
+
+@dataclass(frozen=True)
+class FlashView:
+    """What TE itself found when it looked for FlashAttention (its FlashAttentionUtils): versions, or None."""
+
+    fa2: str | None = None
+    fa3: str | None = None
+    fa4: str | None = None
+
+
+def flash_usable(view: FlashView, te: str, sm: int | None, training: bool = True) -> list[str]:
+    """The FlashAttention versions TE can run on a GPU of compute capability ``sm`` (None: no GPU, so judged by
+    what is installed alone): FA2 from sm80, FA3 on sm90 only, FA4 from the TE line's floor, and for training
+    (its backward) from sm90."""
+    line = te_line(te)
+    usable = []
+    if view.fa2 and (sm is None or sm >= 80):
+        usable.append(f"FlashAttention {view.fa2}")
+    if view.fa3 and (sm is None or sm == 90):
+        usable.append(f"FlashAttention {view.fa3}")
+    if view.fa4 and line is not None and line.fa4 and (sm is None or (sm >= line.fa4_min_sm and (
+            not training or sm >= 90))):
+        usable.append(f"FlashAttention {view.fa4}")
+    return usable

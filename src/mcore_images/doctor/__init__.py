@@ -21,6 +21,7 @@ import platform
 from collections.abc import Sequence
 from pathlib import Path
 
+from mcore_images import flash_attention
 from mcore_images.command import Command, fail, standalone
 from mcore_images.doctor.isolate import DEFAULT_TIMEOUT_S, run_isolated
 from mcore_images.doctor.model import (
@@ -82,6 +83,12 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="PATH",
         help="HF config.json (or its folder): can mbridge / Megatron-Bridge convert it?",
+    )
+    parser.add_argument(
+        "--attention-backend",
+        choices=sorted(flash_attention.MEGATRON_SETS),
+        help="the attention_backend megatron-core will be given (verl's engine config defaults to flash, Megatron-LM's "
+        "--attention-backend to auto): te.attention judges the backends it leaves TE (default: the NVTE_* variables)",
     )
     parser.add_argument("--list", action="store_true", help="list the checks and exit")
     parser.add_argument(
@@ -147,6 +154,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if backend := getattr(args, "attention_backend", None):  # the workers read it from the environment they inherit
+        os.environ[flash_attention.ASKED] = backend
     ctx = Context(hf_config=hf_config)
     as_json = getattr(args, "json", False)
     restore = stdout_to_stderr() if as_json else None

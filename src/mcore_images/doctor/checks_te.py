@@ -1,11 +1,12 @@
-"""Transformer Engine: its torch extension loads, its CUDA wheel matches torch, one cuDNN in the process."""
+"""Transformer Engine: its torch extension loads, its CUDA wheel matches torch, one cuDNN in the process, and the
+attention backend megatron-core will be told to use has one TE can run."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from mcore_images import components
+from mcore_images import components, flash_attention
 from mcore_images.doctor import probes
 from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip, warn
 
@@ -186,3 +187,63 @@ def te_cudnn(ctx: Context) -> Outcome:
         f"one cuDNN {cudnn_text(next(iter(versions), torch_cudnn))} for torch and TE ({next(iter(dirs))})",
         **details,
     )
+
+
+FLASH_VIEW = "transformer_engine.pytorch.attention.dot_product_attention.utils"
+"""Where TE keeps what it found when it looked for FlashAttention (FlashAttentionUtils, set on import)."""
+
+ATTENTION_FIX = (
+    "install a FlashAttention this TE accepts (e.g. pip install flash-attn-4==4.0.0b36 nvidia-cutlass-dsl==4.8.1, "
+    "sm90 or newer), or let TE use cuDNN's fused attention: attention_backend=fused (verl: "
+    "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=fused; Megatron-LM: "
+    "--attention-backend fused)"
+)
+
+
+def te_flash_view(ctx: Context) -> flash_attention.FlashView:
+    """TE's own view of the installed FlashAttention versions (imports transformer_engine.pytorch)."""
+    utils = probes.imported(ctx, FLASH_VIEW).FlashAttentionUtils
+
+    def seen(installed: str, version: str) -> str | None:
+        return str(getattr(utils, version)) if getattr(utils, installed, False) else None
+
+    return flash_attention.FlashView(seen("is_installed", "version"), seen("v3_is_installed", "fa3_version"),
+                                     seen("v4_is_installed", "fa4_version"))
+
+
+@check("te.attention", Status.FAIL, ATTENTION_FIX, isolated=True)
+def te_attention(ctx: Context) -> Outcome:
+    """The backend megatron-core will be told to use (the NVTE_* variables, or `--attention-backend`) has one TE
+    can run on every visible GPU: under attention_backend=flash, verl's default, that is a FlashAttention TE
+    accepts; without one the first forward raises "No dot product attention backend is available"."""
+    asked = flash_attention.requested(ctx.environ)
+    if asked.conflict:
+        return trip(asked.conflict, "unset NVTE_FLASH_ATTN, NVTE_FUSED_ATTN and NVTE_UNFUSED_ATTN and let "
+                    "megatron-core set them")
+    flash, fused, unfused = asked.allowed
+    if not (flash or fused or unfused):
+        return ok(f"{asked.source}: megatron-core's own attention, none of TE's")
+    if probes.locate("transformer_engine") is None:
+        return skip("Transformer Engine is not installed")
+    if probes.import_error(ctx, "transformer_engine.pytorch"):
+        return skip("transformer_engine.pytorch does not import (see te.import)")
+    view = te_flash_view(ctx)
+    te = probes.module_version(probes.imported(ctx, "transformer_engine")) or "0"
+    gpus, why = probes.torch_gpus(ctx)
+    details = {"request": asked.source, "flash_attention": view.__dict__, "te": te,
+               "gpus": [f"{g.name} (sm_{g.cc})" for g in gpus] or why}
+    if fused or unfused:
+        allowed = [name for name, on in (("flash", flash), ("fused", fused), ("unfused", unfused)) if on]
+        return ok(f"{asked.source}: TE may choose among {', '.join(allowed)} attention", **details)
+    where = sorted({g.cc for g in gpus}) or [None]
+    lacking = [sm for sm in where if not flash_attention.flash_usable(view, te, sm)]
+    if lacking:
+        on = "this machine (no GPU visible: judged by what is installed)" if lacking == [None] else \
+            ", ".join(f"sm_{sm}" for sm in lacking)
+        installed = ", ".join(f"{k} {v}" for k, v in view.__dict__.items() if v) or "none"
+        return trip(f"{asked.source} leaves TE FlashAttention alone, and it has none it can run for training on "
+                    f"{on} (TE {te} sees: {installed}): the first forward raises \"No dot product attention "
+                    "backend is available\"", **details)
+    usable = flash_attention.flash_usable(view, te, where[0])
+    return ok(f"{asked.source}: TE can run {', '.join(usable)}" + (
+        "" if where != [None] else " (no GPU visible: judged by what is installed)"), **details)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mcore_images import doctor
+from mcore_images import doctor, flash_attention
 from mcore_images.doctor import checks_stack, fatbin, model, probes
 from mcore_images.doctor.model import Context, Finding, Status
 from tests.unit.mcore_images.doctor.test_fatbin import write_so  # the ELF/fatbin builder beside the reader's tests
@@ -829,3 +829,55 @@ def test_cudnn_and_nccl_that_do_not_say_their_version(world: World) -> None:
     assert found.status == Status.WARN and "cudnnGetVersion" in found.finding
     found = world.run("nccl.version")
     assert found.status == Status.WARN and "ncclGetVersion" in found.finding
+
+
+def fake_te_flash(world: World, te: str = "2.20.2", fa4: str | None = None) -> None:
+    """A transformer_engine whose FlashAttentionUtils says what TE found: FlashAttention 4 ``fa4`` or none."""
+    utils = (f"class FlashAttentionUtils:\n    is_installed = False\n    version = None\n    v3_is_installed = False\n"
+             f"    fa3_version = None\n    v4_is_installed = {fa4 is not None}\n    fa4_version = {fa4!r}\n")
+    world.package("transformer_engine", {"__init__.py": f"__version__ = {te!r}\n"})
+    world.package("transformer_engine.pytorch")
+    world.package("transformer_engine.pytorch.attention")
+    world.package("transformer_engine.pytorch.attention.dot_product_attention", {"utils.py": utils})
+
+
+MEGATRON_FLASH = {"NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "0", "NVTE_UNFUSED_ATTN": "0"}
+
+
+def test_te_attention_flash_without_flash_attention_fails(world: World) -> None:
+    """What megatron-core sets for attention_backend=flash (verl's default), in an environment where TE finds no
+    FlashAttention: the first forward would raise "No dot product attention backend is available"."""
+    world.torch(ccs=(90,))
+    fake_te_flash(world)
+    world.environ.update(MEGATRON_FLASH)
+    found = world.run("te.attention")
+    assert found.status == Status.FAIL and "No dot product attention backend" in found.finding
+    assert "sm_90" in found.finding and "attention_backend=fused" in found.fix
+
+
+def test_te_attention_flash_with_flash_attention_4_on_hopper(world: World) -> None:
+    world.torch(ccs=(90, 90))
+    fake_te_flash(world, fa4="4.0.0b36")
+    world.environ.update({flash_attention.ASKED: "flash"})
+    found = world.run("te.attention")
+    assert found.status == Status.OK and "FlashAttention 4.0.0b36" in found.finding
+
+
+def test_te_attention_flash_4_cannot_train_on_an_a100(world: World) -> None:
+    """TE 2.16 selects FlashAttention 4 on sm80, whose backward it lacks."""
+    world.torch(ccs=(80,))
+    fake_te_flash(world, te="2.16.0", fa4="4.0.0b36")
+    world.environ.update(MEGATRON_FLASH)
+    found = world.run("te.attention")
+    assert found.status == Status.FAIL and "sm_80" in found.finding
+
+
+def test_te_attention_other_backends_and_megatrons_assertion(world: World) -> None:
+    world.torch(ccs=(90,))
+    fake_te_flash(world)
+    assert status(world, "te.attention") == Status.OK  # nothing set: TE may fall back to fused or unfused
+    world.environ.update({flash_attention.ASKED: "local"})
+    assert status(world, "te.attention") == Status.OK
+    world.environ.update({flash_attention.ASKED: "flash", "NVTE_FUSED_ATTN": "1"})
+    found = world.run("te.attention")
+    assert found.status == Status.FAIL and "asserts" in found.finding

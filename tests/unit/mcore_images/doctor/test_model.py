@@ -101,7 +101,7 @@ def test_unknown_check_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_only_prefix_selects_a_family() -> None:
     chosen = doctor.select(doctor.load_checks(), ["te"])
-    assert {c.id for c in chosen} == {"te.import", "te.cuda-wheel", "te.cudnn"}
+    assert {c.id for c in chosen} == {"te.import", "te.cuda-wheel", "te.cudnn", "te.attention"}
 
 
 def test_runs_where_only_python_and_pip_are(tmp_path: Path) -> None:
