@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import container, emulation, images, outputs, platforms, schemas
+from mcore_images import container, emulation, framework_tests, images, outputs, platforms, schemas
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 
@@ -152,10 +152,19 @@ def _header(cert: dict[str, Any]) -> str:
         f"| digest | `{image['digest']}` |",
         f"| digest source | {image['digest_source']} |",
         f"| image tests | {test_line} |",
+        *(f"| {name}'s own tests | {_framework_line(o)} |" for name, o in (cert.get("framework_tests") or {}).items()),
         f"| smoke | {cert.get('status', 'missing')} (exit {cert.get('exit_code', '–')}) |",
         f"| bench | {(cert.get('bench') or {}).get('status', 'not run')} |",
         "",
     ])
+
+
+def _framework_line(outcome: dict[str, Any]) -> str:
+    if not outcome.get("ran"):
+        return f"not run: {outcome.get('error')}"
+    known = f", {outcome['known']} failed for their own setup" if outcome.get("known") else ""
+    return (f"{outcome['version']}: {outcome['passed']} passed, {outcome['failed']} failed{known}, "
+            f"{outcome['skipped']} skipped ({outcome['selection']})")
 
 
 def _smoke_certificate(path: Path, smoke_rc: int) -> dict[str, Any]:
@@ -175,7 +184,19 @@ DOCKER_OWN_ERRORS = (125, 126, 127)
 """`docker run`'s own exit codes (the daemon, or the command could not start): the smoke could not run."""
 
 
-def bind(out_dir: Path, digest: ImageDigest, tests: dict[str, Any], smoke_rc: int) -> int:
+def run_framework_tests(digest: ImageDigest) -> dict[str, Any]:
+    """Each framework the image carries, its own CPU tests run in the image (framework_tests.py)."""
+    labels = digest.labels or {}
+    python = labels.get(images.label("python"), "")
+    found = platforms.BY_NAME.get(digest.platform or "")
+    machine = found.machine if found else "x86_64"
+    outcomes = {suite.distribution: framework_tests.run_suite(digest.ref, labels, suite, python, machine)
+                for suite in framework_tests.SUITES}
+    return {name: outcome for name, outcome in outcomes.items() if outcome is not None}
+
+
+def bind(out_dir: Path, digest: ImageDigest, tests: dict[str, Any], smoke_rc: int,
+         framework: dict[str, Any] | None = None) -> int:
     """Add image, digest and test outcome to the smoke's certificate; returns the overall exit code.
 
     The container writes its own certificate, so its ``exit_code`` is the smoke's word only: the worse of it
@@ -193,9 +214,14 @@ def bind(out_dir: Path, digest: ImageDigest, tests: dict[str, Any], smoke_rc: in
     bridge_failed = (cert.get("bridge") or {}).get("exit_code") == 1
     # A throughput drop past the allowed percentage against the stack's baseline fails the image too.
     bench_failed = (cert.get("bench") or {}).get("status") == "failed"
-    code = 1 if (tests_failed or smoke_code == 1 or bridge_failed or bench_failed) else smoke_code
+    # A framework's own test that fails in the image, for a reason not listed as the test's own setup, fails it;
+    # tests that could not be fetched (no index to reach) are recorded, not counted against the image.
+    framework_failed = any(o.get("failed") for o in (framework or {}).values())
+    code = 1 if (tests_failed or smoke_code == 1 or bridge_failed or bench_failed or framework_failed) else smoke_code
     cert["image"] = {k: v for k, v in asdict(digest).items()}
     cert["image_tests"] = tests
+    if framework:
+        cert["framework_tests"] = framework
     cert["certify"] = {"status": {0: "passed", 1: "failed", 2: "could-not-run"}[code], "exit_code": code}
     smoke_md = out_dir / "certificate.md"
     body = smoke_md.read_text() if smoke_md.exists() else f"Smoke: {cert.get('error')}\n"
@@ -218,6 +244,7 @@ def certify(ref: str, out_dir: Path, smoke_args: Sequence[str], skip_image_tests
           + (f", {foreign} under QEMU" if foreign else ""), flush=True)
     with outputs.writing(target) as work:
         tests = {"skipped": True, "passed": False} if skip_image_tests else run_image_tests(ref, run)
+        framework = run_framework_tests(digest)
         memlock = container.memlock_unlimited(ref, run, foreign) if foreign else container.memlock_unlimited(ref, run)
         cmd = docker_smoke_command(ref, work, smoke_args, memlock, foreign)
         print("[certify] " + " ".join(cmd), flush=True)
@@ -230,7 +257,7 @@ def certify(ref: str, out_dir: Path, smoke_args: Sequence[str], skip_image_tests
                 bench_cmd = docker_bench_command(ref, work, memlock, foreign)
                 print("[certify] " + " ".join(bench_cmd), flush=True)
                 run(bench_cmd)
-        code = bind(work, digest, tests, smoke_rc)
+        code = bind(work, digest, tests, smoke_rc, framework)
     print(f"[certify] wrote {out_dir / 'certificate.json'} and certificate.md (exit {code})", flush=True)
     return code
 
