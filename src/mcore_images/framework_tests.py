@@ -108,8 +108,8 @@ ln -s "$(python -c "import importlib.util as u, os; print(os.path.dirname(u.find
   "$INSIDE/$PACKAGE"
 cd "$INSIDE"
 printf '[pytest]\npython_files = %s\n' "$PYTHON_FILES" > pytest.ini
-PYTHONPATH=/tmp/test-runner timeout "$TIMEOUT" python -m pytest -p no:cacheprovider -q "$@" \
-  --junitxml=/out/junit.xml tests/ > /out/pytest.log 2>&1 || true
+PYTHONPATH=/tmp/test-runner timeout "$TIMEOUT" python -m pytest -p no:cacheprovider -q \
+  --continue-on-collection-errors "$@" --junitxml=/out/junit.xml tests/ > /out/pytest.log 2>&1 || true
 tail -n 3 /out/pytest.log
 '''
 """Run in the container: the runner into its own folder, the sdist's tests/ in a checkout's layout whose package
