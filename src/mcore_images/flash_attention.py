@@ -8,7 +8,7 @@ product attention backend is available" at the first forward.
 
 Sources (read from each release's own files):
 - TE: transformer_engine/pytorch/attention/dot_product_attention/{utils,backends}.py of v2.6, v2.16.0, v2.17.1 (git
-  tags) and 2.20.2 (the transformer-engine-cu13 wheel on PyPI). FlashAttention 4 (distribution ``flash-attn-4``,
+  tags) and the 2.20 line (its transformer-engine-cu13 wheel on PyPI). FlashAttention 4 (distribution ``flash-attn-4``,
   module ``flash_attn.cute.interface``) is known to TE from 2.15; 2.16 and 2.17 import it without a guard, so a
   FlashAttention 4 that fails to import breaks ``import transformer_engine.pytorch``; 2.16 and 2.17 let it serve
   sm80, whose backward FlashAttention 4 does not have (it asserts sm90 or newer); 2.20 serves it from sm90 only.
@@ -17,7 +17,7 @@ Sources (read from each release's own files):
   ``cute.core.ThrMma``, which nvidia-cutlass-dsl removed in 4.6.0 ("module 'cutlass.cute.core' has no attribute
   'ThrMma'"); b16 and newer use ``cute.ThrMma``. b20 to b26 require nvidia-cutlass-dsl==4.6.0.dev0. From 4.6.0
   nvidia-cutlass-dsl always installs its CUDA 12 libraries; its ``cu13`` extra adds the CUDA 13 ones.
-  Measured: b36 with nvidia-cutlass-dsl 4.8.1 ran forward and backward under TE 2.20.2 on an H200; TE's own
+  Measured: b36 with nvidia-cutlass-dsl 4.8.1 ran forward and backward under TE 2.20 on an H200; TE's own
   install hint, ``flash-attn-4==4.0.0b11 nvidia-cutlass-dsl[cu13]``, resolves to 4.8.1 and fails to import.
 - FlashAttention 4 has no dropout (TE then falls back to another backend or has none), serves forward on sm80 to
   sm120 and backward on sm90 to sm120 only.

@@ -38,7 +38,8 @@ def with_made_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(components, "BY_LABEL", {c.label: c for c in catalogue})
     monkeypatch.setattr(components, "KEYS", tuple(c.key for c in catalogue))
     shutil.copytree(ROOT / "env", tmp_path / "env")
-    for name in ("docker-bake.hcl", "README.md"):
+    for name in sorted({region.path for region in generated.REGIONS}):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     path = tmp_path / "env" / "stacks.json"
     doc = json.loads(path.read_text())

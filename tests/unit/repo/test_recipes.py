@@ -15,16 +15,18 @@ from pathlib import Path
 import pytest
 from smoke import layouts
 
-from mcore_images import cli
+from mcore_images import cli, generated
 from mcore_images.doctor import model
 from tests.unit.conftest import ROOT
 
 
 @pytest.fixture
 def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """env/, README.md, docker-bake.hcl and the Dockerfile copied; the tooling reads and writes them there."""
+    """env/, the Dockerfile and every file with a generated region (README.md, docker-bake.hcl, the verl example's
+    README) copied; the tooling reads and writes them there."""
     shutil.copytree(ROOT / "env", tmp_path / "env")
-    for name in ("README.md", "docker-bake.hcl", "Dockerfile"):
+    for name in sorted({region.path for region in generated.REGIONS} | {"Dockerfile"}):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
     return tmp_path
