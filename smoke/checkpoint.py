@@ -70,6 +70,8 @@ def _round_trip(pair: RoundTrip, st: Settings, folder: Path, rank: int, t_start:
     straight, straight_norms, _ = train.steps(session, st, AFTER, first=SAVED_AT)
     save.finish()
     finish_s = save.waited
+    if rank == 0:  # every rank's files are written once finish returns: their sha256, checked at load
+        checkpointing.seal(folder)
     last_a = session.last
     del session
     ps.destroy_model_parallel()

@@ -375,6 +375,7 @@ class Checkpoints:
             try:
                 (self.root / name / "train_state.json").write_text(
                     json.dumps({"step": self.in_flight, "seed": self.args.seed}))
+                checkpointing.seal(self.root / name)  # every file's sha256, checked before a load
                 tmp.write_text(name)
                 tmp.replace(self.root / "latest")
             except OSError as exc:

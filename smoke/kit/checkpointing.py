@@ -9,12 +9,15 @@ before any parameter is touched: nothing is ever half-loaded. A save that fails 
 ``SaveFailed``, one line that names a full file system as such (megatron-core's own errors for it read
 "unexpected pos …" or "cannot pickle code objects"). ``writer_outlives_sigterm`` lets a background save
 finish after SIGTERM, and ``helpers_die_with_rank`` makes every process a rank starts for its saves end with
-that rank, however it ends (its last step, a failure, ``os._exit``, a signal).
+that rank, however it ends (its last step, a failure, ``os._exit``, a signal). ``seal`` writes the sha256 of
+every file of a complete checkpoint, and ``verify`` checks them before anything is loaded: a shard changed after
+the save (a flipped byte, which torch's reader loads silently) is refused in one line naming the file.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import importlib.util
 import multiprocessing
 import os
@@ -32,6 +35,9 @@ from megatron.core import parallel_state as ps
 from smoke.kit import folders
 from smoke.kit.lifetime import die_with_parent, helpers_die_with_rank
 from smoke.kit.releases import supported
+
+CHECKSUMS = "checksums.sha256"
+"""sha256 of every file of a complete checkpoint (``sha256sum`` format), written once every rank's files are."""
 
 COMMON_FILES = ("metadata.json", ".metadata")
 """What megatron-core writes next to the shards: its own config and torch's index (the unsharded state
@@ -194,6 +200,45 @@ class Save:
         return True
 
 
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def seal(folder: Path) -> None:
+    """Write CHECKSUMS for a complete checkpoint (one rank, after every rank's files are written): the sha256 of
+    every file in it, written next to them and renamed into place."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in (CHECKSUMS, folders.LOCK_NAME))
+    text = "".join(f"{_sha256(p)}  {p.relative_to(folder).as_posix()}\n" for p in files)
+    temporary = folder / f".{CHECKSUMS}.tmp"
+    temporary.write_text(text)
+    temporary.replace(folder / CHECKSUMS)
+
+
+def checksum_problem(folder: Path, share: tuple[int, int] = (0, 1)) -> str | None:
+    """Why the checkpoint's files do not match the CHECKSUMS written at save (None when they do, or when it was
+    saved without them). ``share``: (this rank, ranks): each rank reads its share of the files."""
+    listed = folder / CHECKSUMS
+    if not listed.is_file():
+        return None
+    rank, ranks = share
+    for index, line in enumerate(listed.read_text().splitlines()):
+        want, _, name = line.partition("  ")
+        if index % ranks != rank or not name:
+            continue
+        path = folder / name
+        if not path.is_file():
+            return f"checkpoint file {path} is missing (copy the whole folder, or load an earlier checkpoint)"
+        got = _sha256(path)
+        if got != want:
+            return (f"checkpoint file {path} is not the one saved: its sha256 is {got[:16]}…, the save wrote "
+                    f"{want[:16]}… ({CHECKSUMS}); copy it again from where it came, or load an earlier checkpoint")
+    return None
+
+
 def verify(folder: Path, state: dict[str, Any]) -> None:
     """Refuse a checkpoint that would fail or half-load: files missing or shorter than torch's index says,
     or tensors this model needs that it lacks or holds in another shape."""
@@ -220,6 +265,10 @@ def verify(folder: Path, state: dict[str, Any]) -> None:
         if path.stat().st_size < size:
             raise CheckpointError(f"checkpoint shard {path} is truncated: {path.stat().st_size} of {size} bytes "
                                   "(copy it again, or load an earlier checkpoint)")
+    ranks = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    if problem := checksum_problem(folder, (rank, ranks)):
+        raise CheckpointError(problem)
     stored = index.state_dict_metadata
     for tensor in nested_values(state):
         if not isinstance(tensor, ShardedTensor) or not tensor.key.startswith(("embedding", "decoder", "output")):

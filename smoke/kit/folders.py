@@ -75,16 +75,31 @@ def free_bytes(folder: Path) -> int:
 
 
 class Owner:
-    """This job's hold on a checkpoint folder: an exclusive ``flock`` on ``LOCK_NAME``, kept until the
-    process ends. The kernel drops the lock when its holder dies, SIGKILL included, so a killed job
-    leaves no stale lock behind and its resumed run takes the folder over at once (on NFS the server
-    drops it when the client's lease lapses). A pid and host written in a file could not tell a dead
-    job from a live one in another container or on another node; the lock can."""
+    """This job's hold on a checkpoint folder: an exclusive ``flock`` on the folder itself, kept until the process
+    ends, and ``LOCK_NAME`` in it saying which job holds it. The kernel drops the lock when its holder dies, SIGKILL
+    included, so a killed job leaves no stale lock behind and its resumed run takes the folder over at once (on NFS
+    the server drops it when the client's lease lapses). A pid and host written in a file could not tell a dead job
+    from a live one in another container or on another node; the lock can. The lock is on the folder, not on the
+    file: a deleted ``LOCK_NAME`` (made again by the next job, a new file) cannot let a second writer in. Where the
+    file system cannot lock a folder, the file is locked instead, and that is said."""
 
     def __init__(self, folder: Path, program: str) -> None:
         self.path = folder / LOCK_NAME
         self.file: IO[str] | None = None
+        self.folder_fd: int | None = None
         self.warning: str | None = None
+        try:
+            self.folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+            fcntl.flock(self.folder_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.folder_fd)  # type: ignore[arg-type]
+            self.folder_fd = None
+            raise FolderBusy(f"{folder} is being written by another job ({self._holder()}): let it finish or stop "
+                              "it, or pass another folder") from None
+        except OSError:  # the folder cannot be opened or locked here (some network file systems): lock the file
+            if self.folder_fd is not None:
+                os.close(self.folder_fd)
+            self.folder_fd = None
         try:
             handle = open(self.path, "a+")  # noqa: SIM115  (held for the life of the process)
         except OSError as exc:
@@ -92,16 +107,19 @@ class Owner:
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
-            other = describe(handle.read())
             handle.close()
-            raise FolderBusy(f"{folder} is being written by another job ({other}): let it finish or stop it, "
-                              "or pass another folder") from None
+            self.__del__()
+            raise FolderBusy(f"{folder} is being written by another job ({self._holder()}): let it finish or stop "
+                              "it, or pass another folder") from None
         except OSError as exc:  # a file system without locks (e.g. Lustre mounted without -o flock)
-            self.warning = (f"cannot lock {self.path} ({exc.strerror}): nothing stops a second job from "
-                            "writing into the same folder")
-            handle.close()
-            return
+            if self.folder_fd is None:
+                self.warning = (f"cannot lock {self.path} ({exc.strerror}): nothing stops a second job from "
+                                "writing into the same folder")
+                handle.close()
+                return
+        if self.folder_fd is None:
+            self.warning = (f"cannot lock the folder {folder} itself: {LOCK_NAME} is locked instead, and deleting it "
+                            "would let a second job in")
         handle.seek(0)
         handle.truncate()
         handle.write(json.dumps({
@@ -111,6 +129,17 @@ class Owner:
         }) + "\n")
         handle.flush()
         self.file = handle
+
+    def __del__(self) -> None:  # the folder's lock goes with its holder, as the file's does with its handle
+        if self.folder_fd is not None:
+            os.close(self.folder_fd)
+            self.folder_fd = None
+
+    def _holder(self) -> str:
+        try:
+            return describe(self.path.read_text())
+        except OSError:
+            return "its lock file is gone"
 
 
 def describe(text: str) -> str:

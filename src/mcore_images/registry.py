@@ -26,6 +26,7 @@ from mcore_images.images import ImageRef
 
 Runner = Callable[..., subprocess.CompletedProcess]
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json", "application/vnd.docker.distribution.manifest.list.v2+json")
+IMAGE_TYPES = ("application/vnd.oci.image.manifest.v1+json", "application/vnd.docker.distribution.manifest.v2+json")
 IMAGE_DIGEST_ANNOTATION = "io.mcore-images.image-digest"
 """Signed into every certificate signature: the signature names the image the certificate is for."""
 CERTIFICATE_ANNOTATION = "io.mcore-images.certificate"
@@ -41,6 +42,13 @@ class RegistryError(InputError):
 class IntegrityError(RegistryError):
     """The registry served content that does not hash to the digest it was asked for: altered or corrupt
     storage, or something in between. Not a connection problem: verify refuses (exit 1)."""
+
+    exit_code = 1
+
+
+class ConfusedManifest(RegistryError):
+    """A registry document that is not what its mediaType says (an image manifest that also lists manifests, an
+    index with a config or layers): clients disagree on what it is, so it is refused (exit 1)."""
 
     exit_code = 1
 
@@ -129,16 +137,41 @@ def manifest(ref: ImageRef, run: Runner = subprocess.run) -> dict[str, Any]:
     return json.loads(out)
 
 
+def is_index(document: Mapping[str, Any], ref: str) -> bool:
+    """Whether a registry document is an index (else an image manifest), read from its mediaType alone. A document
+    that carries both an index's ``manifests`` and an image's ``config``/``layers``, or whose fields contradict its
+    mediaType, is refused: containerd reads such a document by one field and other clients by another, so what one
+    verifies is not what another pulls. Without a mediaType (older OCI documents) the fields decide, if they agree."""
+    kind = document.get("mediaType")
+    lists = "manifests" in document
+    holds = "config" in document or "layers" in document
+    if lists and holds:
+        raise ConfusedManifest(f"{ref} is both an index (manifests) and an image manifest (config, layers): refused, "
+                               "as clients disagree on what it is; push a plain image manifest or index")
+    if kind in INDEX_TYPES and not holds:
+        return True
+    if kind in IMAGE_TYPES and not lists:
+        return False
+    if kind is None and (lists or holds):
+        return lists
+    raise ConfusedManifest(f"{ref} says it is {kind or 'nothing'} but holds "
+                           f"{'manifests' if lists else 'config/layers' if holds else 'neither manifests nor layers'}: "
+                           "refused; push a document whose mediaType says what it is")
+
+
 def registry_labels(image: ImageRef, run: Runner = subprocess.run) -> dict[str, str]:
     """The image's labels as the registry holds them (nothing is pulled): the config of the digest's image,
     or of each platform of an index (which must agree)."""
     top = manifest(image, run)
     refs = ([image.with_digest(m["digest"]) for m in top.get("manifests", [])
              if (m.get("platform") or {}).get("os") != "unknown"]  # skip attestation manifests
-            if top.get("mediaType") in INDEX_TYPES or "manifests" in top else [image])
+            if is_index(top, image.ref) else [image])
     found = []
     for ref in refs:
         body = top if ref == image else manifest(ref, run)
+        if ref != image and is_index(body, ref.ref):
+            raise ConfusedManifest(f"{image.ref} lists {ref.ref}, which is itself an index: refused (an index of "
+                                   "images only)")
         config = oras(image, "blob fetch", "--output", "-", f"{image.repository}@{body['config']['digest']}",
                       what=f"fetching the config of {ref.ref}", run=run).stdout
         found.append(dict((json.loads(config).get("config") or {}).get("Labels") or {}))
@@ -151,7 +184,7 @@ def platform_children(image: ImageRef, run: Runner = subprocess.run) -> dict[str
     """An index's image manifests by platform (``linux/arm64`` → REPO@its digest; attestation manifests, whose
     platform is unknown/unknown, left out), None for a single image manifest."""
     top = manifest(image, run)
-    if not (top.get("mediaType") in INDEX_TYPES or "manifests" in top):
+    if not is_index(top, image.ref):
         return None
     children: dict[str, ImageRef] = {}
     for entry in top.get("manifests") or []:
@@ -168,6 +201,8 @@ def platform_children(image: ImageRef, run: Runner = subprocess.run) -> dict[str
 def image_platform(image: ImageRef, run: Runner = subprocess.run) -> str:
     """The os/architecture of a single image manifest, from its config."""
     body = manifest(image, run)
+    if is_index(body, image.ref):
+        raise ConfusedManifest(f"{image.ref} is an index, not an image: name one platform's digest")
     config = json.loads(oras(image, "blob fetch", "--output", "-", f"{image.repository}@{body['config']['digest']}",
                              what=f"fetching the config of {image.ref}", run=run).stdout)
     return f"{config.get('os') or 'linux'}/{config.get('architecture') or 'amd64'}"

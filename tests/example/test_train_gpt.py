@@ -141,6 +141,19 @@ def test_a_truncated_shard_is_refused_in_one_line(job: str, killed: Path, tmp_pa
     assert f"{shard.name} is truncated" in line
 
 
+def test_a_flipped_byte_is_refused_in_one_line(job: str, killed: Path, tmp_path: Path) -> None:
+    """Before: a shard with one byte changed (same size) loaded silently and the run ended in NaN a step later.
+    The save wrote every file's sha256 (checksums.sha256); the load checks them first."""
+    copy = tmp_path / "ckpt"
+    shutil.copytree(killed / "ckpt", copy)
+    shard = sorted((copy / (copy / "latest").read_text().strip()).glob("*.distcp"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    line = refused(torchrun(job, tmp_path, "--load", "/out/ckpt"))
+    assert f"{shard.name} is not the one saved" in line and "checksums.sha256" in line, line
+
+
 def test_a_missing_shard_is_refused_in_one_line(job: str, killed: Path, tmp_path: Path) -> None:
     copy = tmp_path / "ckpt"
     shutil.copytree(killed / "ckpt", copy)

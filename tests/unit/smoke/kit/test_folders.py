@@ -114,3 +114,15 @@ def test_a_lock_file_that_names_no_job_is_said_so() -> None:
     assert folders.describe("") == "its lock file names no job"
     assert folders.describe('{"program": "p", "pid": 3, "host": "h", "started": "t", "slurm_job": "9"}') == (
         "p, pid 3 on host h, started t, Slurm job 9")
+
+
+def test_deleting_the_lock_file_does_not_let_a_second_writer_in(tmp_path: Path) -> None:
+    """Before: the lock was on writer.lock, so `rm writer.lock` while job A ran let job B lock a new file and
+    overwrite A's checkpoints. The lock is on the folder itself."""
+    kept = folders.Owner(tmp_path, "first")
+    (tmp_path / folders.LOCK_NAME).unlink()
+    proc = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from smoke.kit import "
+                           "folders; folders.Owner(Path(sys.argv[1]), 'second')", str(tmp_path)],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH}, timeout=60)
+    assert proc.returncode != 0 and "is being written by another job (its lock file" in proc.stderr, proc.stderr
+    assert kept.folder_fd is not None and kept.warning is None
