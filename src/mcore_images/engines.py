@@ -148,8 +148,10 @@ def _read(stack: Stack, document: dict[str, Any], which: list[components.Compone
             engine, version, stack.python)
     if components.BY_KEY["verl"] in which:
         metadata = read_metadata("verl", stack.verl, stack.python)
+        requires = list(metadata.get("requires_dist") or [])
         document.setdefault("verl", {})[stack.verl] = {"requires_python": metadata.get("requires_python") or "",
-                                                       "requires_dist": list(metadata.get("requires_dist") or [])}
+                                                       "requires_dist": requires,
+                                                       "absent_from_pypi": absent_from_index(requires)}
     if components.BY_KEY["megatron_bridge"] in which:
         document.setdefault("megatron_bridge", {}).setdefault(stack.megatron_bridge, {})[stack.mcore] = (
             bridge_imports.read(stack.megatron_bridge, stack.mcore, stack.python))
@@ -158,6 +160,35 @@ def _read(stack: Stack, document: dict[str, Any], which: list[components.Compone
         for machine in stack.machines:
             document.setdefault("torch_wheels", {}).setdefault(stack.torch, {})[wheel_key(stack.python, machine)] = (
                 read_torch_wheel(stack.torch, stack.python, machine))
+
+
+def absent_from_index(requires: list[str]) -> list[str]:
+    """The exact pins (``name==X``) among ``requires`` on a catalogue component whose release X the index does not
+    have: what verl's own extras name that no stack can install (verl 0.9.1's megatron-bridge==0.5.2)."""
+    known = {d for c in components.CATALOGUE for d in c.distributions}
+    absent, listed = [], {}
+    for text in requires:
+        requirement = Requirement(text)
+        name = requirement.name.lower().replace("_", "-")
+        exact = [spec.version for spec in requirement.specifier if spec.operator == "==" and "*" not in spec.version]
+        if name not in known or len(exact) != 1:
+            continue
+        if name not in listed:
+            listed[name] = {_file_version(f["filename"]) for f in _index_files(name)}
+        if Version(exact[0]) not in listed[name]:
+            absent.append(f"{name}=={exact[0]}")
+    return sorted(set(absent))
+
+
+def _file_version(filename: str) -> Version | None:
+    """The release a wheel or sdist file name of the index is of (None for a name this cannot read)."""
+    try:
+        if filename.endswith(".whl"):
+            return parse_wheel_filename(filename)[1]
+        stem = filename.removesuffix(".tar.gz").removesuffix(".zip")
+        return Version(stem.rsplit("-", 1)[1])
+    except (InvalidWheelFilename, InvalidVersion, IndexError):
+        return None
 
 
 def read_requirement(engine: components.Component, version: str, python: str) -> str:

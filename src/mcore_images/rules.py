@@ -405,7 +405,9 @@ def _verl_requirements(s: Stack) -> Iterator[tuple[str, str]]:
     if declared["requires_python"] and not SpecifierSet(declared["requires_python"]).contains(f"{s.python}.0"):
         yield (f"verl {s.verl} requires Python {declared['requires_python']}, the stack has {s.python}",
                "pick a verl release for this Python, or a stack of another Python")
-    extras = frozenset({"mcore"} | {e.key for e in engines.ENGINES if s.has(e.key)})
+    # verl's Megatron extra is "mcore" up to 0.8 and "megatron" from 0.9; a rollout engine's is its own name.
+    extras = frozenset({"mcore", "megatron"} | {e.key for e in engines.ENGINES if s.has(e.key)})
+    absent = set(declared.get("absent_from_pypi") or [])
     by_dist = {d: c for c in components.CATALOGUE for d in c.distributions}
     constraints = {Requirement(c).name.lower(): Requirement(c).specifier for c in s.constraints}
     for text in declared["requires_dist"]:
@@ -416,6 +418,18 @@ def _verl_requirements(s: Stack) -> Iterator[tuple[str, str]]:
         comp = by_dist.get(name)
         if comp is not None and s.has(comp.key) and requirement.specifier and not requirement.specifier.contains(
                 s.pins[comp.key], prereleases=True):
+            # What no stack of this flavor can follow: a release PyPI does not have, or a component the base image
+            # brings (NGC's own torch build). The stack says what it pins instead, and why.
+            cannot = ("which PyPI does not have" if f"{name}{requirement.specifier}" in absent else
+                      f"and the stack's {comp.title} comes with its base image" if comp.source and
+                      getattr(s, comp.source) == FROM_BASE else None)
+            if cannot and name in s.substitutes:
+                continue
+            if cannot:
+                yield (f"verl {s.verl} requires {requirement.name}{requirement.specifier}, {cannot}; the stack pins "
+                       f"{comp.title} {s.pins[comp.key]} without saying why",
+                       f"name the substitute in the stack's substitutes ({name!r}: why {s.pins[comp.key]})")
+                continue
             yield (f"verl {s.verl} requires {requirement.name}{requirement.specifier}, the stack pins "
                    f"{comp.title} {s.pins[comp.key]}",
                    f"pin a {comp.title} release verl {s.verl} admits, or a verl release that admits {s.pins[comp.key]}")

@@ -100,6 +100,9 @@ class Stack:
     pins: Mapping[str, str]
     layers_from: str = ""
     """Another stack whose base and kernels layers (images, tags and locks) this one builds on; '' = its own."""
+    substitutes: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Distribution → why the stack pins another release of it than its verl's own extras name, where PyPI does not
+    have the one verl names (the rule verl-requirements accepts nothing else)."""
 
     def __getattr__(self, name: str) -> str:
         """A component's pin by its key: ``stack.mcore``."""
@@ -159,9 +162,12 @@ class Stack:
     def to_entry(self) -> dict[str, Any]:
         """The stack as env/stacks.json writes it (settings, then pins)."""
         entry: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                                 if f.name != "pins" and not (f.name == "layers_from" and not self.layers_from)}
+                                 if f.name != "pins" and not (f.name == "layers_from" and not self.layers_from)
+                                 and not (f.name == "substitutes" and not self.substitutes)}
         entry.update(constraints=list(self.constraints), platforms=list(self.platforms), groups=list(self.groups),
                      size_budget_gb=dict(self.size_budget_gb), **self.pins)
+        if self.substitutes:
+            entry["substitutes"] = dict(self.substitutes)
         return entry
 
 
@@ -236,7 +242,8 @@ def _parse(path: Path, entry: dict[str, Any]) -> Stack:
         raise InputError(f"{path}: stack '{name}': env/locks/{name}/ holds the {name} locks of every stack; rename the "
                          "stack")
     settings = {k: entry.get(k, "") for k in SETTINGS}
-    settings.update(groups=tuple(entry["groups"]), constraints=tuple(entry["constraints"]),
+    settings.update(substitutes=dict(entry.get("substitutes") or {}), groups=tuple(entry["groups"]),
+                    constraints=tuple(entry["constraints"]),
                     platforms=tuple(entry["platforms"]),
                     size_budget_gb=dict(entry["size_budget_gb"]))
     return Stack(**settings, pins={c.key: pins[c.key] for c in components.CATALOGUE})

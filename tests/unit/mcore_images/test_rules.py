@@ -53,6 +53,10 @@ BAD = [
     ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b11"}),  # TE's own install hint, on cutlass-dsl 4.8.1
     ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b24"}),
     ("flash-attn-archs", "debian-verl", {"cuda_archs": "80;90;100"}),
+    ("verl-requirements", "cuda", {"substitutes": {}}),  # verl 0.9.1 names megatron-bridge 0.5.2: not on PyPI
+    ("verl-requirements", "ngc", {"substitutes": {"megatron-bridge": "not on PyPI"}}),  # and NGC's own torch
+    # a substitute is for what no stack can follow, not for a release PyPI has
+    ("verl-requirements", "debian-verl", {"vllm": "0.14.0", "torch": "2.9.1", "substitutes": {"vllm": "newer"}}),
 ]
 
 
