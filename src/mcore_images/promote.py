@@ -77,8 +77,23 @@ def attach(image_ref: str, folder: Path, key: str, run: Runner | None = None) ->
     referrer = registry.attach(image, path, **kwargs)
     registry.sign(image, referrer, key, **kwargs)
     if (cert.get("certify") or {}).get("status") == "passed":
-        registry.sign_image(image, referrer, key, **kwargs)
+        registry.sign_image(image, referrer, key, claims=binding_claims(cert["image"].get("labels") or {}), **kwargs)
     return referrer, registry.referrers_mode(image, **kwargs)
+
+
+def binding_claims(labels: dict[str, str]) -> dict[str, str]:
+    """What the image's own signature names besides its certificate, so stock cosign binds a tag to it: the
+    stack and layer its labels give, the alias and content tag those make (`cosign verify -a
+    io.mcore-images.alias=runtime-ngc … REPO:runtime-ngc` passes only for an image signed as that alias)."""
+    stack_name, layer = labels.get(images.label("stack")), labels.get(images.label("layer"))
+    if not stack_name or not layer:
+        return {}
+    claims = {"io.mcore-images.stack": stack_name, "io.mcore-images.layer": layer}
+    stack = load_stacks().get(stack_name)
+    if stack is not None and layer in stack.built_layers:
+        claims["io.mcore-images.alias"] = tags.target(layer, stack)
+        claims["io.mcore-images.content-tag"] = tags.layer_tag(layer, stack)
+    return claims
 
 
 def _attach_arguments(p: argparse.ArgumentParser) -> None:

@@ -313,13 +313,16 @@ def sign(image: ImageRef, referrer: Referrer, key: str, run: Runner = subprocess
          f"signing certificate {referrer.digest}", run, env={"COSIGN_PASSWORD": os.environ.get("COSIGN_PASSWORD", "")})
 
 
-def sign_image(image: ImageRef, referrer: Referrer, key: str, run: Runner = subprocess.run) -> None:
-    """Sign the image's digest itself, naming the passing certificate it rests on: what stock
-    `cosign verify --key cosign.pub REPO@DIGEST` checks. `mcore-images verify` judges more (every signed
-    certificate on the digest, its age, the labels)."""
+def sign_image(image: ImageRef, referrer: Referrer, key: str, run: Runner = subprocess.run,
+               claims: Mapping[str, str] | None = None) -> None:
+    """Sign the image's digest itself, naming the passing certificate it rests on and ``claims`` (its stack, layer,
+    alias and content tag: ``binding_claims``): what stock `cosign verify --key cosign.pub -a …=… REPO:TAG` checks,
+    so that stock cosign alone binds a tag to the stack and layer it names. `mcore-images verify` judges more
+    (every signed certificate on the digest, its age, the labels, the release ledger)."""
+    extra = [a for k, v in (claims or {}).items() for a in ("-a", f"{k}={v}")]
     _run(["cosign", "sign", "--key", key, "--tlog-upload=false", "--yes",
           "-a", f"{CERTIFICATE_ANNOTATION}={referrer.digest}", "-a", "io.mcore-images.certificate.status=passed",
-          image.ref], f"signing image {image.digest}", run,
+          *extra, image.ref], f"signing image {image.digest}", run,
          env={"COSIGN_PASSWORD": os.environ.get("COSIGN_PASSWORD", "")})
 
 

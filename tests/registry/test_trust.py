@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mcore_images import cli, registry
+from mcore_images import tags as tag_scheme
 from tests.registry.conftest import Pushed
 from tests.registry.test_release import attach_and_sign
 
@@ -64,3 +65,35 @@ def test_the_media_type_alone_decides_what_a_document_is() -> None:
                 {"mediaType": registry.IMAGE_TYPES[0], "manifests": []}, {"mediaType": "text/plain"}):
         with pytest.raises(registry.ConfusedManifest):
             registry.is_index(bad, "r")
+
+
+def stock_verify(ref: str, key: Path, **claims: str) -> subprocess.CompletedProcess[str]:
+    """docs/release.md's stock recipe: cosign alone, the claims as cosign's own -a flags."""
+    flags = [a for k, v in claims.items() for a in ("-a", f"io.mcore-images.{k.replace('_', '-')}={v}")]
+    return subprocess.run(["cosign", "verify", "--key", str(key), "--insecure-ignore-tlog", *flags, ref],
+                          capture_output=True, text=True, check=False)
+
+
+def test_stock_cosign_binds_the_tag_to_its_stack_layer_and_content(
+        push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Before: `cosign verify --key … REPO:TAG` passed for any signed image under that tag. The image's signature now
+    names its stack, layer, alias and content tag, and the recipe asks for them: a tag moved (by anyone who can
+    push) to another stack's signed digest fails it."""
+    debian = push()
+    other = push(stack="debian-mcore019", repository=debian.repository)
+    for pushed, folder in ((debian, "d"), (other, "o")):
+        assert cli.main(["attach", pushed.ref, "--certificate", str(pushed.certificate(tmp_path / folder).parent),
+                         "--key", str(keys["ours.key"])]) == 0
+    capsys.readouterr()
+    alias = tag_scheme.target("runtime", debian.stack)
+    content = tag_scheme.layer_tag("runtime", debian.stack)
+    subprocess.run(["oras", "tag", "--plain-http", debian.ref, alias], check=True, capture_output=True)
+    tagged = f"{debian.repository}:{alias}"
+    good = stock_verify(tagged, keys["ours.pub"], stack="debian", layer="runtime", alias=alias, content_tag=content,
+                        certificate_status="passed")
+    assert good.returncode == 0, good.stderr[-1500:]
+    subprocess.run(["oras", "tag", "--plain-http", other.ref, alias], check=True, capture_output=True)
+    moved = stock_verify(tagged, keys["ours.pub"], stack="debian", layer="runtime", alias=alias, content_tag=content,
+                         certificate_status="passed")
+    assert moved.returncode != 0, "stock cosign accepted a tag moved to another stack's signed digest"
+    assert stock_verify(other.ref, keys["ours.pub"], alias=tag_scheme.target("runtime", other.stack)).returncode == 0
