@@ -83,7 +83,8 @@ for i in $(seq 0 $((count - 1))); do
   target="$(json "d['include'][$i]['target']" <"$OUT/promotions.json")"
   digest="${image#*@}"
   mkdir -p "$OUT/$target"
-  mcore promote "$image" --stack "$stack" --key "$OUT/keys/cosign.pub" --policy ci --execute --json \
+  mcore promote "$image" --stack "$stack" --key "$OUT/keys/cosign.pub" --policy ci --execute \
+    --sign-key "$OUT/keys/cosign.key" --json \
     >"$OUT/$target/promotion.json"
   alias="$(json 'd["moving_tags"][1]' <"$OUT/$target/promotion.json")"
   say "promote: $digest → $(json '", ".join(d["moving_tags"] + [d["immutable_tag"]])' <"$OUT/$target/promotion.json")"

@@ -21,8 +21,8 @@ tags: ## public tags of a stack: make tags STACK=ngc [LAYER=runtime] [REGISTRY=g
 matrix: ## the release matrix CI fans out over, from env/: make matrix [GROUP=release]
 	$(FROM_MAKE) matrix GROUP -- --pretty
 
-promote: ## dry run (EXECUTE=1 moves the tags): make promote IMAGE=repo@sha256:... STACK=ngc KEY=cosign.pub [POLICY=ci]
-	$(FROM_MAKE) promote IMAGE STACK LAYER KEY POLICY EXECUTE
+promote: ## dry run (EXECUTE=1 SIGN_KEY=cosign.key moves the tags and signs the ledger): make promote IMAGE=repo@sha256:... STACK=ngc KEY=cosign.pub [POLICY=ci]
+	$(FROM_MAKE) promote IMAGE STACK LAYER KEY SIGN_KEY POLICY EXECUTE
 
 # enroot and Apptainer read the local Docker image: nothing is pulled or pushed.
 local-image:

@@ -17,7 +17,8 @@ from mcore_images.command import Command, Parser, configure, dispatch
 MODULES = (
     "mcore_images.plan", "mcore_images.jobs", "mcore_images.lock", "mcore_images.generated",
     "mcore_images.debian_base", "mcore_images.build", "mcore_images.doctor", "mcore_images.programs",
-    "mcore_images.run", "mcore_images.certify", "mcore_images.promote", "mcore_images.verify", "mcore_images.tags",
+    "mcore_images.run", "mcore_images.certify", "mcore_images.promote", "mcore_images.verify", "mcore_images.ledger",
+    "mcore_images.tags",
     "mcore_images.release_matrix", "mcore_images.platform_index", "mcore_images.outdated", "mcore_images.reproduce",
     "mcore_images.build_timing", "mcore_images.report", "mcore_images.kube",
     "mcore_images.make_vars",

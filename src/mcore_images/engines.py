@@ -164,7 +164,7 @@ def _read(stack: Stack, document: dict[str, Any], which: list[components.Compone
 
 def absent_from_index(requires: list[str]) -> list[str]:
     """The exact pins (``name==X``) among ``requires`` on a catalogue component whose release X the index does not
-    have: what verl's own extras name that no stack can install (verl 0.9.1's megatron-bridge==0.5.2)."""
+    have: what verl's own extras name that no stack can install (the Megatron-Bridge release its 0.9 line names)."""
     known = {d for c in components.CATALOGUE for d in c.distributions}
     absent, listed = [], {}
     for text in requires:

@@ -43,6 +43,7 @@ OPTIONS: dict[str, MakeVar] = {
     "REGISTRY": MakeVar("--registry"),
     "SHA": MakeVar("--candidate"),
     "KEY": MakeVar("--key"),
+    "SIGN_KEY": MakeVar("--sign-key"),
     "POLICY": MakeVar("--policy"),
     "EXECUTE": MakeVar("--execute", flag=True),
     "IMAGE": MakeVar(None),

@@ -32,7 +32,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mcore_images import images, policy, registry, tags, verify
+from mcore_images import images, ledger, policy, registry, tags, verify
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.images import ImageRef
@@ -76,8 +76,14 @@ def attach(image_ref: str, folder: Path, key: str, run: Runner | None = None) ->
         image = child
     referrer = registry.attach(image, path, **kwargs)
     registry.sign(image, referrer, key, **kwargs)
-    if (cert.get("certify") or {}).get("status") == "passed":
-        registry.sign_image(image, referrer, key, claims=binding_claims(cert["image"].get("labels") or {}), **kwargs)
+    status = str((cert.get("certify") or {}).get("status"))
+    if status == "passed":
+        # the image's own labels, as the registry holds them: what a pull of the tag gets
+        registry.sign_image(image, referrer, key, claims=binding_claims(registry.registry_labels(image, **kwargs)),
+                            **kwargs)
+    # The signed record of every certificate the digest carries: removing a referrer (a failed verdict) is noticed.
+    ledger.update(image.repository, key, ledger.recorded_certificate(image.digest or "", referrer.digest, status,
+                                                                     str(cert.get("created"))), run)
     return referrer, registry.referrers_mode(image, **kwargs)
 
 
@@ -140,15 +146,19 @@ class Promotion:
 
 
 def rollback_problem(image: ImageRef, alias: str, created: dt.datetime, key: str, chosen: policy.Policy,
-                     now: dt.datetime | None, run: Runner | None) -> str | None:
-    """Why moving ``alias`` to this image would take it back in time: the alias now names another digest
-    whose own signed certificate is newer. A tag that is new, or names an image without a signed certificate
-    of ours, may move."""
-    current = image.with_tag(alias)
-    try:
-        there = registry.resolve(current, **({"run": run} if run else {}))
-    except registry.RegistryError:
-        return None  # no such tag yet
+                     now: dt.datetime | None, run: Runner | None, record: ledger.Ledger | None = None) -> str | None:
+    """Why moving ``alias`` to this image would take it back in time: the digest the alias names (by the signed
+    release ledger where there is one: never by what the tag points at now, which anyone who can push may move
+    first) has a newer signed certificate. A tag that is new, or names an image without a signed certificate of
+    ours, may move."""
+    entry = record.tags.get(alias) if record is not None else None
+    if entry is not None:
+        there = image.with_digest(str(entry["digest"]))
+    else:
+        try:
+            there = registry.resolve(image.with_tag(alias), **({"run": run} if run else {}))
+        except registry.RegistryError:
+            return None  # no such tag yet
     if there.digest == image.digest:
         return None
     verdict, _, _ = verify.check(f"{image.repository}@{there.digest}", key,
@@ -176,8 +186,9 @@ def plan(image_ref: str, stack_name: str, key: str, chosen: policy.Policy, layer
     assert image is not None and verdict.created is not None
     created = dt.datetime.fromisoformat(verdict.created)
     full = tags.layer_tag(image_layer, stack)
+    record = ledger.accepted(image.repository, key, now or dt.datetime.now(dt.timezone.utc), run)
     if not allow_rollback and (back := rollback_problem(image, f"{image_layer}-{stack.name}", created, key, chosen,
-                                                        now, run)):
+                                                        now, run, record)):
         raise Refused(f"refusing to promote {ref.ref}, its tags untouched: {back}")
     return Promotion(ref.ref, stack.name, image_layer, [full, f"{image_layer}-{stack.name}"],
                      tags.immutable_tag(full, image.digest or "", created), verify.as_dict(verdict))
@@ -189,9 +200,12 @@ class Refused(InputError):
     exit_code = 1
 
 
-def execute(promotion: Promotion, run: Runner | None = None) -> None:
+def execute(promotion: Promotion, sign_key: str, run: Runner | None = None) -> None:
+    """Move the tags, then record where they point in the release ledger, signed with ``sign_key``."""
     image = images.parse(promotion.image)
     registry.retag(image, promotion.all_tags, **({"run": run} if run else {}))
+    ledger.update(image.repository, sign_key, ledger.recorded_tags({t: image.digest or "" for t in promotion.all_tags}),
+                  run)
 
 
 def _promote_arguments(p: argparse.ArgumentParser) -> None:
@@ -205,11 +219,18 @@ def _promote_arguments(p: argparse.ArgumentParser) -> None:
                    help="read the policies from FILE instead of the ones mcore-images ships")
     p.add_argument("--layer", default=None, help="assert the image's layer (default: read from its labels)")
     p.add_argument("--execute", action="store_true", help="move the tags (default: print what would happen)")
+    p.add_argument("--sign-key", metavar="KEY", help="with --execute: the cosign private key (or KMS URI) that "
+                   "signs the release ledger recording where the tags now point (the key `attach` signs with)")
     p.add_argument("--allow-rollback", action="store_true",
                    help="move the alias even when the digest it names carries a newer signed certificate")
 
 
 def _promote(args: argparse.Namespace) -> int:
+    if args.execute and not args.sign_key:
+        raise InputError("promote --execute records where the tags point in the signed release ledger: give "
+                         "--sign-key (the private key `attach` signs with; --key is its public half)")
+    if args.sign_key and (problem := registry.key_problem(args.sign_key, "--sign-key")):
+        raise InputError(problem)
     promotion = plan(args.image, args.stack, args.key, policy.load_policy(args.policy, args.policy_file), args.layer,
                      allow_rollback=args.allow_rollback)
     image = images.parse(promotion.image)
@@ -233,7 +254,7 @@ def _promote(args: argparse.Namespace) -> int:
         if not args.json:
             print("dry run; with --execute this runs:\n  " + shlex.join(command))
         return 0
-    execute(promotion)
+    execute(promotion, args.sign_key)
     if not args.json:
         print(f"promoted {promotion.image} to {', '.join(promotion.all_tags)}", file=sys.stdout)
     return 0

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcore_images import images, policy, registry, tags
+from mcore_images import images, ledger, policy, registry, tags
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.images import ImageRef
@@ -112,25 +112,32 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
     try:
         image = registry.resolve(parsed, **kwargs)
         verdict.digest = image.digest
+        record = ledger.accepted(image.repository, key, now or dt.datetime.now(dt.timezone.utc), run)
+        if record is not None and parsed.tag and (moved := ledger.tag_problem(record, parsed.tag, image.digest or "")):
+            verdict.status = "refused"
+            verdict.problems.append(moved)
+            return verdict, None, {}
         labels = registry.registry_labels(image, **kwargs)
         children = registry.platform_children(image, **kwargs)
         if children is None:
             verdict.platform = registry.image_platform(image, **kwargs)
-    except registry.IntegrityError as exc:
+    except (registry.IntegrityError, registry.ConfusedManifest, ledger.LedgerRefused) as exc:
         verdict.status = "refused"
         verdict.problems.append(str(exc))
         return verdict, None, {}
     except registry.RegistryError as exc:
         verdict.problems.append(str(exc))
         return verdict, None, {}
+    if record is not None:
+        verdict.notes.append(f"release ledger version {record.version} (signed, expires {record.expires})")
     if children is None:
-        if _judge(verdict, image, labels, key, chosen, now, kwargs) and parsed.tag and (
+        if _judge(verdict, image, labels, key, chosen, now, kwargs, record) and parsed.tag and (
                 moved := tag_problem(parsed.tag, image.digest or "", labels)):
             verdict.problems.insert(0, moved)
             verdict.status = "refused"
         present = [verdict.platform] if verdict.platform else []
     else:
-        _judge_index(verdict, children, labels, key, chosen, now, kwargs)
+        _judge_index(verdict, children, labels, key, chosen, now, kwargs, record)
         if parsed.tag and (moved := tag_problem(parsed.tag, image.digest or "", labels)):
             verdict.problems.insert(0, moved)
         present = list(children)
@@ -152,14 +159,15 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
 
 
 def _judge_index(verdict: Verdict, children: dict[str, ImageRef], labels: dict[str, str], key: str,
-                 chosen: policy.Policy, now: dt.datetime | None, kwargs: dict[str, Any]) -> None:
+                 chosen: policy.Policy, now: dt.datetime | None, kwargs: dict[str, Any],
+                 record: ledger.Ledger | None = None) -> None:
     """Each platform of an index judged as an image of its own (its manifest's certificates, made on that
     platform); the index's problems are theirs, each named by its platform, and it is as fresh as its oldest."""
     subs = []
     for name, child in children.items():
         sub = Verdict(image=child.ref, policy=chosen.name, platform=name)
         sub.digest = child.digest
-        _judge(sub, child, labels, key, chosen, now, kwargs)
+        _judge(sub, child, labels, key, chosen, now, kwargs, record)
         verdict.platforms[name] = as_dict(sub)
         verdict.problems += [f"{name}: {p}" for p in sub.problems]
         verdict.ignored += [f"{name}: {p}" for p in sub.ignored]
@@ -182,12 +190,18 @@ def _judge_index(verdict: Verdict, children: dict[str, ImageRef], labels: dict[s
 
 
 def _judge(verdict: Verdict, image: ImageRef, labels: dict[str, str], key: str, chosen: policy.Policy,
-           now: dt.datetime | None, kwargs: dict[str, Any]) -> bool:
+           now: dt.datetime | None, kwargs: dict[str, Any], record: ledger.Ledger | None = None) -> bool:
     """Judge one image manifest by the certificates attached to it, into ``verdict`` (whose ``platform`` it must
-    have been made on, where known); True when a signed, well-formed certificate was judged."""
+    have been made on, where known); True when a signed, well-formed certificate was judged. Every certificate the
+    release ledger records for the digest must still be attached: one removed (a failed verdict hidden) refuses."""
     try:
         found = registry.certificates(image, **kwargs)
         verdict.referrers = registry.referrers_mode(image, **kwargs)
+        if record is not None and (gone := ledger.missing_certificates(record, image.digest or "",
+                                                                      {r.digest for r in found})):
+            verdict.status = "refused"
+            verdict.problems += gone
+            return False
         if not found:
             verdict.status = "refused"
             verdict.problems.append("no certificate is attached to this digest; certify it (mcore-images certify) "

@@ -58,6 +58,13 @@ def tag_list(repository: str) -> list[str]:
         raise
 
 
+@pytest.fixture(autouse=True)
+def ledger_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """What this machine has seen of release ledgers, kept per test (a test plays one client)."""
+    monkeypatch.setenv("MCORE_IMAGES_STATE", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
 @pytest.fixture(scope="session")
 def stacks() -> dict[str, Stack]:
     return load_stacks()

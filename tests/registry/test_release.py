@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import cli, registry, tags, verify
+from mcore_images import cli, ledger, registry, tags, verify
 from tests.registry.conftest import STORAGE, Pushed
 
 
 def promote(pushed: Pushed, key: Path, *extra: str) -> int:
-    return cli.main(["promote", pushed.ref, "--stack", pushed.stack.name, "--key", str(key), "--execute", *extra])
+    """`promote --execute`, the ledger signed with the private half of ``key`` (cosign.key beside cosign.pub)."""
+    return cli.main(["promote", pushed.ref, "--stack", pushed.stack.name, "--key", str(key), "--execute",
+                     "--sign-key", str(key.with_name("cosign.key")), *extra])
 
 
 def attach_and_sign(pushed: Pushed, folder: Path, key: Path) -> registry.Referrer:
@@ -54,7 +56,9 @@ def test_a_signed_passing_certificate_promotes_with_moving_and_immutable_tags(
     assert promotion["immutable_tag"].startswith(content + "-") and promotion["immutable_tag"].endswith(
         pushed.digest.removeprefix("sha256:")[:12])
     after = pushed.tags()
-    assert set(after) - set(before) == {content, "runtime-debian", promotion["immutable_tag"]}
+    recorded = {t for t in set(after) - set(before) if t.startswith(ledger.TAG) or t.endswith(".sig")}
+    assert set(after) - set(before) - recorded == {content, "runtime-debian", promotion["immutable_tag"]}
+    assert f"{ledger.TAG}-2" in recorded  # the release ledger's new version, recording the tags (and its signature)
     for tag in promotion["moving_tags"] + [promotion["immutable_tag"]]:
         assert registry.resolve(pushed.image.with_tag(tag)).digest == pushed.digest
 

@@ -54,7 +54,7 @@ def test_only_promote_moves_tags_and_only_after_its_verdict() -> None:
     assert callers["retag"] == ["promote.py:execute"], callers
     source = (ROOT / "src" / "mcore_images" / "promote.py").read_text()
     body = source[source.index("def _promote("):]
-    assert body.index("plan(") < body.index("execute(promotion)")
+    assert body.index("plan(") < body.index("execute(promotion")
 
 
 @pytest.mark.parametrize("passthrough", [
@@ -87,7 +87,8 @@ def test_every_command_that_writes_to_a_registry_is_known() -> None:
     """A new command that pushes must be added here, with the gate that makes it safe."""
     gated = {"build": "--candidate pushes candidate-<sha>-<target> tags only",
              "attach": "writes a referrer and its signature onto a digest, never a tag of the image",
-             "promote": "moves tags after verify.check passes"}
+             "promote": "moves tags after verify.check passes",
+             "ledger": "rewrites the release ledger (its own tags mcore-images-ledger and -N, signed), no image tag"}
     writers = set()
     for command in cli.commands():
         module = sys.modules[command.run.__module__]
