@@ -24,7 +24,7 @@ export STACK GROUP LAYER PLATFORM MAX_JOBS NVCC_THREADS BAKE_ARGS IMAGE FORCE
 FROM_MAKE := $(MCORE) from-make
 
 .PHONY: help setup plan jobs lock update validate build base docker-engine lint test test-unit test-image \
-	test-image-ci ci smoke certify push-candidates registry release-local bake-print test-slurm test-registry \
+	test-image-ci test-newcomer ci smoke certify push-candidates registry release-local bake-print test-slurm test-registry \
 	reproduce test-example report test-report
 
 help: ## show this help
@@ -73,6 +73,9 @@ lint: ## ruff, shellcheck, hadolint
 test-unit: ## unit tests of the tooling (no docker needed)
 	$(PYTHON) -m pytest -q tests/unit
 
+test-newcomer: ## the wheel alone in a fresh venv runs README's commands that need no build, from an empty folder
+	$(PYTHON) -m pytest -q tests/newcomer
+
 test-image: ## image tests against IMAGE (default: the runtime of STACK, or debian)
 	$(PYTHON) -m pytest -q tests/image --image "$$IMAGE"
 
@@ -92,6 +95,7 @@ CERTIFIED_IMAGE = "$$(sed -n 1p $(CERTIFIED_LIST))"
 
 ci: ## what CI runs (after setup + docker-engine): lint, unit tests, the release path on the ci group, layer reuse, reproduce, Slurm
 	bash .ci/phase.sh lint+unit $(MAKE) --no-print-directory test
+	bash .ci/phase.sh newcomer $(MAKE) --no-print-directory test-newcomer
 	bash .ci/phase.sh release-local $(MAKE) --no-print-directory release-local
 	bash .ci/phase.sh registry-tests $(MAKE) --no-print-directory test-registry
 	@test -s $(CERTIFIED_LIST) || { echo "error: release-local certified nothing ($(CERTIFIED_LIST) is empty)" >&2; exit 2; }

@@ -20,10 +20,18 @@ SCHEMA = "mcore-images/smoke-timings/v1"
 
 
 def default_file() -> Path:
+    """env/smoke-timings.json of $MCORE_IMAGES_ROOT, else of the checkout this package lives in, else the copy the
+    installed tooling ships (what a wheel or an image has): the first that exists."""
+    import importlib.util
     import os
 
-    root = os.environ.get("MCORE_IMAGES_ROOT") or Path(__file__).resolve().parents[1]
-    return Path(root) / "env" / "smoke-timings.json"
+    name = Path("env") / "smoke-timings.json"
+    places = [Path(root) / name for root in (os.environ.get("MCORE_IMAGES_ROOT"),) if root]
+    places.append(Path(__file__).resolve().parents[1] / name)
+    tooling = importlib.util.find_spec("mcore_images")
+    if tooling is not None and tooling.origin:
+        places.append(Path(tooling.origin).parent / "data" / name)
+    return next((place for place in places if place.is_file()), places[0])
 
 
 def slim(cert: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 from mcore_images.errors import InputError
+from mcore_images.index_env import resolver_environment
 
 CORE = "megatron.core"
 
@@ -146,7 +147,7 @@ def download(distribution: str, version: str, python: str, into: Path) -> Path:
     done = subprocess.run(
         [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
          "--ignore-requires-python", "--python-version", python, *PLATFORMS, "-d", str(into),
-         f"{distribution}=={version}"], capture_output=True, text=True, check=False)
+         f"{distribution}=={version}"], capture_output=True, text=True, check=False, env=resolver_environment())
     wheels = sorted(into.glob(f"{distribution.replace('-', '_')}-{version}-*.whl"))
     if done.returncode or not wheels:
         why = (done.stderr.strip().splitlines() or ["no wheel"])[-1]

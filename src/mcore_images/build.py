@@ -471,4 +471,4 @@ def _run(args: argparse.Namespace) -> int:
 
 COMMANDS = (Command("build", "check rules, then docker buildx bake a stack or a group", _arguments, _run,
                     prints_data=True,
-                    passthrough="docker buildx bake (e.g. --push, --set <target>.contexts.apex=DIR)"),)
+                    passthrough="docker buildx bake (e.g. --no-cache, --set <target>.contexts.apex=DIR)"),)

@@ -4,7 +4,7 @@ A component is something a stack pins in env/stacks.json (under the component's 
 carries. Everything that needs to know about components derives it from ``CATALOGUE``: the OCI labels and
 build args docker-bake.hcl sets and the tags it computes (its generated ``COMPONENTS`` and tag-scheme blocks),
 the Dockerfile's ARG and check-version lines (`make validate` holds them to the catalogue), the stack fields
-and their validation, the lock inputs and which lock layer a pin change re-resolves, the README stacks table,
+and their validation, the lock inputs and which lock layer a pin change re-resolves, the stacks table (docs/stacks.md),
 promotion's label and certificate checks, the image tests' version and import checks, and the package list
 the smoke certificate records. Adding a component is one entry here, its pin in each stack of
 env/stacks.json, and the Dockerfile step that installs it (docs/contributing.md).

@@ -27,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from mcore_images import components, platforms
 from mcore_images.errors import InputError
+from mcore_images.index_env import resolver_environment
 from mcore_images.stacks import Stack, repo_root
 
 ENGINES: tuple[components.Component, ...] = tuple(c for c in components.CATALOGUE if c.rollout_engine)
@@ -303,7 +304,7 @@ def _install_report(distribution: str, version: str, python: str, wheel_tags: tu
              "--ignore-requires-python",
              "--only-binary", ":all:", "--python-version", python, *wheel_tags,
              "--target", str(Path(tmp) / "none"), "--report", str(report), f"{distribution}=={version}"],
-            capture_output=True, text=True, check=False)
+            capture_output=True, text=True, check=False, env=resolver_environment())
         if done.returncode:
             why = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
             _no_wheel_for(distribution, version, python)

@@ -2,7 +2,8 @@
 
 A region sits between two marker lines in its file and is rendered from the one place its facts live:
 
-- README.md, the stacks table: from env/stacks.json and the component catalogue;
+- docs/stacks.md, the stacks table: from env/stacks.json and the component catalogue;
+- docs/rules.md, the list of compatibility rules: from the rules' own descriptions (rules.py, tag_content.py);
 - docker-bake.hcl, the ``COMPONENTS`` and ``LAYER_ORDER`` variables its labels and build args are computed from:
   from the catalogue (components.py), so bake labels every component and passes its pin without a list of its own;
 - docker-bake.hcl, the ``TAG_LAYERS`` and ``ORIGINS`` variables its tags are computed from: from the tag scheme
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcore_images import components, dockerfile, gpu_archs, lock, plan, platforms, tags
+from mcore_images import components, dockerfile, gpu_archs, lock, plan, platforms, rules, tag_content, tags
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.stacks import checkout_root, load_stacks, stacks_file
@@ -51,6 +52,11 @@ class Region:
 def _readme_table(root: Path) -> str:
     stacks = load_stacks(stacks_file(root))
     return plan.render_markdown(plan.make_plan(list(stacks.values()))) + "\n"
+
+
+def _rules_list(root: Path) -> str:
+    described = {**rules.DESCRIPTIONS, tag_content.RULE: tag_content.DESCRIPTION}
+    return "".join(f"- `{rule_id}`: {text}.\n" for rule_id, text in described.items())
 
 
 def _hcl(value: object) -> str:
@@ -109,7 +115,8 @@ def _verl_example_versions(root: Path) -> str:
 
 
 REGIONS: tuple[Region, ...] = (
-    Region("README.md", "<!-- stacks:begin", "<!-- stacks:end -->", _readme_table),
+    Region("docs/stacks.md", "<!-- stacks:begin", "<!-- stacks:end -->", _readme_table),
+    Region("docs/rules.md", "<!-- rules:begin", "<!-- rules:end -->", _rules_list),
     Region("docker-bake.hcl", "# components:begin", "# components:end", _bake_components),
     Region("docker-bake.hcl", "# tag-scheme:begin", "# tag-scheme:end", _bake_tag_scheme),
     Region("docker-bake.hcl", "# gpu-archs:begin", "# gpu-archs:end", _bake_gpu_archs),
@@ -183,14 +190,14 @@ def _validate(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         if not problems:
-            print("generated files current: README stacks table, docker-bake.hcl components, tag scheme, GPU "
+            print("generated files current: the stacks and rules pages, docker-bake.hcl components, tag scheme, GPU "
                   "architectures and platforms, locks of every platform; the Dockerfile's build args and version "
                   "checks follow the catalogue")
     return 1 if problems else 0
 
 
 COMMANDS = (
-    Command("update", "rewrite every generated file from its source: README stacks table, bake components, tag "
+    Command("update", "rewrite every generated file from its source: the stacks and rules pages, bake components, tag "
             "scheme, GPU architectures and platforms, locks of every platform",
             _update_arguments, _update, prints_data=True),
     Command("validate", "check every generated file against its source, and the Dockerfile's build args against "

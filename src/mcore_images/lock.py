@@ -34,6 +34,7 @@ from mcore_images import components, engines, platforms
 from mcore_images.command import Command, print_json
 from mcore_images.components import LOCK_LAYERS
 from mcore_images.errors import InputError
+from mcore_images.index_env import resolver_environment
 from mcore_images.stacks import Stack, checkout_root, get_stack, load_stacks, repo_root
 from mcore_images.versions import Requirement, at_least
 
@@ -213,7 +214,8 @@ def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
         if preferred:
             out.write_text(preferred)
             cmd += ["--output-file", out.name]
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp,
+                                env=resolver_environment())
         if result.returncode != 0:
             log = repo_root() / "build" / f"lock-{stack.name}.log"
             log.parent.mkdir(parents=True, exist_ok=True)

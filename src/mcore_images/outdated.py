@@ -190,7 +190,11 @@ def _run(args: argparse.Namespace, fetch: Fetch = fetch_pypi, resolve: Resolve =
         raise InputError("--dry-run goes with --bump STACK (without --bump, outdated writes nothing)")
     chosen = [get_stack(args.stack, stacks)] if args.stack else list(stacks.values())
     cache: dict[tuple[str, bool], Any] = {}
-    findings = [f for stack in chosen for f in check_stack(stack, fetch, cache, resolve)]
+    findings = []
+    for number, stack in enumerate(chosen, 1):  # each stack reads PyPI and may resolve: say where it is
+        print(f"[outdated] {stack.name} ({number}/{len(chosen)}): PyPI's newest releases, judged by the rules and uv",
+              file=sys.stderr, flush=True)
+        findings += check_stack(stack, fetch, cache, resolve)
     if args.json:
         print_json([asdict(f) for f in findings])
     else:

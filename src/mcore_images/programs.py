@@ -13,6 +13,7 @@ is parsed first too.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -54,13 +55,16 @@ PROGRAMS = (
 
 
 def local_env() -> dict[str, str]:
-    """This environment with the checkout's smoke/ and src/ first on PYTHONPATH (runs outside an image)."""
+    """This environment, with a checkout's smoke/ and src/ first on PYTHONPATH where this runs from one; else the
+    installed programs (the wheel ships them) as they are (runs outside an image)."""
     root = repo_root()
-    paths = [str(p) for p in (root, root / "src") if p.is_dir()]
-    if not (root / "smoke" / "__main__.py").is_file():
-        raise InputError(f"the smoke programs are not in {root}: run from a checkout of mcore-images, or pass "
-                         "--image to run them inside an image")
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    if (root / "smoke" / "__main__.py").is_file():
+        paths = [str(p) for p in (root, root / "src") if p.is_dir()]
+        return dict(os.environ, PYTHONPATH=os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    if importlib.util.find_spec("smoke.__main__") is None:
+        raise InputError("the smoke programs are not installed here: `pip install mcore-images` (they come with it), "
+                         "or pass --image to run them inside an image")
+    return dict(os.environ)
 
 
 def command_for(program: Program, image: str | None, out: Path, certificate: Path | None,
@@ -121,6 +125,8 @@ def _run_for(program: Program):
         target = outputs.claim(Path(args.out or program.default_out), program.name)
         cmd, env = command_for(program, args.image, target.path, Path(certificate) if certificate else None,
                                list(args.passthrough))
+        if "--dry-run" in args.passthrough and not args.image:  # it shows a plan and writes nothing: nor do we
+            return execute(program.name, cmd, env)
         with outputs.filled(target):
             return execute(program.name, cmd, env)
     return run

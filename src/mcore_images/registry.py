@@ -90,8 +90,9 @@ def plain_http(ref: ImageRef) -> bool:
 def _tool(name: str) -> str:
     path = shutil.which(name)
     if not path:
-        raise RegistryError(f"{name} is not installed or not on PATH: install it (`.ci/registry.sh tools` installs "
-                            "oras and cosign from Debian's packages)")
+        raise RegistryError(f"{name} is not installed or not on PATH: install oras and cosign (Debian 13: `apt-get "
+                            "install oras cosign`; elsewhere their release binaries from oras.land and "
+                            "github.com/sigstore/cosign)")
     return path
 
 

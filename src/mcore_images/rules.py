@@ -40,16 +40,19 @@ class Violation:
 
 Rule = Callable[[Stack], Iterator[tuple[str, str]]]
 RULES: dict[str, Rule] = {}
+DESCRIPTIONS: dict[str, str] = {}
+"""What each rule holds, in one sentence: docs/rules.md is generated from these."""
 
 
-def rule(rule_id: str) -> Callable[[Rule], Rule]:
+def rule(rule_id: str, description: str) -> Callable[[Rule], Rule]:
     def register(func: Rule) -> Rule:
         RULES[rule_id] = func
+        DESCRIPTIONS[rule_id] = description
         return func
     return register
 
 
-@rule("flavor")
+@rule("flavor", 'a debian stack names its Debian suite, and only a debian stack does')
 def _flavor(s: Stack) -> Iterator[tuple[str, str]]:
     # The flavor's name is checked by env/stacks.schema.json; here, what it implies.
     if s.flavor == "debian" and not s.debian_suite:
@@ -58,7 +61,7 @@ def _flavor(s: Stack) -> Iterator[tuple[str, str]]:
         yield f"debian_suite is set on a {s.flavor} stack", "set debian_suite to ''"
 
 
-@rule("sources")
+@rule("sources", "torch comes from the base image only on NGC; TE's pin and TE's source are both 'none' or neither")
 def _sources(s: Stack) -> Iterator[tuple[str, str]]:
     if s.torch_source == "base" and s.flavor != "ngc":
         yield "only NGC images provide torch", "set torch_source='pypi'"
@@ -66,7 +69,9 @@ def _sources(s: Stack) -> Iterator[tuple[str, str]]:
         yield f"te='{s.te}' with te_source='{s.te_source}'", "use te='none' together with te_source='none'"
 
 
-@rule("release-pinned")
+@rule("release-pinned",
+      'the release group takes only a registry base pinned by digest (not a tag alone, not a locally built '
+      'one)')
 def _release_pinned(s: Stack) -> Iterator[tuple[str, str]]:
     # A released image must name a base anyone can pull and check: a registry image by its digest. A base made
     # on the build machine (debootstrap) has no digest a user can fetch.
@@ -80,7 +85,7 @@ def _release_pinned(s: Stack) -> Iterator[tuple[str, str]]:
             "set base_digest to the image's sha256 digest"
 
 
-@rule("python-for-mcore")
+@rule("python-for-mcore", 'megatron-core 0.17 and newer need Python 3.12 or newer')
 def _python_for_mcore(s: Stack) -> Iterator[tuple[str, str]]:
     # megatron-core >= 0.17 declares Requires-Python >= 3.12 (0.16.1 still allowed 3.10).
     if s.has("mcore") and at_least(s.mcore, "0.17") and not at_least(s.python, "3.12"):
@@ -88,14 +93,14 @@ def _python_for_mcore(s: Stack) -> Iterator[tuple[str, str]]:
             "use Python 3.12+ or megatron-core <= 0.16.x"
 
 
-@rule("torch-min")
+@rule("torch-min", "torch 2.6 or newer (megatron-core's own requirement)")
 def _torch_min(s: Stack) -> Iterator[tuple[str, str]]:
     # megatron-core >= 0.17 requires torch >= 2.6.0 (its Requires-Dist).
     if not at_least(s.torch, "2.6"):
         yield f"torch {s.torch} is older than 2.6", "use torch >= 2.6"
 
 
-@rule("mcore-min")
+@rule("mcore-min", "megatron-core 0.13 or newer (verl's assertion)")
 def _mcore_min(s: Stack) -> Iterator[tuple[str, str]]:
     # verl asserts megatron-core >= 0.13.0.
     if not s.has("mcore"):
@@ -104,7 +109,9 @@ def _mcore_min(s: Stack) -> Iterator[tuple[str, str]]:
         yield f"megatron-core {s.mcore} is older than 0.13.0 (verl's minimum)", "use megatron-core >= 0.13.0"
 
 
-@rule("mbridge-mcore")
+@rule("mbridge-mcore",
+      'mbridge up to 0.15.1 cannot build models on megatron-core 0.17 or newer '
+      '(ModelType.encoder_and_decoder was removed; verl #6936)')
 def _mbridge_mcore(s: Stack) -> Iterator[tuple[str, str]]:
     # mbridge <= 0.15.1 compares against ModelType.encoder_and_decoder, which megatron-core 0.17.0
     # removed: building any model fails (verl #6936). 0.16.1 still has it.
@@ -124,7 +131,7 @@ def constraint_on(s: Stack, name: str) -> SpecifierSet:
     return found
 
 
-@rule("mbridge-transformers")
+@rule("mbridge-transformers", 'mbridge up to 0.15.1 needs transformers < 5 (it reads config.rope_theta)')
 def _mbridge_transformers(s: Stack) -> Iterator[tuple[str, str]]:
     # mbridge <= 0.15.1 reads hf_config.rope_theta; transformers 5 moved it to rope_parameters.
     if s.has("mbridge") and not at_least(s.mbridge, "0.15.2") and not bounded_below(
@@ -133,7 +140,7 @@ def _mbridge_transformers(s: Stack) -> Iterator[tuple[str, str]]:
                "add 'transformers<5' to the stack's constraints")
 
 
-@rule("te-flash-attn")
+@rule("te-flash-attn", 'FlashAttention 4 is pinned only beside a TE that knows it (2.15 or newer)')
 def _te_flash_attn(s: Stack) -> Iterator[tuple[str, str]]:
     # TE knows FlashAttention 4 from 2.15 (flash_attention.py); an older TE never selects it.
     if not s.has("flash_attn"):
@@ -144,7 +151,8 @@ def _te_flash_attn(s: Stack) -> Iterator[tuple[str, str]]:
                "it", "use TE >= 2.15, or set flash_attn='none'")
 
 
-@rule("flash-attn-cutlass")
+@rule("flash-attn-cutlass",
+      'FlashAttention 4 comes with an exact nvidia-cutlass-dsl pin its code runs on (flash_attention.py)')
 def _flash_attn_cutlass(s: Stack) -> Iterator[tuple[str, str]]:
     # FlashAttention 4 compiles its kernels with NVIDIA's CuTe DSL at run time; a release pairs with a range of
     # nvidia-cutlass-dsl releases, and its own metadata does not bound it (flash_attention.FA4_CUTLASS).
@@ -158,7 +166,9 @@ def _flash_attn_cutlass(s: Stack) -> Iterator[tuple[str, str]]:
         yield problem, "pin a flash-attn-4 and nvidia-cutlass-dsl pair the table admits"
 
 
-@rule("flash-attn-archs")
+@rule("flash-attn-archs",
+      'no GPU the stack serves is one where its TE selects FlashAttention 4 but FlashAttention 4 has no '
+      'backward (sm80 under TE 2.15 to 2.17)')
 def _flash_attn_archs(s: Stack) -> Iterator[tuple[str, str]]:
     # TE 2.15 to 2.17 let FlashAttention 4 serve sm80, whose backward FlashAttention 4 lacks: training under
     # attention_backend=flash then fails in the first backward on an A100.
@@ -173,7 +183,7 @@ def _flash_attn_archs(s: Stack) -> Iterator[tuple[str, str]]:
              "flash_attn='none'")
 
 
-@rule("te-cuda")
+@rule("te-cuda", "a transformer-engine-cuXX wheel exists for the stack's CUDA major (cu13 from TE 2.9)")
 def _te_cuda(s: Stack) -> Iterator[tuple[str, str]]:
     if s.te_source not in ("build", "pypi"):
         return
@@ -191,7 +201,7 @@ def _te_floor(table: dict[str, str], te: str) -> str | None:
     return table[max(reached, key=Version)] if reached else None
 
 
-@rule("cuda-archs")
+@rule("cuda-archs", "every GPU architecture in cuda_archs is one the stack's CUDA compiles (gpu_archs.py)")
 def _cuda_archs(s: Stack) -> Iterator[tuple[str, str]]:
     # The GPU architectures the stack serves (its kernels are compiled for them: apex's TORCH_CUDA_ARCH_LIST) must
     # be ones the stack's CUDA can compile; an "a"/"f" suffix (arch-specific features) names the same GPU.
@@ -209,7 +219,9 @@ def _cuda_archs(s: Stack) -> Iterator[tuple[str, str]]:
                    f"drop {arch} from cuda_archs (CUDA 13 calls that GPU sm_110)")
 
 
-@rule("cudnn-torch")
+@rule("cudnn-torch",
+      "the cuDNN pin is the release the stack's torch wheel requires exactly ('base' where torch comes with "
+      'the base image)')
 def _cudnn_torch(s: Stack) -> Iterator[tuple[str, str]]:
     # torch's wheel requires one cuDNN release exactly (nvidia-cudnn-cuXX==…, read from its metadata into
     # env/engines.json when the stack is locked): the one torch loads and TE compiles against. NGC builds torch
@@ -234,7 +246,7 @@ def _cudnn_torch(s: Stack) -> Iterator[tuple[str, str]]:
                f"set cudnn to '{exact}'")
 
 
-@rule("te-archs")
+@rule("te-archs", "every GPU architecture in cuda_archs is one the TE release's own build carries code for")
 def _te_archs(s: Stack) -> Iterator[tuple[str, str]]:
     # TE's core library is never compiled here (its transformer-engine-cuXX wheel or the NGC base brings it), so
     # a GPU the stack serves must be one the TE release's own build carries code for.
@@ -247,7 +259,7 @@ def _te_archs(s: Stack) -> Iterator[tuple[str, str]]:
                    f"drop {arch} from cuda_archs or use TE >= {entry.first_te}")
 
 
-@rule("te-cudnn")
+@rule("te-cudnn", "the cuDNN TE's extension compiles against is one that TE release builds with")
 def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
     # The stack's cuDNN (torch's, held to torch's requirement by cudnn-torch) is what TE's extension compiles
     # against.
@@ -260,7 +272,7 @@ def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
                f"pin a TE release before {min(TE_MIN_CUDNN)} for this torch, or a torch with newer cuDNN")
 
 
-@rule("te-torch")
+@rule("te-torch", "the torch TE's extension compiles against is one that TE release builds with")
 def _te_torch(s: Stack) -> Iterator[tuple[str, str]]:
     if s.te_source != "build":
         return
@@ -271,7 +283,7 @@ def _te_torch(s: Stack) -> Iterator[tuple[str, str]]:
                f"pin a TE release before {min(TE_MIN_TORCH)} for this torch, or torch >= {floor}")
 
 
-@rule("torch-cuda")
+@rule("torch-cuda", "torch's CUDA build on PyPI is the stack's CUDA")
 def _torch_cuda(s: Stack) -> Iterator[tuple[str, str]]:
     if s.torch_source != "pypi":
         return
@@ -284,7 +296,9 @@ def _torch_cuda(s: Stack) -> Iterator[tuple[str, str]]:
             f"set cuda to {expected} or pick the torch matching CUDA {s.cuda}"
 
 
-@rule("platform-torch")
+@rule("platform-torch",
+      "each platform the stack lists has a CUDA build of its torch (PyPI's aarch64 torch 2.8/2.9 are CPU "
+      'builds)')
 def _platform_torch(s: Stack) -> Iterator[tuple[str, str]]:
     # Each platform of a stack needs a CUDA build of its torch: PyPI's wheel for that machine must require the CUDA
     # runtime there (env/engines.json, read from the wheel's metadata and the index when the stack is locked). NGC's
@@ -308,7 +322,7 @@ def _platform_torch(s: Stack) -> Iterator[tuple[str, str]]:
                    f"drop {name} from platforms, or pin a torch whose {machine} wheel is a CUDA build")
 
 
-@rule("verl-python")
+@rule("verl-python", 'verl and Megatron-Bridge need Python < 3.13')
 def _verl_python(s: Stack) -> Iterator[tuple[str, str]]:
     # verl 0.9.x declares Requires-Python <3.13; Megatron-Bridge 0.6.x declares >=3.12,<3.13.
     if s.has("verl") and at_least(s.python, "3.13"):
@@ -319,21 +333,21 @@ def _verl_python(s: Stack) -> Iterator[tuple[str, str]]:
             "set megatron_bridge='none', or use Python 3.12"
 
 
-@rule("apex-base")
+@rule("apex-base", 'apex comes from the base image only on NGC')
 def _apex(s: Stack) -> Iterator[tuple[str, str]]:
     # A commit's shape is checked when env/stacks.json is read; here, where 'base' can come from.
     if s.apex == "base" and s.flavor != "ngc":
         yield "apex='base' but only NGC images ship apex", "pin an apex commit or 'none'"
 
 
-@rule("size-budget")
+@rule("size-budget", 'every layer the stack builds has a size budget')
 def _budget(s: Stack) -> Iterator[tuple[str, str]]:
     missing = [layer for layer in s.layers if layer not in s.size_budget_gb]
     if missing:
         yield f"no size budget for layer(s) {', '.join(missing)}", "add them to size_budget_gb (GB)"
 
 
-@rule("engine-torch")
+@rule("engine-torch", "a rollout engine's exact torch pin (vLLM's, SGLang's) is the stack's torch")
 def _engine_torch(s: Stack) -> Iterator[tuple[str, str]]:
     from mcore_images import engines
 
@@ -349,7 +363,8 @@ def _engine_torch(s: Stack) -> Iterator[tuple[str, str]]:
                    f"pin the {engine.title} release whose torch requirement holds {s.torch}, or that torch")
 
 
-@rule("bridge-mcore")
+@rule("bridge-mcore",
+      "every name Megatron-Bridge imports at import time from megatron-core exists in the stack's release")
 def _bridge_mcore(s: Stack) -> Iterator[tuple[str, str]]:
     # Megatron-Bridge declares megatron-core with no version; what its modules import when `import
     # megatron.bridge` runs must exist in the stack's megatron-core (env/engines.json, read from both wheels).
@@ -389,7 +404,10 @@ def _applies(requirement: Requirement, python: str, extras: frozenset[str]) -> b
     return any(requirement.marker.evaluate({**env, "extra": extra}) for extra in ("", *extras))
 
 
-@rule("verl-requirements")
+@rule("verl-requirements",
+      "the stack keeps to what its verl release declares (Python, its own and its extras' requirements, the "
+      "constraints); a release PyPI lacks or the base image brings is named in the stack's substitutes, "
+      'with why')
 def _verl_requirements(s: Stack) -> Iterator[tuple[str, str]]:
     # What the stack's verl release declares (env/engines.json, read from its metadata by `lock`): its Python,
     # its own requirements and those of the extras the stack carries (mcore; the rollout engine's).
@@ -448,7 +466,7 @@ PLATFORM_SUFFIX = 1 + max(len(p.arch) for p in platforms.PLATFORMS)
 """What a multi-platform stack's candidate of one platform puts after it (``.arm64``)."""
 
 
-@rule("tag-length")
+@rule("tag-length", "every tag fits OCI's 128 characters, candidate and immutable tags included")
 def _tag_length(s: Stack) -> Iterator[tuple[str, str]]:
     from mcore_images import tags
 

@@ -17,6 +17,9 @@ from mcore_images.rules import Violation
 from mcore_images.stacks import Stack
 
 RULE = "tag-content"
+DESCRIPTION = ("stacks that give a layer one content tag build it from the same content: base image, platforms, GPU "
+               "architectures and every locked version (`mcore-images lock --stack S --base-from T` gives S the base "
+               "lock of T)")
 
 _LOCKS_OF = {"base": ("base",), "kernels": ("builder", "kernels"), "runtime": ("runtime",), "app": ("app",)}
 """The lock files each image layer installs (the builder's toolchain makes the kernels layer's wheels)."""

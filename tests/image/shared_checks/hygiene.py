@@ -99,7 +99,7 @@ def toolchain_problems(facts: Mapping[str, Any], run: Any, builder_only: set[str
 
 def size_problems(image: ImageInfo) -> list[str]:
     """The content size (compressed layers: what a pull downloads, `docker image inspect` Size with
-    containerd's image store) is within io.mcore-images.size-budget-gb (README: Tags)."""
+    containerd's image store) is within io.mcore-images.size-budget-gb (docs/tags.md)."""
     budget = image.label("size-budget-gb")
     if budget is None:
         return ["label io.mcore-images.size-budget-gb is missing"]

@@ -331,3 +331,25 @@ def test_the_grpo_sbatch_names_the_fix_when_it_cannot_find_its_folder(tmp_path: 
     result = subprocess.run(["bash", str(GRPO_SBATCH)], capture_output=True, text=True, env=env, check=False)
     assert result.returncode == 2 and "set EXAMPLE_DIR" in result.stderr and result.stderr.count("\n") == 1
     assert not [argv for argv in calls(log) if argv[0] == "srun"]
+
+
+def test_the_train_gpt_slurm_line_reads_the_head_node_on_the_host_and_names_an_image_pyxis_can_pull(
+        tmp_path: Path) -> None:
+    """Before: `$(scontrol …)` sat inside a single-quoted `bash -c` and ran in the container (no Slurm there), and
+    `--container-image train-gpt` named a local Docker tag, which pyxis cannot use."""
+    text = (ROOT / "examples" / "train-gpt" / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", text[text.index("<!-- slurm-line:"):], re.S)
+    assert block, "examples/train-gpt/README.md lost its Slurm block"
+    env, log = fake_bin(tmp_path, "srun", "scontrol")
+    env |= {"SLURM_JOB_NODELIST": "gpu-node-[07-08]", "SLURM_NNODES": "2", "SLURM_JOB_ID": "4242"}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block.group(1)], capture_output=True, text=True, env=env,
+                          check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    by_tool = {argv[0]: argv for argv in calls(log)}
+    assert by_tool["scontrol"][1:3] == ["show", "hostnames"]  # on the host, before srun
+    srun = by_tool["srun"]
+    image = srun[srun.index("--container-image") + 1]
+    assert image.endswith(".sqsh") or "#" in image, image  # a squashfs file or registry#repo:tag
+    torchrun = srun[srun.index("torchrun"):]
+    assert torchrun[torchrun.index("--rdzv-endpoint") + 1] == "gpu-node-07:29500", torchrun
+    assert torchrun[torchrun.index("--nnodes") + 1] == "2" and "bash" not in srun

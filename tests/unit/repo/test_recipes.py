@@ -22,8 +22,8 @@ from tests.unit.conftest import ROOT
 
 @pytest.fixture
 def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """env/, the Dockerfile and every file with a generated region (README.md, docker-bake.hcl, the verl example's
-    README) copied; the tooling reads and writes them there."""
+    """env/, the Dockerfile and every file with a generated region (docs/stacks.md, docs/rules.md, docker-bake.hcl,
+    the verl example's README) copied; the tooling reads and writes them there."""
     shutil.copytree(ROOT / "env", tmp_path / "env")
     for name in sorted({region.path for region in generated.REGIONS} | {"Dockerfile"}):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -56,14 +56,15 @@ def test_bump_a_pin(checkout: Path, capsys: pytest.CaptureFixture) -> None:
     edit_stacks(checkout, lambda stacks: next(s for s in stacks if s["name"] == "debian").update(mcore="0.16.0"))
     assert cli.main(["validate"]) == 1
     stale = capsys.readouterr().err
-    assert "README.md" in stale and "megatron-core is 0.16.1, env/stacks.json pins 0.16.0" in stale
+    assert "docs/stacks.md" in stale and "megatron-core is 0.16.1, env/stacks.json pins 0.16.0" in stale
     assert cli.main(["update"]) == 0
     assert "debian: locks re-resolved from layer 'runtime' up" in capsys.readouterr().out
     after = {p.name: p.read_bytes() for p in locks.glob("*.txt")}
     changed = {name for name in before if before[name] != after[name]}
     assert "runtime.txt" in changed and changed <= {"runtime.txt", "app.txt"}, changed
     assert "megatron-core==0.16.0" in after["runtime.txt"].decode()
-    assert "| `debian` |" in (checkout / "README.md").read_text() and "0.16.0" in (checkout / "README.md").read_text()
+    table = (checkout / "docs" / "stacks.md").read_text()
+    assert "| `debian` |" in table and "0.16.0" in table
     assert cli.main(["validate"]) == 0
 
 
@@ -76,7 +77,7 @@ def test_add_a_stack(checkout: Path, capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["plan", "--stack", "debian-next", "--format", "names"]) == 0
     assert capsys.readouterr().out.strip() == "debian-next"
     assert cli.main(["update", "--no-locks"]) == 0
-    assert "| `debian-next` |" in (checkout / "README.md").read_text()
+    assert "| `debian-next` |" in (checkout / "docs" / "stacks.md").read_text()
     assert cli.main(["validate"]) == 1
     assert "env/locks/debian-next/base.txt is missing; run `mcore-images lock --stack debian-next`" in \
         capsys.readouterr().err
@@ -136,7 +137,7 @@ def test_add_a_compiled_component(checkout: Path) -> None:
 
     # 3. `make update`, then `make validate` names each Dockerfile line still missing
     assert tool(checkout, "update", "--no-locks").stdout.splitlines() == [
-        "rewrote the generated region of README.md", "rewrote the generated region of docker-bake.hcl"]
+        "rewrote the generated region of docs/stacks.md", "rewrote the generated region of docker-bake.hcl"]
     missing = tool(checkout, "validate")
     assert missing.returncode == 1
     assert missing.stderr.splitlines() == [
@@ -175,7 +176,8 @@ def test_add_a_compiled_component(checkout: Path) -> None:
 
 
 def test_record_a_models_need(checkout: Path, capsys: pytest.CaptureFixture) -> None:
-    """One entry in env/needs.json: plan tells each stack below it, `update` lists it under the README's table."""
+    """One entry in env/needs.json: plan tells each stack below it, `update` lists it under the stacks table
+    (docs/stacks.md)."""
     path = checkout / "env" / "needs.json"
     doc = json.loads(path.read_text())
     doc["needs"].append({"name": "long-context", "what": "128k-token training", "component": "te",
@@ -185,9 +187,9 @@ def test_record_a_models_need(checkout: Path, capsys: pytest.CaptureFixture) -> 
     notes = [line for line in capsys.readouterr().out.splitlines() if "[need long-context]" in line]
     assert notes == ["  NOTE [need long-context] stack 'debian-verl' pins TE 2.16.0; 128k-token training needs TE "
                      ">=2.18 (a test): an example need"]
-    assert cli.main(["validate"]) == 1 and "README.md" in capsys.readouterr().err
+    assert cli.main(["validate"]) == 1 and "docs/stacks.md" in capsys.readouterr().err
     assert cli.main(["update", "--no-locks"]) == 0
-    readme = (checkout / "README.md").read_text()
+    readme = (checkout / "docs" / "stacks.md").read_text()
     assert "- 128k-token training needs TE >=2.18 (a test): below it: `ngc` (pins TE 2.16.0)" in readme
     assert cli.main(["validate"]) == 0
 
