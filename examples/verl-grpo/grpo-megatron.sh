@@ -37,4 +37,14 @@ overrides=(
   # Join the cluster ray-node.sh started instead of starting a one-node Ray of its own.
   +ray_kwargs.ray_init.address=auto
 )
-exec python3 -m verl.trainer.main_ppo --config-name ppo_megatron_trainer "${overrides[@]}" "$@"
+# Hydra reads its overrides as one run of positional arguments: the user's options (--cfg job, …) go before the
+# script's overrides, the user's overrides (key=value, ~key, +key=value) after them, so they win.
+options=()
+extra=()
+for arg in "$@"; do
+  case "$arg" in
+    *=* | "~"* | "+"*) extra+=("$arg") ;;
+    *) options+=("$arg") ;;
+  esac
+done
+exec python3 -m verl.trainer.main_ppo --config-name ppo_megatron_trainer "${options[@]}" "${overrides[@]}" "${extra[@]}"

@@ -46,8 +46,8 @@ def test_the_users_overrides_win_over_the_scripts(host: Any, example: str) -> No
     """Hydra keeps the last value of a key: the script passes the user's overrides after its own (before, a
     user's data.train_batch_size=32 was silently replaced by the script's 256)."""
     result = host.run(f"cd /tmp && timeout 600 bash {example}/grpo-megatron.sh --cfg job data.train_batch_size=32 "
-                      "actor_rollout_ref.rollout.n=2")
+                      "trainer.total_epochs=3")
     assert result.rc == 0, (result.stdout + result.stderr)[-3000:]
-    for line in ("train_batch_size: 32", "n: 2"):
+    for line in ("train_batch_size: 32", "total_epochs: 3"):
         assert line in result.stdout, f"'{line}' not in the composed config:\n{result.stdout[-3000:]}"
-    assert "train_batch_size: 256" not in result.stdout
+    assert "train_batch_size: 256" not in result.stdout and "total_epochs: 1\n" not in result.stdout

@@ -86,14 +86,26 @@ def check(item: tuple) -> tuple:
 
 
 def verify() -> dict:
-    """Hash every listed file, one thread per core (hashlib releases the GIL while it hashes)."""
+    """Hash every listed file, one thread per core (hashlib releases the GIL while it hashes). A path two
+    distributions both list (flashinfer-python and torch-c-dlpack-ext each ship a top-level build_backend.py)
+    holds the copy of whichever was installed last: it matches that one's RECORD, and is reported as shared,
+    not as changed."""
     start = time.monotonic()
     sites = site_dirs()
     items = [item for s in sites for item in listed(s)]
     verified = sorted({dist_name(folder) for s in sites for folder, _ in records(s)})
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         results = list(pool.map(check, items, chunksize=64))
-    bad = [[dist, path, why] for dist, path, why, _ in results if why]
+    by_path: dict = {}
+    for dist, path, why, _ in results:
+        by_path.setdefault(path, []).append((dist, why))
+    bad, shared = [], []
+    for path, claims in by_path.items():
+        kept = [dist for dist, why in claims if not why]
+        if kept and len(kept) < len(claims):  # two wheels ship the path with other bytes: the later one's is there
+            shared.append([path, sorted(dist for dist, _ in claims), kept[0]])
+        elif not kept:
+            bad += [[dist, path, why] for dist, why in claims]
     return {
         "sites": sites,
         "distributions": verified,
@@ -102,6 +114,7 @@ def verify() -> dict:
         "seconds": round(time.monotonic() - start, 1),
         "mismatches": bad[:CAP],
         "mismatch_count": len(bad),
+        "shared": shared[:CAP],
     }
 
 
