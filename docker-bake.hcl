@@ -48,6 +48,12 @@ variable "CACHE_FROM" {
 variable "CACHE_TO" {
   default = ""
 }
+# Dockerfile stages that run again without the build cache, comma-separated (`mcore-images reproduce` sets it to
+# the layer it rebuilds: a digest taken from the cache shows the inputs are the same, a stage run again that its
+# steps give the same bytes).
+variable "NO_CACHE_FILTER" {
+  default = ""
+}
 
 # The hashed per-layer locks (a named build context); `mcore-images build --set` points it at
 # re-resolved locks for an overridden pin.
@@ -250,6 +256,7 @@ target "_common" {
   ])
   cache-from = compact([CACHE_FROM])
   cache-to   = compact([CACHE_TO])
+  no-cache-filter = compact(split(",", NO_CACHE_FILTER))
   # No provenance attestation by default: it records the build's start time and a random invocation ID,
   # so the pushed digest would differ on every rebuild of one commit (`mcore-images reproduce` compares
   # them). The release workflow asks for SBOM and provenance explicitly (build.yml).

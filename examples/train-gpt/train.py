@@ -271,7 +271,8 @@ def stop(saves: Checkpoints | None, step: int, rank: int) -> None:
 
 def agreed(problem: str | None, rank: int, world: int) -> None:
     """Every rank's verdict (a collective): when any rank has a problem, every rank exits 2 and rank 0 says
-    the first, once."""
+    the first, once. The line names the file at fault; the rank that read it is said after it, since the rank
+    that checks a file is not the rank that wrote it."""
     import torch
 
     problems: list[Any] = [None] * world
@@ -279,7 +280,7 @@ def agreed(problem: str | None, rank: int, world: int) -> None:
     failed = [(r, p) for r, p in enumerate(problems) if p]
     if failed:
         r, first = failed[0]
-        fail(first if r == 0 else f"rank {r}: {first}", say=rank == 0)
+        fail(first if r == 0 else f"{first} (read by rank {r})", say=rank == 0)
 
 
 def claim_outputs(args: argparse.Namespace, rank: int, world: int) -> dict[str, Any]:

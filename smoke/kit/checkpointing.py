@@ -282,21 +282,35 @@ def verify(folder: Path, state: dict[str, Any]) -> None:
                                   "another shape")
 
 
+def every_rank_agrees(problem: str | None) -> None:
+    """The ranks' verdicts on a checkpoint, gathered (a collective) before any rank starts loading: a rank that
+    found nothing wrong would otherwise wait in the load's collectives for one that gave up. Every rank raises
+    the first problem, which names the file; the rank that read it is said after it (ranks split the checksum
+    reads, so the rank that finds a file is not the rank that wrote it)."""
+    if not torch.distributed.is_initialized():
+        if problem:
+            raise CheckpointError(problem)
+        return
+    problems: list[str | None] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(problems, problem)
+    failed = [(r, p) for r, p in enumerate(problems) if p]
+    if failed:
+        r, first = failed[0]
+        raise CheckpointError(first if r == 0 else f"{first} (read by rank {r})")
+
+
 def load(models: list[torch.nn.Module], optimizer: Any, folder: Path,
-         agree: Callable[[str | None], None] | None = None) -> None:
+         agree: Callable[[str | None], None] = every_rank_agrees) -> None:
     """Verify, then load the model and optimizer state saved (in any layout) in ``folder``. ``agree``: called
     on every rank with this rank's verdict (None, or the line ``verify`` raised) before any collective, so
-    that the ranks can settle on one report; without it, a verdict is raised here."""
+    that the ranks settle on one report; it raises (or exits) when any rank has a problem."""
     state = sharded_state(models, optimizer, loading=True)
     try:
         verify(folder, state)
     except CheckpointError as exc:
-        if agree is None:
-            raise
         agree(str(exc))
         raise
-    if agree is not None:
-        agree(None)
+    agree(None)
     loaded = dist_checkpointing.load(state, str(folder))
     if len(models) == 1:
         models[0].load_state_dict(loaded["model"])

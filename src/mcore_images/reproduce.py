@@ -3,8 +3,13 @@
 A certificate vouches for one digest. Whoever holds the source can check that the digest is what that
 source builds: the image's labels name its stack, layer and commit (org.opencontainers.image.revision);
 this clones that commit from the local checkout into a temporary folder, builds the same layer there with
-that commit's own tool under tags of its own (the stack's tags do not move), and compares. When the
-digests differ it names the first layer that differs and the build step that made it.
+that commit's own tool under tags of its own (the stack's tags do not move), and compares. The layer's own
+stage runs again without the build cache (bake's no-cache-filter): a digest taken from the cache shows only
+that the inputs are the same, a stage that runs again that its steps give the same bytes. A step that runs
+again writes its files with new times, and this engine's image exporter cannot rewrite them (its option for that
+conflicts with unpacking into the image store), so when the digests differ both images' file systems are compared
+by content (path, type, mode, owner, size, sha256, link target; times left out): the same content is reproduced,
+and said so; otherwise the first paths that differ are named, with the first layer that differs and its step.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -77,6 +83,50 @@ def first_difference(original: Image, rebuilt: Image) -> dict[str, Any] | None:
     return None
 
 
+MANIFEST = r'''
+import hashlib, json, os, stat, sys
+SKIP = ("/proc", "/sys", "/dev", "/tmp", "/run", "/var/tmp")
+SET_BY_DOCKER = ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/.dockerenv")
+for root, dirs, files in os.walk("/", followlinks=False):
+    dirs[:] = sorted(d for d in dirs if os.path.join(root, d) not in SKIP)
+    for name in sorted(dirs + files):
+        path = os.path.join(root, name)
+        if path in SET_BY_DOCKER:
+            continue
+        st = os.lstat(path)
+        entry = [path, stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid]
+        if stat.S_ISREG(st.st_mode):
+            h = hashlib.sha256()
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    h.update(block)
+            entry += [st.st_size, h.hexdigest()]
+        elif stat.S_ISLNK(st.st_mode):
+            entry.append(os.readlink(path))
+        print(json.dumps(entry))
+'''
+"""Run in an image: one line per file system entry, by content (no times), in walk order."""
+
+
+def content(ref: str) -> list[str]:
+    """The image's file system as MANIFEST lists it, run in a container with no network."""
+    done = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", ref, "-c",
+                           MANIFEST], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise InputError(f"cannot list the files of {ref} ({(done.stderr.strip().splitlines() or ['no output'])[-1]})")
+    return done.stdout.splitlines()
+
+
+def content_difference(original: Image, rebuilt: Image) -> list[str]:
+    """The first paths whose content differs between the two images (empty: the same files, times aside)."""
+    a, b = content(original.ref), content(rebuilt.ref)
+    if a == b:
+        return []
+    only_a, only_b = set(a) - set(b), set(b) - set(a)
+    paths = sorted({json.loads(line)[0] for line in only_a | only_b})
+    return paths[:10] + ([f"… and {len(paths) - 10} more"] if len(paths) > 10 else [])
+
+
 def clone(root: Path, revision: str, into: Path) -> None:
     """A clean clone of ``revision`` from the checkout at ``root`` (no untracked or ignored file)."""
     known = subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{revision}^{{commit}}"],
@@ -89,9 +139,10 @@ def clone(root: Path, revision: str, into: Path) -> None:
 
 
 def rebuild(checkout: Path, stack: str, layer: str, local_tag: str) -> int:
-    """Build ``layer`` of ``stack`` in ``checkout`` with that checkout's own tool; returns its exit code."""
+    """Build ``layer`` of ``stack`` in ``checkout`` with that checkout's own tool, the layer's own stage run again
+    without the cache; returns its exit code."""
     env = {k: v for k, v in os.environ.items() if k not in ("GIT_SHA", "SOURCE_DATE_EPOCH", "MCORE_IMAGES_ROOT")}
-    env["PYTHONPATH"] = str(checkout / "src")
+    env.update(PYTHONPATH=str(checkout / "src"), NO_CACHE_FILTER=layer)  # docker-bake.hcl: the stage runs again
     cmd = [sys.executable, "-m", "mcore_images", "build", "--stack", stack, "--layer", layer,
            "--local-tag", local_tag]
     return subprocess.run(cmd, cwd=checkout, env=env, check=False).returncode
@@ -113,6 +164,12 @@ class Outcome:
     rebuilt: str
     reproduced: bool
     first_difference: dict[str, Any] | None
+    uncached_stage: str = ""
+    """The Dockerfile stage that ran again without the build cache (the layer's own)."""
+    seconds: float = 0.0
+    same_content: bool = False
+    """The digests differ, but every file is the same by content (only times differ)."""
+    differing_paths: tuple[str, ...] = ()
 
 
 def reproduce(ref: str, keep: bool = False) -> Outcome:
@@ -128,11 +185,15 @@ def reproduce(ref: str, keep: bool = False) -> Outcome:
     made = built_tags(local_tag, stack, layer)
     try:
         clone(checkout_root("reproduce"), revision, work / "src")
+        started = time.monotonic()
         code = rebuild(work / "src", stack, layer, local_tag)
+        seconds = round(time.monotonic() - started, 1)
         if code != 0:
             raise InputError(f"the rebuild of {layer}-{stack} at {revision[:12]} failed (exit {code}); its log "
                              "is above")
         rebuilt = inspect(made[-1])
+        same = rebuilt.digest == original.digest
+        paths = [] if same else content_difference(original, rebuilt)
     finally:
         shutil.rmtree(work, ignore_errors=True)  # the folder mkdtemp made for this run, nothing else
     if not keep:
@@ -140,15 +201,21 @@ def reproduce(ref: str, keep: bool = False) -> Outcome:
                                                      check=False).returncode == 0]
         if present:
             subprocess.run(["docker", "image", "rm", *present], capture_output=True, check=False)
-    same = rebuilt.digest == original.digest
-    return Outcome(ref, revision, stack, layer, original.digest, rebuilt.digest, same,
-                   None if same else first_difference(original, rebuilt))
+    return Outcome(ref, revision, stack, layer, original.digest, rebuilt.digest, same or not paths,
+                   None if same else first_difference(original, rebuilt), layer, seconds,
+                   same_content=not same and not paths, differing_paths=tuple(paths))
 
 
 def describe(o: Outcome) -> str:
+    if o.same_content:
+        return (f"REPRODUCED (by content): {o.layer}-{o.stack} rebuilt from a clean clone of {o.revision[:12]}, its "
+                f"{o.uncached_stage} stage run again without the cache ({o.seconds:.0f} s), holds the same files as "
+                f"{o.image} (path, mode, owner, size, sha256); its digest {o.rebuilt} differs from {o.digest} by the "
+                "file times the rerun wrote")
     if o.reproduced:
-        return (f"REPRODUCED: {o.layer}-{o.stack} rebuilt from a clean clone of {o.revision[:12]} is {o.rebuilt}, "
-                f"the digest of {o.image}")
+        return (f"REPRODUCED: {o.layer}-{o.stack} rebuilt from a clean clone of {o.revision[:12]}, its "
+                f"{o.uncached_stage} stage run again without the cache ({o.seconds:.0f} s), is {o.rebuilt}, the "
+                f"digest of {o.image}")
     lines = [f"DIFFERS: {o.image} is {o.digest}; rebuilt from a clean clone of {o.revision[:12]}: {o.rebuilt}"]
     d = o.first_difference
     if d is None:
@@ -157,6 +224,8 @@ def describe(o: Outcome) -> str:
         lines.append(f"  first differing layer: #{d['layer']} ({d['original']} vs {d['rebuilt']})")
         if d["step"]:
             lines.append(f"  made by: {d['step']}")
+    if o.differing_paths:
+        lines.append(f"  files that differ by content: {', '.join(o.differing_paths)}")
     return "\n".join(lines)
 
 
