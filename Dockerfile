@@ -59,7 +59,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN python3 -m venv --system-site-packages /opt/venv
 # NGC (since 25.03) points PIP_CONSTRAINT at /etc/pip/constraint.txt, which pins its system packages for
 # every pip install. Our layers install hashed locks with --no-deps that never list what NGC provides
-# (the ngc stack's locks are resolved around it: tests/unit/mcore_images/test_locks_ngc.py), so the
+# (the ngc stack's locks are resolved around it: tests/unit/mcore_images/resolve/test_locks_ngc.py), so the
 # constraint could only refuse a lock it has not seen; it is turned off here, as Megatron-LM's NGC
 # Dockerfile does. A user's `pip install` in the image is then unconstrained too: `pip install -c <(pip
 # freeze)` keeps the image's versions (README).
@@ -117,8 +117,8 @@ RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lo
 # The stage holds the modules jobs.py imports and nothing more, so an edit elsewhere in the tooling keeps
 # the compiles cached; tests/unit/repo/test_dockerfile.py checks the list against jobs.py's imports.
 FROM scratch AS planner
-COPY src/mcore_images/__init__.py src/mcore_images/errors.py src/mcore_images/command.py src/mcore_images/jobs.py \
-     /mcore_images/
+COPY src/mcore_images/__init__.py src/mcore_images/errors.py src/mcore_images/command.py /mcore_images/
+COPY src/mcore_images/build/__init__.py src/mcore_images/build/jobs.py /mcore_images/build/
 
 # A C/C++ cross compiler that runs at the build machine's speed, for a builder of another platform that runs
 # under QEMU (linux/arm64 made on x86_64): Debian's g++ for aarch64 from the same OS base, so its GCC is the
@@ -182,7 +182,7 @@ RUN --mount=type=bind,source=docker/build-apex.sh,target=/mnt/build/build-apex.s
     fi
 
 # The tooling (mcore_images and the smoke programs) as the project's own wheel, for the runtime
-# layer's venv: `mcore-images`, `python -m smoke` and `python -m mcore_images doctor` work in the
+# layer's venv: `mcore-images`, `python -m mcore_images.smoke` and `python -m mcore_images doctor` work in the
 # image's Python and nowhere else (no global PYTHONPATH).
 FROM builder AS tooling-build
 RUN --mount=type=bind,source=pyproject.toml,target=/src/pyproject.toml \
@@ -253,7 +253,7 @@ RUN --mount=type=bind,from=tooling-build,source=/tooling,target=/tooling \
     sh /mnt/build/pip.sh install --no-deps --no-index --no-cache-dir /tooling/*.whl \
  && python /mnt/build/pip-check.py \
  && mkdir -p /opt/mcore-images \
- && python -m mcore_images.constraints > /opt/mcore-images/constraints.txt
+ && python -m mcore_images.catalogue.constraints > /opt/mcore-images/constraints.txt
 COPY env/stacks.json env/stacks.schema.json env/bench-baselines.json /opt/mcore-images/env/
 # A job's `pip install` on this image cannot move torch, TE, megatron-core or their CUDA libraries.
 ENV PIP_CONSTRAINT=/opt/mcore-images/constraints.txt
@@ -281,4 +281,4 @@ RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lo
  && /mnt/build/check-version.sh vllm "${VLLM_VERSION}" \
  && /mnt/build/check-version.sh sglang "${SGLANG_VERSION}" \
  && /mnt/build/check-version.sh torch "${TORCH_VERSION}" \
- && python -m mcore_images.constraints > /opt/mcore-images/constraints.txt
+ && python -m mcore_images.catalogue.constraints > /opt/mcore-images/constraints.txt

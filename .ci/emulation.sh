@@ -3,7 +3,7 @@
 # MIN_QEMU or newer registered with binfmt_misc with the F flag, which containers need (the kernel opens the
 # interpreter at registration, so an image without QEMU in it runs aarch64 programs).
 #
-# Why MIN_QEMU (src/mcore_images/emulation.py's QEMU_FAULTS says the same, per version):
+# Why MIN_QEMU (src/mcore_images/launch/emulation.py's QEMU_FAULTS says the same, per version):
 #   - QEMU 7.2 (bookworm's own) emulates the pointer authentication Debian's arm64 programs use with the architected
 #     QARMA5 cipher: a pure-Python loop in an arm64 trixie root took 58.7 s under 7.2, 6.7 s under 10.0, 0.48 s natively.
 #   - QEMU 10.0.2 deadlocks, now and then, in a child forked from a many-threaded program, inside QEMU itself before
@@ -27,7 +27,7 @@
 #                             saying why)
 set -euo pipefail
 
-MIN_QEMU=11.1  # src/mcore_images/emulation.py's MIN_QEMU; tests/unit/repo/test_emulation_script.py holds them equal
+MIN_QEMU=11.1  # src/mcore_images/launch/emulation.py's MIN_QEMU; tests/unit/repo/test_emulation_script.py holds them equal
 PACKAGE=qemu-user
 QEMU_SUITE=trixie-backports  # Debian's suite with qemu-user >= MIN_QEMU (1:11.1.3+ds-2~bpo13+1)
 OWN=/usr/local/libexec/mcore-images  # the qemu-aarch64 this script fetched; nothing else is written there

@@ -12,7 +12,7 @@
 #                                               $REPLICA/bin: links to the host's commands that the image has too
 #   .ci/image-env-replica.sh run DIR CMD…       (GPU host) CMD under `env -i` with the image's variables, PATH =
 #                                               $REPLICA/bin only, PIP_CONSTRAINT = the image's file, this
-#                                               checkout's smoke/ and src/ and the installed wheels first on
+#                                               checkout's src/ and the installed wheels first on
 #                                               PYTHONPATH, over the host's torch
 #
 # What cannot be the image's is left visible, not hidden: the host's Python and torch build, its driver and
@@ -106,7 +106,7 @@ for item in json.load(open(sys.argv[1])):
   # driver's libraries stay where the host keeps them (a container runtime injects them into the image too).
   exec env -i HOME="${HOME:-/root}" TERM=dumb "${vars[@]}" \
     PATH="$REPLICA/bin" PIP_CONSTRAINT="$dir/constraints.txt" MCORE_IMAGES_ROOT="$ROOT" \
-    PYTHONPATH="$ROOT:$ROOT/src:$REPLICA/site" CUDNN_HOME="$torch_dir/nvidia/cudnn" \
+    PYTHONPATH="$ROOT/src:$REPLICA/site" CUDNN_HOME="$torch_dir/nvidia/cudnn" \
     LD_LIBRARY_PATH="$torch_dir/nvidia/cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
 }
 

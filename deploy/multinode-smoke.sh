@@ -2,9 +2,9 @@
 # The GPU smoke across several nodes with plain torchrun rendezvous (c10d). Run it inside the image,
 # the same command on every node at once (Slurm: srun; Kubernetes: one pod per node):
 #
-#   NNODES=2 RDZV_ENDPOINT=node0:29500 bash deploy/multinode-smoke.sh [python -m smoke options...]
+#   NNODES=2 RDZV_ENDPOINT=node0:29500 bash deploy/multinode-smoke.sh [python -m mcore_images.smoke options...]
 #
-# Started by torchrun, `python -m smoke` runs as the ranks directly (smoke/cli.py): layouts are planned
+# Started by torchrun, `python -m mcore_images.smoke` runs as the ranks directly (src/mcore_images/smoke/cli.py): layouts are planned
 # for the whole world, and the rank 0 — on whichever node the rendezvous puts it — writes
 # certificate.json/.md to OUT (put OUT on a shared filesystem to find it on the submitting host).
 #
@@ -13,8 +13,8 @@
 #   NPROC_PER_NODE  ranks per node (default: gpu, one per visible GPU)
 #   RDZV_ID         job id shared by the nodes (default: mcore-smoke; Slurm: the job id)
 #   OUT             certificate folder (default: ./smoke-out)
-# The images install the smoke programs in their venv; outside an image, put a checkout's root and
-# src/ on PYTHONPATH.
+# The images install the smoke programs in their venv; outside an image, put a checkout's src/ on
+# PYTHONPATH.
 set -euo pipefail
 die() { echo "multinode-smoke: $*" >&2; exit 2; }
 
@@ -34,4 +34,4 @@ export PYTHONUNBUFFERED=1
 
 exec torchrun --nnodes "$NNODES" --nproc-per-node "$nproc" \
   --rdzv-backend c10d --rdzv-endpoint "$RDZV_ENDPOINT" --rdzv-id "${RDZV_ID:-mcore-smoke}" \
-  --max-restarts 0 -m smoke --out "$out" "$@"
+  --max-restarts 0 -m mcore_images.smoke --out "$out" "$@"

@@ -21,7 +21,7 @@ if [ -x "$site/nvidia/cu${CUDA_MAJOR}/bin/nvcc" ]; then
   export CUDA_HOME="$site/nvidia/cu${CUDA_MAJOR}"
 fi
 # The stack's SM numbers in torch's spelling: the last digit is the minor (100 -> 10.0, 90a -> 9.0a), as
-# mcore_images.gpu_archs.torch_arch writes it (a unit test runs this line against it).
+# mcore_images.catalogue.gpu_archs.torch_arch writes it (a unit test runs this line against it).
 arch_list="${TORCH_CUDA_ARCH_LIST:-$(echo "${NVTE_CUDA_ARCHS:-90}" | sed -E 's/([0-9]+)([0-9])([a-z]?)/\1.\2\3/g')}"
 export TORCH_CUDA_ARCH_LIST="$arch_list"
 # C++ through ccache's compiler links, nvcc through the retry wrapper (which calls ccache too).

@@ -1,5 +1,5 @@
-"""`python -m smoke`: plan, launch (under torchrun) and certify the smoke runs."""
+"""`python -m smoke`: runs `python -m mcore_images.smoke` (see mcore_images/smoke/renamed.py)."""
 
-from smoke.cli import main
+from mcore_images.smoke.renamed import run_as
 
-raise SystemExit(main())
+run_as("mcore_images.smoke")

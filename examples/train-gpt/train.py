@@ -156,7 +156,7 @@ def build(args: argparse.Namespace) -> list[Any]:
 
 def main(argv: list[str]) -> int:
     if "LOCAL_RANK" in os.environ:  # a rank of torchrun's, which starts it in a session of its own: end with it
-        from smoke.kit import lifetime
+        from mcore_images.smoke.kit import lifetime
 
         lifetime.die_with_parent()
     try:
@@ -169,7 +169,7 @@ def main(argv: list[str]) -> int:
 
 def train(args: argparse.Namespace) -> int:
     if args.cpu:  # gloo and CPU tensors: megatron-core assumes CUDA in a few places the image's shim covers
-        from smoke.kit import cpu_shim
+        from mcore_images.smoke.kit import cpu_shim
 
         cpu_shim.install()
         cpu_shim.hide_transformer_engine()
@@ -179,7 +179,8 @@ def train(args: argparse.Namespace) -> int:
     if args.cpu:
         cpu_shim.patch_megatron()
     from megatron.core import parallel_state as ps
-    from smoke.kit import bootstrap, checkpointing
+
+    from mcore_images.smoke.kit import bootstrap, checkpointing
 
     rank, world = bootstrap.init_process_group(args.cpu, 120)
     device = torch.device("cpu") if args.cpu else torch.device("cuda", torch.cuda.current_device())
@@ -287,7 +288,7 @@ def claim_outputs(args: argparse.Namespace, rank: int, world: int) -> dict[str, 
     """Before anything is built: every rank can write the --save folder, no other job writes into it (rank 0
     holds its lock until the job ends), rank 0 can write --log-file. Returns what it holds (``owner``,
     ``log``); one line and exit 2 otherwise, on every rank."""
-    from smoke.kit import folders
+    from mcore_images.smoke.kit import folders
 
     held: dict[str, Any] = {}
     problem = None
@@ -324,7 +325,8 @@ class Checkpoints:
     def start(self, step: int) -> None:
         """Save ``step`` (in the background with --async-save), once the save before it is complete."""
         import torch
-        from smoke.kit import checkpointing
+
+        from mcore_images.smoke.kit import checkpointing
 
         self.wait()
         name = f"iter_{step:07d}"
@@ -360,7 +362,8 @@ class Checkpoints:
 
     def _finish(self, blocking: bool) -> bool:
         import torch
-        from smoke.kit import checkpointing
+
+        from mcore_images.smoke.kit import checkpointing
 
         if self.saving is None:
             return True
@@ -397,7 +400,7 @@ class Checkpoints:
     def failed(self, exc: BaseException, everywhere: bool) -> None:
         """End the job over the save in flight: one line, exit 1. When every rank knows, rank 0 says it;
         when this rank alone knows and it is not rank 0, it waits PEER_WAIT_S for rank 0 to say it first."""
-        from smoke.kit import checkpointing
+        from mcore_images.smoke.kit import checkpointing
 
         if self.rank != 0 and not everywhere and TERM.wait(PEER_WAIT_S):
             fail("", 1, say=False)

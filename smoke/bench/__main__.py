@@ -1,11 +1,5 @@
-"""`python -m smoke.bench`: tokens/s, TFLOP/s per GPU and MFU of reference models, gated against baselines."""
+"""`python -m smoke.bench`: runs `python -m mcore_images.smoke.bench` (see mcore_images/smoke/renamed.py)."""
 
-import os
-import sys
+from mcore_images.smoke.renamed import run_as
 
-from smoke.bench.cli import main
-
-code = main()
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(code)  # skip interpreter shutdown with megatron-core loaded (seconds; results are written)
+run_as("mcore_images.smoke.bench")

@@ -1,5 +1,5 @@
-"""`python -m smoke.bridge`: check the HF <-> Megatron-Core bridge(s) of this environment."""
+"""`python -m smoke.bridge`: runs `python -m mcore_images.smoke.bridge` (see mcore_images/smoke/renamed.py)."""
 
-from smoke.bridge.cli import main
+from mcore_images.smoke.renamed import run_as
 
-raise SystemExit(main())
+run_as("mcore_images.smoke.bridge")

@@ -7,27 +7,29 @@ input ends with one line naming the fix and exit code 2, before anything runs.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
+from types import ModuleType
 
 from mcore_images import __version__
+from mcore_images.build import bake, debian_base, jobs, make_vars, regions, reproduce, timing
+from mcore_images.catalogue import tags
 from mcore_images.command import Command, Parser, configure, dispatch
+from mcore_images.doctor import command as doctor
+from mcore_images.launch import kube, programs, run
+from mcore_images.release import certify, ledger, platform_index, promote, release_matrix, verify
+from mcore_images.report import command as report
+from mcore_images.resolve import lock, outdated, plan
 
-MODULES = (
-    "mcore_images.plan", "mcore_images.jobs", "mcore_images.lock", "mcore_images.generated",
-    "mcore_images.debian_base", "mcore_images.build", "mcore_images.doctor", "mcore_images.programs",
-    "mcore_images.run", "mcore_images.certify", "mcore_images.promote", "mcore_images.verify", "mcore_images.ledger",
-    "mcore_images.tags",
-    "mcore_images.release_matrix", "mcore_images.platform_index", "mcore_images.outdated", "mcore_images.reproduce",
-    "mcore_images.build_timing", "mcore_images.report", "mcore_images.kube",
-    "mcore_images.make_vars",
+MODULES: tuple[ModuleType, ...] = (
+    plan, jobs, lock, regions, debian_base, bake, doctor, programs, run, certify, promote, verify, ledger, tags,
+    release_matrix, platform_index, outdated, reproduce, timing, report, kube, make_vars,
 )
 """Modules that declare commands, in the order `mcore-images --help` lists them."""
 
 
 def commands() -> list[Command]:
-    return [c for name in MODULES for c in importlib.import_module(name).COMMANDS]
+    return [c for module in MODULES for c in module.COMMANDS]
 
 
 def parser() -> argparse.ArgumentParser:

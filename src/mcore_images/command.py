@@ -1,7 +1,7 @@
 """The contract every `mcore-images` command follows, and the one way to declare one.
 
-A module that offers commands lists them in ``COMMANDS`` (a tuple of ``Command``); cli.py reads that
-tuple from each module in its ``MODULES`` and builds the parser. The contract, checked by
+A module that offers commands lists them in ``COMMANDS`` (a tuple of ``Command``); cli.py imports each
+such module, reads that tuple from each and builds the parser. The contract, checked by
 tests/unit/mcore_images/test_cli.py for every command:
 
 - every option has help text;
@@ -35,7 +35,17 @@ class Command:
     prints_data: bool = False
     """Adds ``--json``: the command then prints one JSON document on stdout."""
     passthrough: str | None = None
-    """What the arguments after ``--`` are for (e.g. 'python -m smoke'); they land in ``args.passthrough``."""
+    """What the arguments after ``--`` are for (e.g. 'python -m mcore_images.smoke'); they land in
+    ``args.passthrough``."""
+
+
+class RunInstead(Exception):
+    """Raised by a command that stands for another (``from-make``): dispatch runs ``argv`` with the same parser,
+    so that such a command needs no import of the whole command table."""
+
+    def __init__(self, argv: list[str]) -> None:
+        super().__init__(argv)
+        self.argv = argv
 
 
 class Parser(argparse.ArgumentParser):
@@ -77,13 +87,15 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str]) -> int:
                              f"'-- {' '.join(rest)}'")
         args.passthrough = rest
         return args.func(args)
+    except RunInstead as instead:
+        return dispatch(parser, instead.argv)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
 
 
 def standalone(command: Command, argv: list[str] | None = None) -> int:
-    """Run one command as its own program (``python -m mcore_images.jobs``)."""
+    """Run one command as its own program (``python -m mcore_images.build.jobs``)."""
     parser = Parser(prog=f"mcore-images {command.name}", description=command.description or command.help)
     configure(parser, command)
     return dispatch(parser, list(sys.argv[1:] if argv is None else argv))

@@ -13,12 +13,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mcore_images import PACKAGE
 from mcore_images.errors import InputError, shown
 
 Place = Callable[[Sequence[Any]], tuple[str, Sequence[Any]]]
 """Turns the start of an error's path into a name ("stack 'debian'") and returns the rest of the path."""
 
-PACKAGED = Path(__file__).resolve().parent / "data"
+PACKAGED = PACKAGE / "data"
 CERTIFICATE_SCHEMA = PACKAGED / "certificate.schema.json"
 """The certificate fields the report, verify, attach and promote read, with their types."""
 BUILD_TIMINGS_SCHEMA = PACKAGED / "build-timings.schema.json"

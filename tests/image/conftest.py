@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 import testinfra
 
-from mcore_images import emulation, platforms
-from mcore_images.build import SYSTEM_CA
-from mcore_images.stacks import LAYERS, Stack
+from mcore_images.build.bake import SYSTEM_CA
+from mcore_images.catalogue import platforms
+from mcore_images.catalogue.stacks import LAYERS, Stack
+from mcore_images.launch import emulation
 from tests.image.shared_checks import hygiene
 from tests.image.utils import docker, layers, probing, saved_layers
 

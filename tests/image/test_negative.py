@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from mcore_images import components, gpu_archs
-from mcore_images.images import label
+from mcore_images.catalogue import components, gpu_archs
+from mcore_images.catalogue.images import label
 from tests.image.shared_checks import archs, environment, hygiene, installed, versions
 from tests.image.shared_checks import layers as layer_checks
 from tests.image.shared_checks.hygiene import REPO

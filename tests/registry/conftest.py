@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import images, registry
-from mcore_images.stacks import Stack, load_stacks
+from mcore_images.catalogue import images
+from mcore_images.catalogue.stacks import Stack, load_stacks
+from mcore_images.release import registry
 from tests.support.certificates import labels_of, write_certificate
 
 PORT = os.environ.get("MCORE_REGISTRY_PORT", "5000")

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import cli, ledger, registry, tags, verify
+from mcore_images import cli
+from mcore_images.catalogue import tags
+from mcore_images.release import ledger, registry, verify
 from tests.registry.conftest import STORAGE, Pushed
 
 

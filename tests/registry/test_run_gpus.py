@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import run
+from mcore_images.launch import run
 
 
 @pytest.fixture(scope="module")

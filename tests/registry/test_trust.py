@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import cli, ledger, registry
-from mcore_images import tags as tag_scheme
+from mcore_images import cli
+from mcore_images.catalogue import tags as tag_scheme
+from mcore_images.release import ledger, registry
 from tests.registry.conftest import Pushed
 from tests.registry.test_release import attach_and_sign
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mcore_images.stacks import load_stacks
+from mcore_images.catalogue.stacks import load_stacks
 
 URL = "file:///site/"
 

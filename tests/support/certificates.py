@@ -8,11 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from smoke import certificate as smoke_certificate
-
-from mcore_images import certify, components, gpu_archs, platforms, schemas
-from mcore_images.images import label
-from mcore_images.stacks import Stack
+from mcore_images import schemas
+from mcore_images.catalogue import components, gpu_archs, platforms
+from mcore_images.catalogue.images import label
+from mcore_images.catalogue.stacks import Stack
+from mcore_images.release import certify
+from mcore_images.smoke import certificate as smoke_certificate
 
 REGISTRY_DIGEST = "RepoDigests: the registry manifest digest (pull by it to get this image)"
 
@@ -63,7 +64,8 @@ def write_certificate(out: Path, stack: Stack, *, repository: str, digest: str, 
                       platform: str | None = None) -> Path:
     """A certificate as the smoke writes it, bound to ``repository@digest`` by certify.bind (``platform``: the one
     the smoke read inside the image, ``linux/arm64``; None: a certificate from before platforms were recorded)."""
-    cert = smoke_certificate.new(["python", "-m", "smoke", "--out", "/cert"], created.isoformat(timespec="seconds"))
+    cert = smoke_certificate.new(["python", "-m", "mcore_images.smoke", "--out", "/cert"],
+                                 created.isoformat(timespec="seconds"))
     code = {"passed": 0, "failed": 1}[smoke_status]
     cert.update(status=smoke_status, exit_code=code, error=None if code == 0 else "rank 0 failed in tp2: loss rose")
     gpu = ({"model": "NVIDIA H100 80GB HBM3", "count": gpus, "driver": "580.65.06"} if gpus

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.stacks import Stack, load_stacks
+from mcore_images.catalogue.stacks import Stack, load_stacks
 
 ROOT = Path(__file__).resolve().parents[2]
-PYTHONPATH = f"{ROOT}:{ROOT / 'src'}"
-"""What a program of this checkout (python -m smoke, …) needs on its path: smoke/ and the tooling's src/."""
+PYTHONPATH = str(ROOT / "src")
+"""What a program of this checkout (python -m mcore_images.smoke, …) needs on its path: the package's src/."""
 
 
 @pytest.fixture(scope="session")

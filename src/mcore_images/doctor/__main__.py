@@ -1,5 +1,11 @@
 """`python -m mcore_images.doctor`: runs where only this package and the standard library exist."""
 
-from mcore_images.doctor import main
+import sys
+
+if sys.version_info < (3, 10):  # noqa: UP036 - pyproject says 3.10, but the doctor also runs in foreign images
+    sys.stderr.write("doctor: needs Python >= 3.10; run it with python3.10 or newer\n")
+    raise SystemExit(2)
+
+from mcore_images.doctor.command import main
 
 raise SystemExit(main())

@@ -6,9 +6,9 @@ import re
 import sys
 from pathlib import Path
 
+from mcore_images.catalogue.versions import at_least
 from mcore_images.doctor import probes
 from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip
-from mcore_images.versions import at_least
 
 MIN_MCORE = "0.13.0"  # verl asserts megatron-core >= 0.13.0
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from mcore_images import gpu_archs
+from mcore_images.catalogue import gpu_archs
+from mcore_images.catalogue.versions import at_least
 from mcore_images.doctor import fatbin, probes
 from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip, warn
-from mcore_images.versions import at_least
 
 MCORE_NEEDS_NEW_FLOOR = "0.17"  # from megatron-core 0.17 on: Python >= 3.12 and torch >= 2.6
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from mcore_images import components, flash_attention
+from mcore_images.catalogue import components, flash_attention
 from mcore_images.doctor import probes
 from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip, warn
 

@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mcore_images import PACKAGE
 from mcore_images.doctor import probes
 from mcore_images.doctor.model import Check, Finding, Status
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds mcore_images/
+PACKAGE_ROOT = PACKAGE.parent  # the folder that holds mcore_images/
 DEFAULT_TIMEOUT_S = 120.0
 """Per check. Long enough for a first `import torch` + TE from a cold network file system; a hang
 then costs two minutes once, because the import that hung is not retried."""

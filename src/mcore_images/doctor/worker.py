@@ -26,7 +26,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TextIO
 
-from mcore_images.doctor import load_checks, probes
+from mcore_images.doctor import probes
+from mcore_images.doctor.command import load_checks
 from mcore_images.doctor.model import Context, Finding, Status, run_one
 
 

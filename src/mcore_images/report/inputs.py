@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcore_images import components, images, platforms, policy, schemas
+from mcore_images import schemas
+from mcore_images.catalogue import components, images, platforms
+from mcore_images.catalogue.stacks import Stack
+from mcore_images.catalogue.versions import pin_satisfied
 from mcore_images.errors import InputError
 from mcore_images.jsonfiles import BUILD_TIMINGS_SCHEMA, problem, read_json
-from mcore_images.stacks import Stack
-from mcore_images.versions import pin_satisfied
+from mcore_images.release import policy
 
 CERTIFICATE_NAME = "certificate.json"
 STALE_POLICY = "release"

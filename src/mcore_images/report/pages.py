@@ -10,10 +10,11 @@ import datetime as dt
 from html import escape
 from typing import Any
 
-from mcore_images import components, drivers, gpu_archs, platforms, rules, tags
+from mcore_images.catalogue import components, drivers, gpu_archs, platforms, tags
+from mcore_images.catalogue.stacks import Stack
 from mcore_images.report import charts
 from mcore_images.report.inputs import Certificate
-from mcore_images.stacks import Stack
+from mcore_images.resolve import rules
 
 CSS = """body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1b1b1b;max-width:1500px}
 table{border-collapse:collapse;margin:.5rem 0 1.5rem;font-size:.85rem}
@@ -438,8 +439,8 @@ def matrix(stacks: dict[str, Stack]) -> str:
     return page(
         "Compatibility matrix",
         [
-            "<p>The pins of env/stacks.json and the compatibility rules (src/mcore_images/rules.py) every build is "
-            "checked against.</p>",
+            "<p>The pins of env/stacks.json and the compatibility rules (src/mcore_images/resolve/rules.py) every "
+            "build is checked against.</p>",
             table(
                 ["stack", "flavor"] + [c.title for c in comps] + ["min driver", "groups", "rules"],
                 rows,

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from tests.image.shared_checks import versions
 
-from mcore_images import components
+from mcore_images.catalogue import components
 
 
 @pytest.mark.parametrize("comp", components.of_layer("app"), ids=lambda c: c.label)

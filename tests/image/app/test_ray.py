@@ -1,5 +1,5 @@
-"""Megatron workers on Ray, the way verl runs them: `python -m smoke --ray` starts a Ray head in the container,
-places one actor per rank, and each actor joins one torch.distributed group (gloo on CPU) and runs the
+"""Megatron workers on Ray, the way verl runs them: `python -m mcore_images.smoke --ray` starts a Ray head in the
+container, places one actor per rank, and each actor joins one torch.distributed group (gloo on CPU) and runs the
 smoke's TP/PP/EP forward-backward. The certificate says it ran under Ray; a rank that raises inside an actor
 fails the run in seconds."""
 
@@ -10,9 +10,9 @@ import time
 from typing import Any
 
 import pytest
-from smoke.layouts import parse_layout
 
-from mcore_images.images import label
+from mcore_images.catalogue.images import label
+from mcore_images.smoke.layouts import parse_layout
 
 RUNS = {2: "tp2,pp2,ep2", 4: "tp2-pp2,pp2-ep2"}
 """Layouts per actor count: tensor, pipeline and expert parallel among them (MoE with tp > 1 needs TE's
@@ -24,8 +24,8 @@ is seen within the poll interval)."""
 
 def smoke_under_ray(host: Any, actors: int, out: str, extra: str = "") -> tuple[Any, dict[str, Any] | None, float]:
     started = time.monotonic()
-    result = host.run(f"cd /tmp && timeout 900 python -m smoke --cpu --ray --nproc {actors} --layouts {RUNS[actors]} "
-                      f"--no-checkpoint --steps 3 --out {out} {extra}")
+    result = host.run(f"cd /tmp && timeout 900 python -m mcore_images.smoke --cpu --ray --nproc {actors} "
+                      f"--layouts {RUNS[actors]} --no-checkpoint --steps 3 --out {out} {extra}")
     seconds = time.monotonic() - started
     found = host.file(f"{out}/certificate.json")
     return result, json.loads(found.content_string) if found.exists else None, seconds

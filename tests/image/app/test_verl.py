@@ -14,8 +14,8 @@ import pytest
 from packaging.version import Version
 from tests.image.utils import docker, probing
 
-from mcore_images.images import label
-from mcore_images.versions import same
+from mcore_images.catalogue.images import label
+from mcore_images.catalogue.versions import same
 
 MARK = "VERL_PROBE_JSON:"
 # Runs inside the image. verl's assertion is read from verl's source and evaluated in that module's

@@ -12,8 +12,8 @@ import pytest
 from tests.image.utils.docker import ImageInfo
 from tests.image.utils.fake_wheel import FAKE_WHEEL
 
-from mcore_images import components
-from mcore_images.images import label
+from mcore_images.catalogue import components
+from mcore_images.catalogue.images import label
 
 ENGINE_ARGS = r'''
 import json, sys
@@ -112,7 +112,7 @@ def test_verl_converts_hf_configs_and_builds_models_through_mbridge(host: Any, l
     if labels.get(label("mbridge"), "none") == "none":
         pytest.skip("no mbridge in this image: verl builds through Megatron-Bridge here")
     out = "/tmp/verl-bridge"
-    result = host.run(f"cd /tmp && timeout 900 python -m smoke.bridge --cpu --bridges verl-mbridge "
+    result = host.run(f"cd /tmp && timeout 900 python -m mcore_images.smoke.bridge --cpu --bridges verl-mbridge "
                       f"--archs qwen2,qwen3_moe,mixtral --out {out}")
     report = json.loads(host.file(f"{out}/bridge.json").content_string)
     by_arch = {r["arch"]: r for r in report["architectures"]}

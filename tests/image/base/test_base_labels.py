@@ -5,9 +5,9 @@ from __future__ import annotations
 from tests.image.shared_checks import versions
 from tests.image.utils import docker
 
-from mcore_images import components
-from mcore_images.images import label
-from mcore_images.stacks import LAYERS, Stack
+from mcore_images.catalogue import components
+from mcore_images.catalogue.images import label
+from mcore_images.catalogue.stacks import LAYERS, Stack
 
 BASE_LABELS = ("layer", "stack", "flavor", "base", *(c.label for c in components.of_layer("base")), "size-budget-gb")
 """What every layer carries: the stack's identity, the base layer's components (the catalogue's), its budget."""

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from tests.image.shared_checks import versions
 
-from mcore_images import components
+from mcore_images.catalogue import components
 
 PIP_CHECK = Path(__file__).resolve().parents[3] / "docker" / "pip-check.py"
 

@@ -8,7 +8,7 @@ from typing import Any
 from tests.image.shared_checks import archs
 from tests.image.utils import docker
 
-from mcore_images.stacks import Stack
+from mcore_images.catalogue.stacks import Stack
 
 
 def test_kernels_carry_the_declared_archs(image: docker.ImageInfo, stack: Stack, host: Any) -> None:

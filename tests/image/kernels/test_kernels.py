@@ -10,7 +10,7 @@ from tests.image.shared_checks import hygiene, loader, versions
 from tests.image.shared_checks import layers as layer_checks
 from tests.image.utils import docker, layers, saved_layers
 
-from mcore_images import components
+from mcore_images.catalogue import components
 
 
 @pytest.mark.parametrize("comp", components.of_layer("kernels"), ids=lambda c: c.label)

@@ -12,7 +12,7 @@ import pytest
 from tests.image.test_negative import _failed_tests, _tag
 from tests.image.utils import docker
 
-from mcore_images import components
+from mcore_images.catalogue import components
 
 DOCTOR = ("NVTE_FLASH_ATTN=1 NVTE_FUSED_ATTN=0 NVTE_UNFUSED_ATTN=0 "
           "python -m mcore_images doctor --only te.attention --json")

@@ -10,7 +10,7 @@ OUT = "/tmp/mcore-images-test-bench"
 
 
 def test_the_bench_trains_every_variant_profiles_and_writes(host: Any) -> None:
-    result = host.run(f"cd /tmp && timeout 600 python -m smoke.bench --cpu --configs tiny,tiny-moe "
+    result = host.run(f"cd /tmp && timeout 600 python -m mcore_images.smoke.bench --cpu --configs tiny,tiny-moe "
                       f"--variants defaults,production+ce --warmup 1 --steps 2 --profile --out {OUT}")
     assert result.rc == 0, (result.stdout + result.stderr)[-3000:]
     doc = json.loads(host.file(f"{OUT}/bench.json").content_string)

@@ -1,6 +1,7 @@
-"""The HF <-> Megatron-Core bridge(s) the image labels work with its megatron-core (smoke/bridge.py, on CPU).
+"""The HF <-> Megatron-Core bridge(s) the image labels work with its megatron-core (src/mcore_images/smoke/bridge.py, on
+CPU).
 
-`python -m smoke.bridge --cpu` runs in the container for every bridge the labels name: tiny Qwen2
+`python -m mcore_images.smoke.bridge --cpu` runs in the container for every bridge the labels name: tiny Qwen2
 and MoE checkpoints written there, built through the bridge's AutoBridge, bit-exact weight round
 trip, logits vs transformers, a forward-backward. An architecture the bridge lacks must fail with
 the one-line "config conversion failed" error.
@@ -15,10 +16,10 @@ from typing import Any
 import pytest
 from tests.image.utils import docker
 
-from mcore_images.stacks import NONE
+from mcore_images.catalogue.stacks import NONE
 
 BRIDGE_LABELS = ("mbridge", "megatron-bridge")
-BRIDGE = "cd /workspace 2>/dev/null; timeout {t} python -m smoke.bridge {args}"
+BRIDGE = "cd /workspace 2>/dev/null; timeout {t} python -m mcore_images.smoke.bridge {args}"
 # An architecture neither bridge converts (GPT-2): what a user's unsupported model looks like.
 UNSUPPORTED = {
     "architectures": ["GPT2LMHeadModel"],
@@ -43,7 +44,7 @@ def bridges(image: docker.ImageInfo, host: Any) -> list[str]:
             f"{image.ref} labels no bridge (io.mcore-images.mbridge={image.label('mbridge')}, "
             f"io.mcore-images.megatron-bridge={image.label('megatron-bridge')}): nothing to check"
         )
-    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('smoke.bridge') is None)"
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('mcore_images.smoke.bridge') is None)"
     if host.run(f'python -c "{probe}"').rc:
         pytest.skip("this image's smoke programs have no bridge check (smoke.bridge): it predates it")
     return found
@@ -55,7 +56,7 @@ def run_bridge(host: Any, args: str, timeout: int = 900) -> tuple[Any, dict[str,
         report = json.loads(result.stdout)
     except ValueError:
         pytest.fail(
-            f"python -m smoke.bridge {args} printed no JSON report (exit {result.rc}): "
+            f"python -m mcore_images.smoke.bridge {args} printed no JSON report (exit {result.rc}): "
             f"{(result.stdout + result.stderr).strip()[-3000:]}"
         )
     return result, report
@@ -69,7 +70,7 @@ def test_bridge_round_trip_logits_and_fwd_bwd_on_cpu(host: Any, bridges: list[st
         f"{r['arch']}/{r['bridge']}: {r['status']}" + (f" at {r['stage']}: {r['reason']}" if r["reason"] else "")
         for r in report["architectures"]
     ]
-    print(f"python -m smoke.bridge {args}:\n" + "\n".join(lines))
+    print(f"python -m mcore_images.smoke.bridge {args}:\n" + "\n".join(lines))
     assert result.rc == 0, f"exit {result.rc}, {report['status']}: {report.get('error') or ''}\n" + "\n".join(lines)
     for bridge in bridges:
         passed = [r for r in report["architectures"] if r["bridge"] == bridge and r["passed"]]

@@ -1,4 +1,4 @@
-"""`python -m smoke --checkpoint-dir DIR` in the image: each round trip saves into a new folder of its own
+"""`python -m mcore_images.smoke --checkpoint-dir DIR` in the image: each round trip saves into a new folder of its own
 inside DIR and removes only that, so someone's checkpoints there survive; a read-only DIR is refused in
 one line before torchrun starts; a full one is named in the certificate's one error line.
 
@@ -15,7 +15,8 @@ from typing import Any
 
 from tests.image.utils.docker import container_options, remove_container
 
-SMOKE = ("python", "-m", "smoke", "--cpu", "--nproc", "1", "--layouts", "dp1", "--models", "dense", "--spec",
+SMOKE = ("python", "-m", "mcore_images.smoke", "--cpu", "--nproc", "1", "--layouts", "dp1", "--models", "dense",
+         "--spec",
          "local", "--steps", "2", "--checkpoint-dir", "/ck")
 """The shortest run with a round trip: dp1 → dp1 (dense), saved in the background."""
 SENTINELS = {"run-42/iter_0000100/__0_0.distcp": "weights", "run-42/latest": "iter_0000100", "notes.txt": "keep"}

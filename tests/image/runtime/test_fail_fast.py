@@ -55,7 +55,7 @@ def certificate(host: Any, out: str) -> dict[str, Any]:
     return json.loads(host.file(f"{out}/certificate.json").content_string)
 
 
-SMOKE_FAULT = ("python", "-m", "smoke", "--cpu", "--nproc", "2", "--layouts", "tp2", "--models", "dense",
+SMOKE_FAULT = ("python", "-m", "mcore_images.smoke", "--cpu", "--nproc", "2", "--layouts", "tp2", "--models", "dense",
                "--spec", "local", "--steps", "3")
 
 
@@ -91,7 +91,7 @@ def test_a_rank_that_raises_ends_the_run(host: Any, slowdown: float) -> None:
 MONITOR = r'''
 import datetime, os, sys, time
 import torch, torch.distributed as dist
-from smoke.kit import collectives
+from mcore_images.smoke.kit import collectives
 collectives.install(3.0)
 dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=10))
 if dist.get_rank() == 1:
@@ -120,7 +120,8 @@ def test_the_collective_monitor_ends_a_rank_the_backend_leaves_waiting(host: Any
 def test_the_watchdog_ends_a_single_stuck_rank(host: Any, slowdown: float) -> None:
     out = "/tmp/fail-fast-watchdog"
     watchdog = 30 * slowdown
-    run = timed(host, slowdown, "python", "-m", "smoke", "--cpu", "--nproc", "1", "--layouts", "dp1", "--models",
+    run = timed(host, slowdown, "python", "-m", "mcore_images.smoke", "--cpu", "--nproc", "1", "--layouts", "dp1",
+                "--models",
                 "dense", "--spec", "local", "--steps", "3", "--inject-fault", "hang", "--fault-rank", "0",
                 "--watchdog", seconds(watchdog), "--out", out)
     cert = certificate(host, out)

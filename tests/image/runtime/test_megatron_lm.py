@@ -21,7 +21,7 @@ import pytest
 from tests.image.test_negative import _failed_tests, _tag
 from tests.image.utils import docker
 
-from mcore_images import images
+from mcore_images.catalogue import images
 
 CHECKOUT = "/tmp/Megatron-LM"
 CHECKOUT_MAKEFILE = Path(__file__).parent / "data" / "checkout-datasets.mk"

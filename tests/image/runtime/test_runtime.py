@@ -9,10 +9,10 @@ import pytest
 from tests.image.shared_checks import environment, tooling, versions
 from tests.image.utils import docker
 
-from mcore_images import components
+from mcore_images.catalogue import components
 from mcore_images.doctor.isolate import DEFAULT_TIMEOUT_S
 
-SMOKE = "cd /workspace 2>/dev/null; timeout {t} python -m smoke {args}"
+SMOKE = "cd /workspace 2>/dev/null; timeout {t} python -m mcore_images.smoke {args}"
 
 
 @pytest.mark.parametrize("comp", components.of_layer("runtime"), ids=lambda c: c.label)
@@ -50,7 +50,7 @@ def test_required_env_inside_container(facts: dict[str, Any], image: docker.Imag
 
 
 def test_tooling_is_installed_in_the_venv_and_only_there(host: Any, image: docker.ImageInfo) -> None:
-    """The project's wheel is installed in the image's venv (the `mcore-images` command, `python -m smoke`,
+    """The project's wheel is installed in the image's venv (the `mcore-images` command, `python -m mcore_images.smoke`,
     the doctor); another Python in the image does not see its packages; the pins ship as data."""
     where = host.run("python -c 'import mcore_images, smoke, sys; print(mcore_images.__file__); print(smoke.__file__)'")
     assert where.rc == 0, f"the venv's Python cannot import the tooling: {where.stderr.strip()[-1000:]}"
@@ -69,7 +69,7 @@ def test_tooling_is_installed_in_the_venv_and_only_there(host: Any, image: docke
 
 
 def test_smoke_dry_run(host: Any) -> None:
-    """`python -m smoke --dry-run` prints the plan without GPUs, naming the layouts it would run."""
+    """`python -m mcore_images.smoke --dry-run` prints the plan without GPUs, naming the layouts it would run."""
     result = host.run(SMOKE.format(t=300, args="--dry-run"))
     output = result.stdout + result.stderr
     assert result.rc == 0, f"smoke --dry-run exited {result.rc}: {output.strip()[-2000:]}"
@@ -87,8 +87,9 @@ def test_smoke_cpu(host: Any) -> None:
     output = (result.stdout + result.stderr).strip()
     if result.rc != 0:  # the certificate names the failing run and error; torchrun's trace is the context
         summary = host.run("head -n 12 /tmp/mcore-images-test-smoke/certificate.md 2>/dev/null || true").stdout
-        pytest.fail(f"python -m smoke {args} exited {result.rc}:\n{summary.strip()}\n--- output ---\n{output[-2000:]}")
-    print(f"python -m smoke {args}:\n{output[-1500:]}")
+        pytest.fail(f"python -m mcore_images.smoke {args} exited {result.rc}:\n{summary.strip()}\n--- output ---\n"
+                    f"{output[-2000:]}")
+    print(f"python -m mcore_images.smoke {args}:\n{output[-1500:]}")
 
 
 def test_doctor_reports_no_failures(host: Any, slowdown: float) -> None:

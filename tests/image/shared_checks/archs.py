@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mcore_images import gpu_archs, images
-from mcore_images.components import FROM_BASE, NONE
+from mcore_images.catalogue import gpu_archs, images
+from mcore_images.catalogue.components import FROM_BASE, NONE
+from mcore_images.catalogue.stacks import Stack
 from mcore_images.doctor import fatbin
-from mcore_images.stacks import Stack
 from tests.image.utils.docker import ImageInfo
 
 HOST_ONLY = {"te-torch"}

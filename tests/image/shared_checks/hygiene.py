@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mcore_images.components import LAYERS
-from mcore_images.stacks import Stack
+from mcore_images.catalogue.components import LAYERS
+from mcore_images.catalogue.stacks import Stack
 from tests.image.shared_checks import installed
 from tests.image.utils.credentials import CREDENTIAL_FILES, PRIVATE_KEY
 from tests.image.utils.docker import GB, ImageInfo, iter_lines
@@ -69,7 +69,7 @@ def tree_problems(paths: Iterable[str], ignore: set[str] | frozenset[str] = froz
 def builder_only_packages(stack: Stack, repo: Path = REPO, machine: str = "x86_64") -> set[str]:
     """Packages the builder stage's lock adds that no published layer's lock lists (nvcc, cccl, ninja…), on the
     image's machine."""
-    from mcore_images import lock
+    from mcore_images.resolve import lock
 
     locks = lock.lock_dir(stack, repo, machine)
 

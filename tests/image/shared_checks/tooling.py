@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from mcore_images import components
+from mcore_images.catalogue import components
 from tests.image.utils.docker import ImageInfo
 
 

@@ -11,10 +11,10 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-from mcore_images import components, gpu_archs, versions
-from mcore_images.components import FROM_BASE, NONE, Component
-from mcore_images.images import label
-from mcore_images.stacks import Stack
+from mcore_images.catalogue import components, gpu_archs, versions
+from mcore_images.catalogue.components import FROM_BASE, NONE, Component
+from mcore_images.catalogue.images import label
+from mcore_images.catalogue.stacks import Stack
 from tests.image.utils.docker import ImageInfo
 from tests.image.utils.probing import installed, normalize
 
@@ -205,7 +205,7 @@ def compiled_here(stack: Stack) -> set[str]:
 def locked_pins(stack: Stack, layer: str, machine: str = "x86_64") -> dict[str, str]:
     """Distribution -> version over the locks of every published layer up to ``layer`` on the image's machine (the
     builder's toolchain is a side branch that never reaches an image)."""
-    from mcore_images import lock
+    from mcore_images.resolve import lock
 
     pins: dict[str, str] = {}
     for name in components.LOCK_LAYERS[: components.LOCK_LAYERS.index(layer) + 1]:

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import emulation, platforms
-from mcore_images.images import label
+from mcore_images.catalogue import platforms
+from mcore_images.catalogue.images import label
+from mcore_images.launch import emulation
 
 LOGGER = logging.getLogger(__name__)
 

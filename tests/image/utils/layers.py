@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from mcore_images import images, platforms, tags
-from mcore_images.components import LAYERS, NONE
-from mcore_images.images import label
-from mcore_images.stacks import Stack, load_stacks
+from mcore_images.catalogue import images, platforms, tags
+from mcore_images.catalogue.components import LAYERS, NONE
+from mcore_images.catalogue.images import label
+from mcore_images.catalogue.stacks import Stack, load_stacks
 from tests.image.utils.docker import ImageInfo, docker, image_exists, inspect_image
 
 
@@ -39,8 +39,8 @@ def _repository(ref: str) -> str | None:
 
 def _base_stack(stack: str | None) -> str | None:
     """The stack whose base image this stack's images stand on (its own, or the one of layers_from)."""
+    from mcore_images.catalogue.stacks import load_stacks
     from mcore_images.errors import InputError
-    from mcore_images.stacks import load_stacks
 
     try:
         known = load_stacks()

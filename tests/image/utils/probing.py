@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from mcore_images import components
+from mcore_images.catalogue import components
 from tests.image.utils.docker import remove_container, start_container
 
 # Every module the probe imports, torch first (the CUDA extensions need libtorch loaded).

@@ -20,9 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mcore_images import cli, images, policy
+from mcore_images import cli
+from mcore_images.catalogue import images
+from mcore_images.catalogue.stacks import load_stacks
 from mcore_images.errors import InputError
-from mcore_images.stacks import load_stacks
+from mcore_images.release import policy
 from tests.support.certificates import add_sections, labels_of, write_certificate
 
 NOW = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import cli, stacks
-from mcore_images.plan import make_plan
+from mcore_images import cli
+from mcore_images.catalogue import stacks
+from mcore_images.resolve.plan import make_plan
 from tests.unit.conftest import ROOT
 
 
@@ -70,7 +71,7 @@ def test_plan_stays_linear_in_the_stacks(monkeypatch: pytest.MonkeyPatch) -> Non
     """Before: every stack was compared with every other under each shared tag (400 stacks: 24 s, 4000: past
     300 s). 1000 stacks (each reading its source's locks, so shared tags are compared by content) must plan
     within 3 x the linear bound from 10; quadratic would be 100 x that."""
-    from mcore_images import lock
+    from mcore_images.resolve import lock
 
     every, source = generated(1000)
     real = lock.lock_path

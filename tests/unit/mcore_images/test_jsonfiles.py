@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import cli, jsonfiles, policy
+from mcore_images import cli, jsonfiles
+from mcore_images.catalogue.stacks import load_stacks
 from mcore_images.errors import InputError
-from mcore_images.stacks import load_stacks
+from mcore_images.release import policy
 from tests.support.certificates import add_sections, write_certificate
 
 

@@ -82,7 +82,7 @@ def test_multinode_smoke_is_plain_torchrun_c10d(tmp_path: Path) -> None:
     (argv,) = calls(log)
     assert argv[:-1] == ["torchrun", "--nnodes", "2", "--nproc-per-node", "gpu", "--rdzv-backend", "c10d",
                          "--rdzv-endpoint", "node0:29500", "--rdzv-id", "mcore-smoke", "--max-restarts", "0",
-                         "-m", "smoke", "--out", str(tmp_path / "out"), "--layouts", "tp2"]
+                         "-m", "mcore_images.smoke", "--out", str(tmp_path / "out"), "--layouts", "tp2"]
     assert "NCCL_NVLS_ENABLE=0" in argv[-1] and f"PYTHONPATH={PYTHONPATH}" in argv[-1]
     assert (tmp_path / "out").is_dir()
 
@@ -275,7 +275,7 @@ def test_rendezvous_matches_the_script_and_the_service(docs: dict[str, dict[str,
     job, service = docs["Job"], docs["Service"]
     container, pod = container_of(job), job["spec"]["template"]["spec"]
     command = container["command"]
-    assert command[0] == "torchrun" and command[-3:] == ["-m", "smoke", "--out=/cert"]
+    assert command[0] == "torchrun" and command[-3:] == ["-m", "mcore_images.smoke", "--out=/cert"]
     opts = flags(command)
     assert opts["rdzv-backend"] == "c10d" and opts["max-restarts"] == "0"
     assert job["spec"]["completionMode"] == "Indexed"
@@ -286,7 +286,7 @@ def test_rendezvous_matches_the_script_and_the_service(docs: dict[str, dict[str,
     assert service["spec"]["selector"] == {"job-name": job["metadata"]["name"]}
     assert int(port) == service["spec"]["ports"][0]["port"] == container["ports"][0]["containerPort"]
     script = SCRIPTS[0].read_text()
-    for flag in ("--rdzv-backend c10d", "--max-restarts 0", "-m smoke"):
+    for flag in ("--rdzv-backend c10d", "--max-restarts 0", "-m mcore_images.smoke"):
         assert flag in script
 
 

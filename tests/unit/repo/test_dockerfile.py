@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 from tests.unit.conftest import ROOT
 
@@ -13,32 +14,45 @@ PACKAGE = ROOT / "src" / "mcore_images"
 
 
 def own_imports(module: str, seen: set[str] | None = None) -> set[str]:
-    """``module`` and every mcore_images module it imports at the top level, transitively, as file names."""
+    """``module`` (a path below src/mcore_images) and every mcore_images module it imports at the top level,
+    transitively, with the ``__init__.py`` of each package on the way, as paths below src/mcore_images."""
     seen = set() if seen is None else seen
     if module in seen:
         return seen
     seen.add(module)
+    folder = Path(module).parent
+    while folder != Path("."):
+        seen.add(str(folder / "__init__.py"))
+        folder = folder.parent
     tree = ast.parse((PACKAGE / module).read_text())
     for node in tree.body:
         names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module
                  else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
         for name in names:
             if name.startswith("mcore_images."):
-                own_imports(name.split(".")[1] + ".py", seen)
+                parts = name.split(".")[1:]
+                path = "/".join(parts) + ".py"
+                own_imports(path if (PACKAGE / path).is_file() else "/".join(parts) + "/__init__.py", seen)
     return seen
 
 
 def planner_files() -> list[str]:
+    """What the planner stage's COPY lines place below /mcore_images/, as paths below src/mcore_images."""
     text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
     stage = re.search(r"^FROM scratch AS planner\n(.*?)(?=^FROM )", text, re.M | re.S)
     assert stage, "the Dockerfile has no `FROM scratch AS planner` stage"
-    copy = re.search(r"^COPY (.+) /mcore_images/$", stage.group(1), re.M)
-    assert copy, "the planner stage has no COPY ... /mcore_images/"
-    return [w.removeprefix("src/mcore_images/") for w in copy.group(1).split()]
+    copies = re.findall(r"^COPY (.+) /mcore_images/(\S*)$", stage.group(1), re.M)
+    assert copies, "the planner stage has no COPY ... /mcore_images/"
+    placed = []
+    for sources, folder in copies:
+        for source in sources.split():
+            assert source.startswith(f"src/mcore_images/{folder}"), f"{source} is copied into /mcore_images/{folder}"
+            placed.append(folder + Path(source).name)
+    return placed
 
 
 def test_the_planner_stage_copies_what_jobs_imports() -> None:
-    assert sorted(planner_files()) == sorted(own_imports("jobs.py") | {"__init__.py"})
+    assert sorted(planner_files()) == sorted(own_imports("build/jobs.py") | {"__init__.py"})
 
 
 def test_compile_steps_mount_the_planner_stage_and_no_file_of_the_tooling() -> None:

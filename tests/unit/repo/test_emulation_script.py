@@ -1,13 +1,13 @@
-"""The QEMU floor lives in two places that cannot import each other: .ci/emulation.sh installs and registers QEMU on a
-machine that may not have the tooling yet, and mcore_images.emulation refuses an older registration before a build
-or test. They must say the same version."""
+"""The QEMU floor lives in two places that cannot import each other: .ci/emulation.sh installs and registers QEMU
+on a machine that may not have the tooling yet, and mcore_images.launch.emulation refuses an older registration before
+a build or test. They must say the same version."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from mcore_images import emulation
+from mcore_images.launch import emulation
 
 SCRIPT = Path(__file__).resolve().parents[3] / ".ci" / "emulation.sh"
 

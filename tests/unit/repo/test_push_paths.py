@@ -52,7 +52,7 @@ def test_only_promote_moves_tags_and_only_after_its_verdict() -> None:
                         callers.setdefault(getattr(node.func, "attr", getattr(node.func, "id", "")), []).append(
                             f"{path.name}:{func.name}")
     assert callers["retag"] == ["promote.py:execute"], callers
-    source = (ROOT / "src" / "mcore_images" / "promote.py").read_text()
+    source = (ROOT / "src" / "mcore_images" / "release" / "promote.py").read_text()
     body = source[source.index("def _promote("):]
     assert body.index("plan(") < body.index("execute(promotion")
 

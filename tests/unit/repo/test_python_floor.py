@@ -11,7 +11,7 @@ import pytest
 import tomllib
 from packaging.specifiers import SpecifierSet
 
-from mcore_images.stacks import load_stacks
+from mcore_images.catalogue.stacks import load_stacks
 
 ROOT = Path(__file__).resolve().parents[3]
 

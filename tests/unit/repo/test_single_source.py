@@ -1,7 +1,7 @@
 """One source of truth: no pinned version string is written anywhere but env/stacks.json.
 
 Scanned: every file that builds or ships an image (Dockerfile, bake, Makefile, docker/, .ci/,
-.github/, smoke/, the tooling). Exempt: env/ itself (the locks are derived and checked against the
+.github/, src/mcore_images/smoke/, the tooling). Exempt: env/ itself (the locks are derived and checked against the
 pins by test_locks.py), docs and tests, and the modules that hold compatibility facts about
 upstream releases (rules.py, the doctor), which name versions on purpose.
 """
@@ -12,11 +12,11 @@ import re
 import subprocess
 from pathlib import Path
 
-from mcore_images import components
-from mcore_images.stacks import Stack
+from mcore_images.catalogue import components
+from mcore_images.catalogue.stacks import Stack
 
 EXEMPT = (re.compile(r"^env/"), re.compile(r"^docker-bake\.json$"), re.compile(r"\.md$"),
-          re.compile(r"^tests/"), re.compile(r"^docs/"), re.compile(r"^src/mcore_images/rules\.py$"),
+          re.compile(r"^tests/"), re.compile(r"^docs/"), re.compile(r"^src/mcore_images/resolve/rules\.py$"),
           re.compile(r"^src/mcore_images/doctor/"))
 # Pins short enough to collide with unrelated numbers are matched as whole tokens.
 TOKEN = r"(?<![\w.]){}(?![\w.])"

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from mcore_images import cli
-from mcore_images.stacks import Stack
+from mcore_images.catalogue.stacks import Stack
 from tests.unit.conftest import ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from mcore_images import doctor, flash_attention
+from mcore_images.catalogue import flash_attention
 from mcore_images.doctor import checks_stack, fatbin, model, probes
+from mcore_images.doctor import command as doctor
 from mcore_images.doctor.model import Context, Finding, Status
 from tests.unit.mcore_images.doctor.test_fatbin import write_so  # the ELF/fatbin builder beside the reader's tests
 

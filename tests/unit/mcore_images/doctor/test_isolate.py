@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from mcore_images import doctor
+from mcore_images.doctor import command as doctor
 from mcore_images.doctor import isolate, probes
 from mcore_images.doctor.model import Check, Status, ok
 from tests.unit.conftest import ROOT

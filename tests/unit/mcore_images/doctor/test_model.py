@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import doctor
+from mcore_images.doctor import command as doctor
 from mcore_images.doctor import model
 from mcore_images.doctor.model import Check, Context, Status, ok, skip, trip, warn
 from tests.unit.conftest import ROOT

@@ -1,0 +1,208 @@
+"""Generated regions of hand-written files: each has a writer (`make update`) and a checker (`make validate`).
+
+A region sits between two marker lines in its file and is rendered from the one place its facts live:
+
+- docs/stacks.md, the stacks table: from env/stacks.json and the component catalogue;
+- docs/rules.md, the list of compatibility rules: from the rules' own descriptions (rules.py, tag_content.py);
+- docker-bake.hcl, the ``COMPONENTS`` and ``LAYER_ORDER`` variables its labels and build args are computed from:
+  from the catalogue (components.py), so bake labels every component and passes its pin without a list of its own;
+- docker-bake.hcl, the ``TAG_LAYERS`` and ``ORIGINS`` variables its tags are computed from: from the tag scheme
+  (tags.py's ``parts`` and ``ORIGINS``), so bake and tags.py name the same parts in the same order;
+- docker-bake.hcl, the ``GPU_ARCHS`` variable its ``io.mcore-images.gpus`` label is computed from: from the GPU
+  architecture table (gpu_archs.py);
+- docker-bake.hcl, the ``PLATFORMS`` variable its per-platform contexts are computed from: from platforms.py;
+- examples/verl-grpo/README.md, the versions of the app image the example runs: from that stack's pins.
+
+The locks (env/locks) are the other generated files; lock.py writes and checks them. `validate` also holds the
+Dockerfile's hand-written ARG and check-version lines to the catalogue (dockerfile.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mcore_images.build import dockerfile
+from mcore_images.catalogue import components, gpu_archs, platforms, tags
+from mcore_images.catalogue.stacks import checkout_root, load_stacks, stacks_file
+from mcore_images.command import Command, print_json
+from mcore_images.errors import InputError
+from mcore_images.resolve import lock, plan, rules, tag_content
+
+
+@dataclass(frozen=True)
+class Region:
+    path: str
+    begin: str
+    end: str
+    render: Callable[[Path], str]
+
+    def current(self, root: Path) -> tuple[str, int, int]:
+        """(file text, start, stop): the region's body is text[start:stop]."""
+        text = (root / self.path).read_text()
+        start, stop = text.find(self.begin), text.find(self.end)
+        if start < 0 or stop < start:
+            raise InputError(f"{self.path}: the generated region's markers are missing ({self.begin!r} … "
+                             f"{self.end!r}); restore them from git")
+        start = text.index("\n", start) + 1
+        return text, start, stop
+
+
+def _readme_table(root: Path) -> str:
+    stacks = load_stacks(stacks_file(root))
+    return plan.render_markdown(plan.make_plan(list(stacks.values()))) + "\n"
+
+
+def _rules_list(root: Path) -> str:
+    described = {**rules.DESCRIPTIONS, tag_content.RULE: tag_content.DESCRIPTION}
+    return "".join(f"- `{rule_id}`: {text}.\n" for rule_id, text in described.items())
+
+
+def _hcl(value: object) -> str:
+    """A value as HCL writes it: a quoted string (``${`` and ``%{`` escaped, so bake does not interpolate), a bool,
+    null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("${", "$${").replace("%{", "%%{")
+    return f'"{text}"'
+
+
+def _bake_components(root: Path) -> str:
+    order = ", ".join(f"{layer} = {i}" for i, layer in enumerate(components.LAYERS))
+    rows = "\n".join(
+        f"    {{ key = {_hcl(c.key)}, label = {_hcl(c.label)}, layer = {_hcl(c.layer)}, pin = {_hcl(c.pin)}, "
+        f"build_arg = {_hcl(c.build_arg)}, tag = {_hcl(c.in_tag and c.in_tag.prefix)}, "
+        f"tag_optional = {_hcl(bool(c.in_tag and c.in_tag.optional))} }},"
+        for c in components.CATALOGUE)
+    return (f'variable "LAYER_ORDER" {{\n  default = {{ {order} }}\n}}\n\n'
+            f'variable "COMPONENTS" {{\n  default = [\n{rows}\n  ]\n}}\n')
+
+
+def _bake_tag_scheme(root: Path) -> str:
+    layers = "\n".join(f"    {layer} = [{', '.join(_hcl(c.key) for c in tags.parts(layer))}]"
+                       for layer in components.LAYERS)
+    origins = "\n".join(f"    {flavor} = {{ prefix = {_hcl(o.prefix)}, field = {_hcl(o.field)}, "
+                        f"pattern = {_hcl(o.pattern)} }}" for flavor, o in tags.ORIGINS.items())
+    return (f'variable "TAG_LAYERS" {{\n  default = {{\n{layers}\n  }}\n}}\n\n'
+            f'variable "ORIGINS" {{\n  default = {{\n{origins}\n  }}\n}}\n')
+
+
+def _bake_gpu_archs(root: Path) -> str:
+    rows = "\n".join(f'    "{a.sm}" = "{a.gpus}"' for a in gpu_archs.TABLE)
+    return f'variable "GPU_ARCHS" {{\n  default = {{\n{rows}\n  }}\n}}\n'
+
+
+def _bake_platforms(root: Path) -> str:
+    rows = "\n".join(f'    "{p.name}" = {{ machine = {_hcl(p.machine)}, arch = {_hcl(p.arch)}, '
+                     f'default = {_hcl(p == platforms.DEFAULT)} }}' for p in platforms.PLATFORMS)
+    return f'variable "PLATFORMS" {{\n  default = {{\n{rows}\n  }}\n}}\n'
+
+
+VERL_EXAMPLE_STACK = "debian-verl"
+"""The stack whose app image examples/verl-grpo runs (mcore-images:app-debian-verl)."""
+
+
+def _verl_example_versions(root: Path) -> str:
+    stack = load_stacks(stacks_file(root))[VERL_EXAMPLE_STACK]
+    top = [c for layer in reversed(components.LAYERS) for c in components.of_layer(layer)
+           if stack.has(c.key) and c.distributions]  # the app layer's first, down to torch
+    named = ", ".join(f"{c.title} {c.short(stack.pins[c.key])}" for c in top)
+    return (f"The app image `mcore-images:{tags.target('app', stack)}` holds {named} on Python {stack.python} "
+            f"(stack `{stack.name}`).\n")
+
+
+REGIONS: tuple[Region, ...] = (
+    Region("docs/stacks.md", "<!-- stacks:begin", "<!-- stacks:end -->", _readme_table),
+    Region("docs/rules.md", "<!-- rules:begin", "<!-- rules:end -->", _rules_list),
+    Region("docker-bake.hcl", "# components:begin", "# components:end", _bake_components),
+    Region("docker-bake.hcl", "# tag-scheme:begin", "# tag-scheme:end", _bake_tag_scheme),
+    Region("docker-bake.hcl", "# gpu-archs:begin", "# gpu-archs:end", _bake_gpu_archs),
+    Region("docker-bake.hcl", "# platforms:begin", "# platforms:end", _bake_platforms),
+    Region("examples/verl-grpo/README.md", "<!-- versions:begin", "<!-- versions:end -->", _verl_example_versions),
+)
+
+
+def stale(root: Path) -> list[str]:
+    """Regions whose text differs from what their source renders, one line each with the fix."""
+    problems = []
+    for region in REGIONS:
+        text, start, stop = region.current(root)
+        if text[start:stop] != region.render(root):
+            problems.append(f"{region.path}: the generated region after {region.begin!r} is out of date; "
+                            "run `make update`")
+    return problems
+
+
+def update(root: Path) -> list[str]:
+    """Rewrite every stale region; returns the files changed."""
+    changed = []
+    for region in REGIONS:
+        text, start, stop = region.current(root)
+        body = region.render(root)
+        if text[start:stop] != body:
+            (root / region.path).write_text(text[:start] + body + text[stop:])
+            changed += [] if region.path in changed else [region.path]
+    return changed
+
+
+def _update_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-locks", action="store_true",
+                   help="rewrite the generated regions only, not the locks (the locks need uv and PyPI)")
+
+
+def _update(args: argparse.Namespace) -> int:
+    root = checkout_root("update")
+    report: dict[str, object] = {"regions": update(root), "locks": {}}
+    if not args.no_locks:
+        for stack in load_stacks().values():
+            first, written = lock.update_locks(stack)
+            report["locks"][stack.name] = {"from_layer": first, "written": [str(p) for p in written]}  # type: ignore[index]
+    if args.json:
+        print_json(report)
+        return 0
+    for path in report["regions"]:  # type: ignore[attr-defined]
+        print(f"rewrote the generated region of {path}")
+    for name, result in report["locks"].items():  # type: ignore[attr-defined]
+        print(f"{name}: locks current" if result["from_layer"] is None
+              else f"{name}: locks re-resolved from layer '{result['from_layer']}' up")
+    if not report["regions"] and args.no_locks:
+        print("generated regions current")
+    return 0
+
+
+def validation_problems(root: Path) -> list[str]:
+    """Every derived file out of step with its source (env/stacks.json is read, so its schema is checked), and the
+    Dockerfile's build args and version checks out of step with the catalogue."""
+    problems = stale(root) + dockerfile.problems(root)
+    for stack in load_stacks(stacks_file(root)).values():
+        problems += lock.check_locks(stack, root)
+    return problems
+
+
+def _validate(args: argparse.Namespace) -> int:
+    problems = validation_problems(checkout_root("validate"))
+    if args.json:
+        print_json({"problems": problems})
+    else:
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        if not problems:
+            print("generated files current: the stacks and rules pages, docker-bake.hcl components, tag scheme, GPU "
+                  "architectures and platforms, locks of every platform; the Dockerfile's build args and version "
+                  "checks follow the catalogue")
+    return 1 if problems else 0
+
+
+COMMANDS = (
+    Command("update", "rewrite every generated file from its source: the stacks and rules pages, bake components, tag "
+            "scheme, GPU architectures and platforms, locks of every platform",
+            _update_arguments, _update, prints_data=True),
+    Command("validate", "check every generated file against its source, and the Dockerfile's build args against "
+            "the catalogue (exit 1 when one is out of step)",
+            lambda p: None, _validate, prints_data=True),
+)

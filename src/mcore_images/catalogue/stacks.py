@@ -1,0 +1,329 @@
+"""Read the pinned stacks from env/stacks.json, the one source of truth for every version.
+
+env/stacks.json is written in docker-bake's JSON form (a `STACKS` variable), so bake reads the very
+same file through the `docker-bake.json` link at the top of the tree and no version is ever copied
+into HCL, YAML or a Dockerfile. Its shape is checked against env/stacks.schema.json (jsonschema), its
+component pins against the catalogue (components.py, parsed with `packaging`), before any command
+uses a stack: a bad file is one line naming the stack, the field and what to write instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mcore_images import PACKAGE, SOURCE_TREE
+from mcore_images.catalogue import components, platforms
+from mcore_images.catalogue.components import FROM_BASE, LAYERS, NONE
+from mcore_images.catalogue.versions import InvalidRequirement, InvalidVersion, Requirement, Version
+from mcore_images.errors import InputError, shown
+from mcore_images.jsonfiles import schema_problem
+
+__all__ = ["LAYERS", "NONE", "Stack", "get_stack", "groups", "load_stacks", "repo_root", "stacks_file"]
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_MAJOR_MINOR = re.compile(r"^\d+\.\d+$")
+
+# The lowest lock layer a change of each stack setting touches (components carry their own in the
+# catalogue); None: the setting changes no lock (an override of it re-uses the committed locks).
+SETTING_LOCK_LAYER: dict[str, str | None] = {
+    "base_image": "base", "base_digest": "base", "debian_suite": "base", "torch_source": "base",
+    "te_source": "builder", "cuda_archs": None, "description": None, "notes": None, "layers_from": "base",
+}
+
+
+INSTALLED_DATA = PACKAGE / "data"
+"""Where an installed wheel keeps env/ (the pins, locks and baselines it was released with): in a checkout,
+data/env links to the checkout's env/, so there is one copy."""
+
+
+def repo_root() -> Path:
+    """The tree that holds env/: $MCORE_IMAGES_ROOT, else the checkout this package lives in, else the
+    installed package's own data (verify and plan work from any folder), else the current folder."""
+    if env := os.environ.get("MCORE_IMAGES_ROOT"):
+        return Path(env)
+    here = SOURCE_TREE
+    if (here / "env" / "stacks.json").is_file():
+        return here
+    return INSTALLED_DATA if (INSTALLED_DATA / "env" / "stacks.json").is_file() else Path.cwd()
+
+
+def checkout_root(command: str) -> Path:
+    """repo_root() for a command that reads or writes the checkout's own files (the Dockerfile, bake, README,
+    the locks); one line naming the fix when the package runs without a checkout."""
+    root = repo_root()
+    if root == INSTALLED_DATA or not (root / "env" / "stacks.json").is_file():
+        raise InputError(f"`mcore-images {command}` works in a checkout of mcore-images (it uses the Dockerfile, "
+                         f"bake file and locks); clone it and run it there, or set MCORE_IMAGES_ROOT to one")
+    return root
+
+
+def stacks_file(root: Path | None = None) -> Path:
+    return (root or repo_root()) / "env" / "stacks.json"
+
+
+def schema_file() -> Path:
+    """env/stacks.schema.json of the checkout this package lives in (the schema is the tool's contract),
+    else of repo_root()."""
+    own = SOURCE_TREE / "env" / "stacks.schema.json"
+    return own if own.is_file() else repo_root() / "env" / "stacks.schema.json"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One pinned stack: its settings, and one pin per catalogue component (``stack.torch``, ``stack.pins``).
+    'none' marks a component the stack does not carry; `constraints` are extra requirement specifiers
+    every lock of the stack is resolved under (known incompatibilities)."""
+
+    name: str
+    flavor: str
+    description: str
+    base_image: str
+    base_digest: str
+    debian_suite: str
+    torch_source: str
+    te_source: str
+    constraints: tuple[str, ...]
+    cuda_archs: str
+    platforms: tuple[str, ...]
+    """The OCI platforms its images are built for (``linux/amd64``, ``linux/arm64``: GH200/GB200 are Arm hosts); the
+    rules refuse one the stack cannot have."""
+    groups: tuple[str, ...]
+    size_budget_gb: Mapping[str, float]
+    notes: str
+    pins: Mapping[str, str]
+    layers_from: str = ""
+    """Another stack whose base and kernels layers (images, tags and locks) this one builds on; '' = its own."""
+    substitutes: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Distribution → why the stack pins another release of it than its verl's own extras name, where PyPI does not
+    have the one verl names (the rule verl-requirements accepts nothing else)."""
+
+    def __getattr__(self, name: str) -> str:
+        """A component's pin by its key: ``stack.mcore``."""
+        pins = self.__dict__.get("pins") or {}
+        if name in pins:
+            return pins[name]
+        raise AttributeError(f"Stack has no field or component {name!r}")
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        """Layers this stack builds: a layer above runtime only where a component of it is pinned."""
+        top = [c.layer for c in components.CATALOGUE if self.has(c.key)]
+        highest = max(LAYERS.index("runtime"), *(LAYERS.index(layer) for layer in top))
+        return LAYERS[: highest + 1]
+
+    @property
+    def built_layers(self) -> tuple[str, ...]:
+        """The layers this stack builds and tags itself: all of ``layers`` but those it takes from
+        ``layers_from``."""
+        return tuple(layer for layer in self.layers if self.layer_stack(layer) == self.name)
+
+    def layer_stack(self, layer: str) -> str:
+        """The stack that builds ``layer`` of this stack's images (a lock layer name works too)."""
+        return self.layers_from if self.layers_from and layer in SHARED_LAYERS else self.name
+
+    def has(self, component: str) -> bool:
+        return self.pins[component] != NONE
+
+    @property
+    def machines(self) -> tuple[str, ...]:
+        """Its platforms as machine names (``x86_64``, ``aarch64``): what its locks are resolved for."""
+        return tuple(platforms.BY_NAME[name].machine for name in self.platforms)
+
+    @property
+    def multi_platform(self) -> bool:
+        return len(self.platforms) > 1
+
+    @property
+    def base_ref(self) -> str:
+        """The FROM reference: pinned by digest where one is known."""
+        return f"{self.base_image}@{self.base_digest}" if self.base_digest else self.base_image
+
+    @property
+    def base_pinned(self) -> bool:
+        return bool(self.base_digest) or self.flavor == "debian"
+
+    def versions(self) -> dict[str, str]:
+        """Every component pin, in catalogue order (labelled on the image, checked by the image tests)."""
+        return dict(self.pins)
+
+    def replace(self, **changes: Any) -> Stack:
+        """A copy with settings and/or pins changed (``replace(mcore="0.16.0", notes="…")``)."""
+        pins = {k: v for k, v in changes.items() if k in components.BY_KEY}
+        settings = {k: v for k, v in changes.items() if k not in pins}
+        return dataclasses.replace(self, pins={**self.pins, **pins}, **settings)
+
+    def to_entry(self) -> dict[str, Any]:
+        """The stack as env/stacks.json writes it (settings, then pins)."""
+        entry: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                                 if f.name != "pins" and not (f.name == "layers_from" and not self.layers_from)
+                                 and not (f.name == "substitutes" and not self.substitutes)}
+        entry.update(constraints=list(self.constraints), platforms=list(self.platforms), groups=list(self.groups),
+                     size_budget_gb=dict(self.size_budget_gb), **self.pins)
+        if self.substitutes:
+            entry["substitutes"] = dict(self.substitutes)
+        return entry
+
+
+SETTINGS = tuple(f.name for f in dataclasses.fields(Stack) if f.name != "pins")
+SHARED_LAYERS = ("base", "builder", "kernels")
+"""What a stack with ``layers_from`` takes from that stack: the image layers below runtime and their locks."""
+SHARED_SETTINGS = ("flavor", "base_image", "base_digest", "debian_suite", "torch_source", "te_source", "cuda_archs",
+                   "constraints", "platforms")
+"""Settings that shape those layers: a stack sharing them must have the same."""
+
+
+def pin_problem(key: str, value: str) -> str | None:
+    """Why ``value`` cannot be the pin of component ``key`` (None when it can): one phrase naming the fix."""
+    comp = components.BY_KEY.get(key)
+    if comp is None:
+        return f"'{key}' is not a component; known: {', '.join(components.KEYS)}"
+    if value == NONE and comp.pin != "major_minor":
+        return None
+    if value == FROM_BASE and (comp.source or comp.pin == "commit"):
+        return None
+    if comp.pin == "commit":
+        if _COMMIT.match(value):
+            return None
+        return f"{key}={value!r} is not a commit (a branch or tag moves); pin the full 40-hex commit, or 'none'"
+    if comp.pin == "major_minor":
+        if _MAJOR_MINOR.match(value):
+            return None
+        return f"{key}={value!r} is not MAJOR.MINOR; write e.g. '3.12' (any patch release matches)"
+    try:
+        Version(value)
+    except InvalidVersion:
+        return f"{key}={value!r} is not a version (PEP 440); write one such as '1.2.3', or 'none'"
+    return None
+
+
+def _stack_place(data: Any) -> Callable[[Sequence[Any]], tuple[str, Sequence[Any]]]:
+    """Names the stack an error path runs through (variable.STACKS.default.<i>.field -> stack 'name')."""
+
+    def place(where: Sequence[Any]) -> tuple[str, Sequence[Any]]:
+        if len(where) >= 4 and isinstance(where[3], int):
+            entry = data["variable"]["STACKS"]["default"][where[3]]
+            return f"stack '{shown(entry.get('name', where[3]) if isinstance(entry, dict) else where[3])}'", where[4:]
+        return "", where
+
+    return place
+
+
+def _parse(path: Path, entry: dict[str, Any]) -> Stack:
+    name = entry["name"]
+    pins = {k: v for k, v in entry.items() if k not in SETTINGS}
+    missing = [k for k in components.KEYS if k not in pins]
+    unknown = [k for k in pins if k not in components.BY_KEY]
+    if missing or unknown:
+        raise InputError(f"{path}: stack '{name}': " + "; ".join(
+            ([f"no pin for {', '.join(missing)} (every stack pins every component; 'none' when absent)"]
+             if missing else [])
+            + ([f"unknown field(s) {', '.join(unknown)} (components are listed in "
+                "src/mcore_images/catalogue/components.py)"] if unknown else [])))
+    for key, value in pins.items():
+        if problem := pin_problem(key, value):
+            raise InputError(f"{path}: stack '{name}': {problem}")
+    for text in entry["constraints"]:
+        try:
+            Requirement(text)
+        except InvalidRequirement:
+            raise InputError(f"{path}: stack '{name}': constraint {text!r} is not a requirement specifier; "
+                             "write one such as 'transformers<5'") from None
+    for text in entry["platforms"]:
+        if problem := platforms.problem(text):
+            raise InputError(f"{path}: stack '{name}': {problem}")
+    if name in platforms.BY_MACHINE:
+        raise InputError(f"{path}: stack '{name}': env/locks/{name}/ holds the {name} locks of every stack; rename the "
+                         "stack")
+    settings = {k: entry.get(k, "") for k in SETTINGS}
+    settings.update(substitutes=dict(entry.get("substitutes") or {}), groups=tuple(entry["groups"]),
+                    constraints=tuple(entry["constraints"]),
+                    platforms=tuple(entry["platforms"]),
+                    size_budget_gb=dict(entry["size_budget_gb"]))
+    return Stack(**settings, pins={c.key: pins[c.key] for c in components.CATALOGUE})
+
+
+MAX_STACKS_BYTES = 4 << 20
+"""The largest env/stacks.json this tool reads (4 MiB: about 2,500 stacks as they are written today; the
+committed file is under 20 KB). A larger one is refused before it is parsed."""
+
+
+def load_stacks(path: Path | None = None) -> dict[str, Stack]:
+    """All stacks by name, in file order; InputError (one line) for a file that is not well-formed."""
+    path = path or stacks_file()
+    try:
+        size = path.stat().st_size
+        if size > MAX_STACKS_BYTES:
+            raise InputError(f"{path} is {size / (1 << 20):.1f} MiB, over the {MAX_STACKS_BYTES >> 20} MiB this tool "
+                             "reads: keep the stacks you build in it (one entry per stack), or restore it from git")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{path} not found; run from the mcore-images checkout or set MCORE_IMAGES_ROOT") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8 or restore "
+                         "it from git") from None
+    except OSError as exc:
+        raise InputError(f"{path} cannot be read ({exc.strerror or exc}); restore it from git") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path} is not JSON ({exc}); fix its syntax") from None
+    return parse_document(data, path)
+
+
+def parse_document(data: Any, path: Path) -> dict[str, Stack]:
+    """Stacks from a parsed env/stacks.json document (``path`` only names it in errors)."""
+    if problem := schema_problem(data, schema_file(), path, _stack_place(data)):
+        raise InputError(problem)
+    stacks = [_parse(path, entry) for entry in data["variable"]["STACKS"]["default"]]
+    names = [s.name for s in stacks]
+    twice = sorted(name for name, count in Counter(names).items() if count > 1)
+    if twice:
+        named = ", ".join("'" + shown(n) + "'" for n in twice[:5]) + (" …" if len(twice) > 5 else "")
+        raise InputError(f"{path}: stack name{'s' if len(twice) > 1 else ''} {named} used more than once; give each "
+                         "stack a unique name")
+    by_name = {s.name: s for s in stacks}
+    for stack in stacks:
+        if problem := shared_layers_problem(stack, by_name):
+            raise InputError(f"{path}: stack '{stack.name}': {problem}")
+    return by_name
+
+
+def shared_layers_problem(stack: Stack, stacks: Mapping[str, Stack]) -> str | None:
+    """Why ``stack`` cannot take its base and kernels layers from ``layers_from`` (None when it can): the
+    layers must be the very ones that stack builds — same settings, same pins of every component below runtime."""
+    if not stack.layers_from:
+        return None
+    source = stacks.get(stack.layers_from)
+    if source is None or source.layers_from or source is stack:
+        return (f"layers_from '{stack.layers_from}' must name another stack that builds its own layers; "
+                f"choose one of: {', '.join(n for n, s in stacks.items() if not s.layers_from and s is not stack)}")
+    differ = [k for k in SHARED_SETTINGS if getattr(stack, k) != getattr(source, k)]
+    differ += [c.key for c in components.CATALOGUE
+               if c.layer in SHARED_LAYERS and stack.pins[c.key] != source.pins[c.key]]
+    if differ:
+        return (f"takes its base and kernels layers from '{source.name}' but its {', '.join(differ)} differ; "
+                f"give them {source.name}'s values, or drop layers_from")
+    return None
+
+
+def get_stack(name: str, stacks: dict[str, Stack] | None = None) -> Stack:
+    stacks = stacks if stacks is not None else load_stacks()
+    if name not in stacks:
+        raise InputError(f"unknown stack '{shown(name)}'; choose one of: {', '.join(stacks)} (see `mcore-images plan`)")
+    return stacks[name]
+
+
+def groups(stacks: dict[str, Stack]) -> dict[str, list[str]]:
+    """Bake group -> stack names, as docker-bake.hcl derives them (plus 'all')."""
+    out: dict[str, list[str]] = {}
+    for stack in stacks.values():
+        for group in stack.groups:
+            out.setdefault(group, []).append(stack.name)
+    out["all"] = list(stacks)
+    return out

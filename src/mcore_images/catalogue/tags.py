@@ -1,0 +1,185 @@
+"""The tag scheme: a tag tells what the image holds. Written once, here and in the catalogue: each component's
+``in_tag`` (components.py) says how a tag names its pin, ``ORIGINS`` how a tag names where the base comes from.
+docker-bake.hcl computes the same tags from the generated ``TAG_LAYERS`` and ``ORIGINS`` blocks that `make update`
+renders from ``parts`` and ``ORIGINS`` (tests/unit/mcore_images/build/test_bake.py compares both on every stack)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+from mcore_images.catalogue import components, platforms
+from mcore_images.catalogue.components import LAYERS, Component
+from mcore_images.catalogue.stacks import Stack, get_stack
+from mcore_images.command import Command, print_json
+from mcore_images.errors import InputError
+
+DEFAULT_REPO = "mcore-images"
+
+
+@dataclass(frozen=True)
+class Origin:
+    """How a tag ends for a flavor: ``prefix`` and the first group of ``pattern`` in the stack's ``field`` (bake's
+    HCL evaluates the same pattern with its RE2 ``regex``, so it keeps to what both engines read alike)."""
+
+    prefix: str
+    field: str
+    pattern: str
+    example: str
+    """What the field must look like (the fix an error names)."""
+
+
+ORIGINS: dict[str, Origin] = {
+    "ngc": Origin("ngc", "base_image", ":([0-9]+[.][0-9]+)", "nvcr.io/nvidia/pytorch:YY.MM-py3"),
+    "cuda": Origin("cuda", "base_image", ":([0-9]+[.][0-9]+[.][0-9]+)", "nvidia/cuda:X.Y.Z-cudnn-devel-ubuntu24.04"),
+    "debian": Origin("debian-", "debian_suite", "^([a-z]*)$", "a suite name such as trixie"),
+}
+"""Where the base comes from, as the end of every tag: ngc26.06 / cuda13.0.2 / debian-trixie (one per flavor)."""
+
+
+def origin(stack: Stack) -> str:
+    """Where the base comes from: ngc26.06 / cuda13.0.2 / debian-trixie."""
+    rule = ORIGINS[stack.flavor]
+    value = getattr(stack, rule.field)
+    match = re.search(rule.pattern, value)
+    if match is None:
+        raise InputError(f"stack '{stack.name}': {rule.field} {value!r} does not give the release its tags end with "
+                         f"(pattern {rule.pattern}); write it like {rule.example}")
+    return rule.prefix + match.group(1)
+
+
+def parts(layer: str) -> list[Component]:
+    """The components a tag of ``layer`` names, in the order it names them (by ``in_tag.rank``)."""
+    here = LAYERS.index(layer)
+    named = [c for c in components.CATALOGUE
+             if c.in_tag and LAYERS.index(c.layer) <= here <= LAYERS.index(c.in_tag.until)]
+    return sorted(named, key=lambda c: c.in_tag.rank if c.in_tag else 0)
+
+
+def part(component: Component, stack: Stack) -> str:
+    """How a tag names one pin: ``te2.16.0``, ``apex6424da3b``; '' for an optional part the stack lacks."""
+    assert component.in_tag is not None
+    if component.in_tag.optional and not stack.has(component.key):
+        return ""
+    return component.in_tag.prefix + component.short(stack.pins[component.key])
+
+
+def layer_tag(layer: str, stack: Stack) -> str:
+    """The content tag: the layer, each part its tag names, the origin (``runtime-mcore…-te…-torch…-debian-trixie``).
+    """
+    named = [text for c in parts(layer) if (text := part(c, stack))]
+    return "-".join([layer, *named, origin(stack)])
+
+
+IMMUTABLE_SUFFIX = re.compile(r"-[0-9]{8}-([0-9a-f]{12})$")
+"""How an immutable tag ends: ``-<YYYYMMDD>-<first 12 hex digits of the digest>`` (immutable_tag writes it)."""
+
+
+def immutable_tag(content_tag: str, digest: str, created: dt.datetime) -> str:
+    """The tag a promotion writes next to the moving ones, which never moves: the content tag, the
+    certificate's date and the first 12 hex digits of the digest (at most 128 characters, OCI's limit)."""
+    tag = f"{content_tag}-{created:%Y%m%d}-{_short(digest)}"
+    if len(tag) > 128:
+        raise InputError(f"immutable tag {tag!r} is longer than 128 characters: shorten the stack's versions")
+    return tag
+
+
+def _short(digest: str) -> str:
+    return digest.removeprefix("sha256:")[:12]
+
+
+def is_immutable(tag: str) -> bool:
+    """Whether ``tag`` has the form of an immutable tag (of any content tag and digest)."""
+    return IMMUTABLE_SUFFIX.search(tag) is not None
+
+
+def is_immutable_tag_of(tag: str, content_tag: str, digest: str) -> bool:
+    """Whether ``tag`` is the immutable tag of ``content_tag`` promoted at ``digest`` (any date)."""
+    match = IMMUTABLE_SUFFIX.search(tag)
+    return (match is not None and tag[:match.start()] == content_tag and match.group(1) == _short(digest))
+
+
+def is_candidate_tag_of(tag: str, target: str) -> bool:
+    """Whether ``tag`` is a candidate tag (candidate_tag) of ``target``, from any commit, of its index or of one
+    platform."""
+    prefix, _, rest = tag.partition("-")
+    sha, _, name = rest.partition("-")
+    name, dot, arch = name.partition(PLATFORM_SEPARATOR)
+    return (prefix == "candidate" and bool(_SHA.match(sha)) and name == target
+            and (not dot or arch in platforms.BY_ARCH))
+
+
+def split_candidate(tag: str) -> tuple[str, str, str | None] | None:
+    """(sha, target, architecture or None) of a candidate tag (candidate_tag), None for another tag."""
+    prefix, _, rest = tag.partition("-")
+    sha, _, name = rest.partition("-")
+    target, dot, arch = name.partition(PLATFORM_SEPARATOR)
+    if prefix != "candidate" or not _SHA.match(sha) or not target or (dot and arch not in platforms.BY_ARCH):
+        return None
+    return sha, target, arch or None
+
+
+def image(tag: str, registry: str = "", repo: str = DEFAULT_REPO) -> str:
+    return f"{registry}/{repo}:{tag}" if registry else f"{repo}:{tag}"
+
+
+def tags(layer: str, stack: Stack, registry: str = "", repo: str = DEFAULT_REPO) -> list[str]:
+    """The full tag and its short alias (`runtime-debian`)."""
+    return [image(layer_tag(layer, stack), registry, repo), image(f"{layer}-{stack.name}", registry, repo)]
+
+
+TAG_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+"""A beginning that a tag may have (OCI tags: ``[A-Za-z0-9_][A-Za-z0-9._-]{0,127}``), leaving room for the rest."""
+
+
+def target(layer: str, stack: Stack) -> str:
+    return f"{layer}-{stack.name}"
+
+
+_SHA = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+PLATFORM_SEPARATOR = "."
+"""Between a target and the architecture of one platform's candidate: stack names have no '.', so
+``candidate-<sha>-runtime-debian.arm64`` cannot be another stack's tag."""
+
+
+def candidate_tag(target: str, sha: str, option: str = "--sha", arch: str | None = None) -> str:
+    """The tag a build pushes before certification: ``candidate-<git sha>-<target>``; with ``arch``, one platform's
+    image of a multi-platform target (``…-<target>.arm64``), from which `mcore-images index` assembles the first."""
+    if not _SHA.match(sha):
+        raise InputError(f"{option} {sha!r} is not a git commit (7 to 40 lowercase hex digits): pass the commit "
+                         "that built the image (e.g. $GITHUB_SHA)")
+    return f"candidate-{sha}-{target}" + (f"{PLATFORM_SEPARATOR}{arch}" if arch else "")
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stack", required=True, help="the stack (see `mcore-images plan`)")
+    p.add_argument("--layer", default=None, help="one layer (default: every layer of the stack)")
+    p.add_argument("--registry", default="", help="prefix the tags with this registry, e.g. ghcr.io/acme")
+    p.add_argument("--repo", default=DEFAULT_REPO, help=f"repository name under the registry (default {DEFAULT_REPO})")
+    p.add_argument("--candidate", default="", metavar="SHA",
+                   help="print the candidate tags candidate-<SHA>-<target> a build of commit SHA pushes")
+
+
+def _run(args: argparse.Namespace) -> int:
+    stack = get_stack(args.stack)
+    if args.layer and args.layer not in stack.built_layers:
+        raise InputError(f"stack '{stack.name}' has no layer '{args.layer}'; "
+                         f"choose one of: {', '.join(stack.built_layers)}")
+    out: dict[str, list[str]] = {}
+    for layer in [args.layer] if args.layer else list(stack.built_layers):
+        name = target(layer, stack)
+        out[name] = ([image(candidate_tag(name, args.candidate, "--candidate"), args.registry, args.repo)]
+                     if args.candidate else tags(layer, stack, args.registry, args.repo))
+    if args.json:
+        print_json(out)
+    else:
+        print("\n".join(tag for target_tags in out.values() for tag in target_tags))
+    return 0
+
+
+COMMANDS = (Command("tags", "print the public (or candidate) tags of a stack's layers", _arguments, _run,
+                    prints_data=True),)

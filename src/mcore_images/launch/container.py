@@ -1,0 +1,76 @@
+"""`docker run` the way NVIDIA's containers ask to be run, in one place.
+
+NVIDIA's PyTorch containers ask for ``--ipc=host`` (or a large /dev/shm: NCCL and the DataLoader's
+workers share memory through it), ``--ulimit memlock=-1`` (RDMA pins memory) and
+``--ulimit stack=67108864``; GPUs come through ``--gpus all`` (the NVIDIA Container Toolkit). NVLink
+multicast stays off unless a site turns it on (it can take a shared host's GPUs out of service).
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from mcore_images.catalogue import images
+
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+"""NVLink multicast off for every program we start."""
+
+RECOMMENDED_FLAGS = ("--ipc=host", "--ulimit", "stack=67108864")
+MEMLOCK_FLAGS = ("--ulimit", "memlock=-1")
+"""RDMA (InfiniBand, RoCE) pins memory: NCCL's IB transport needs memlock unlimited."""
+
+
+def ensure_local(image: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
+    """Why ``image`` cannot be run (None when it can): a reference docker cannot parse, or an image that is
+    neither local nor pullable. It is pulled once here, so the probes and the run that follow never pull."""
+
+    try:
+        images.parse(image)
+    except ValueError as exc:
+        return f"{exc}; give an image reference such as mcore-images:runtime-debian or REPO@sha256:…"
+    if run(["docker", "image", "inspect", image], capture_output=True, text=True, check=False).returncode == 0:
+        return None
+    pulled = run(["docker", "pull", "-q", image], capture_output=True, text=True, check=False)
+    if pulled.returncode == 0:
+        return None
+    said = ((pulled.stderr or "").strip().splitlines() or ["no output"])[-1]
+    return (f"image {image} is not in the local Docker and could not be pulled ({said[:200]}): build it "
+            "(make build), docker login to its registry, or check the name")
+
+
+@functools.cache
+def memlock_unlimited(image: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+                      platform: str | None = None) -> bool:
+    """Whether this Docker Engine can start ``image`` with memlock unlimited. An engine whose own hard limit
+    is lower (a sandboxed or rootless daemon) refuses the container; then it runs without the flag, and
+    says so once (the doctor's `env.memlock` finding names the fix for multi-node runs)."""
+    probe = run(["docker", "run", "--rm", *(["--platform", platform] if platform else []), *MEMLOCK_FLAGS,
+                 "--entrypoint", "true", image], capture_output=True, text=True, check=False)
+    if probe.returncode != 0 and "rlimit" in (probe.stderr or ""):
+        print("[container] this Docker Engine's own memlock limit is lower than unlimited: running without "
+              "--ulimit memlock=-1 (RDMA needs it; runs on one host do not)", file=sys.stderr)
+        return False
+    return True
+
+
+def run_command(image: str, command: Sequence[str], *, gpus: bool | str = True,
+                mounts: Mapping[Path, str] | None = None, env: Mapping[str, str] | None = None,
+                read_only: Sequence[Path] = (), extra: Sequence[str] = (), memlock: bool = True,
+                platform: str | None = None) -> list[str]:
+    """``docker run --rm`` of ``command`` in ``image`` with the recommended flags; ``mounts`` maps host
+    folders (or files) to container paths, ``read_only`` names the host paths mounted read-only, and
+    ``memlock`` adds memlock unlimited (callers pass ``memlock_unlimited(image)``). ``gpus`` is docker's
+    ``--gpus`` value (True: all; False: none); ``platform`` runs an image of another platform than this machine's
+    (``linux/arm64`` under QEMU)."""
+    devices = "all" if gpus is True else gpus
+    argv = ["docker", "run", "--rm", *(["--platform", platform] if platform else []),
+            *(["--gpus", devices] if devices else []), *RECOMMENDED_FLAGS, *(MEMLOCK_FLAGS if memlock else ())]
+    for key, value in {**NO_MULTICAST, **(env or {})}.items():
+        argv += ["-e", f"{key}={value}"]
+    for host, inside in (mounts or {}).items():
+        argv += ["-v", f"{host.resolve()}:{inside}{':ro' if host in read_only else ''}"]
+    return [*argv, *extra, image, *command]

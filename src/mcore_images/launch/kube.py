@@ -1,0 +1,50 @@
+"""`mcore-images kube-manifest IMAGE`: the smoke's Kubernetes Job (deploy/k8s/smoke-job.yaml) with IMAGE in
+place of the image it names, printed for `kubectl apply -f -`.
+
+The image is judged as a reference first, so a value with a newline or a YAML fragment in it cannot
+reach the manifest; the file's comments and layout are kept (the one ``image:`` line is rewritten).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from mcore_images.catalogue import images
+from mcore_images.catalogue.stacks import repo_root
+from mcore_images.command import Command
+from mcore_images.errors import InputError
+
+JOB = Path("deploy") / "k8s" / "smoke-job.yaml"
+_IMAGE_LINE = re.compile(r"^(\s*image:\s*)(\S+)\s*$", re.MULTILINE)
+
+
+def manifest(image: str, job: Path) -> str:
+    """The Job's text with every container image replaced by ``image``."""
+    try:
+        images.parse(image)
+    except ValueError as exc:
+        raise InputError(f"IMAGE: {exc}; give REPO:TAG or REPO@sha256:…") from None
+    try:
+        text = job.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the Job manifest {job}: {exc.__class__.__name__}; pass --job FILE") from None
+    replaced, count = _IMAGE_LINE.subn(lambda m: m.group(1) + image, text)
+    if count == 0:
+        raise InputError(f"{job} has no `image:` line to replace: pass a Job manifest with a container image")
+    return replaced
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("image", help="the image the Job runs: REPO:TAG or REPO@sha256:…")
+    p.add_argument("--job", type=Path, default=None, help=f"the Job manifest (default: {JOB} of this checkout)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    print(manifest(args.image, args.job or repo_root() / JOB), end="")
+    return 0
+
+
+COMMANDS = (Command("kube-manifest", "print the smoke's Kubernetes Job with an image in it (for kubectl apply -f -)",
+                    _arguments, _run, description=__doc__.split("\n\n")[0]),)

@@ -1,0 +1,492 @@
+"""Compatibility rules, checked by `mcore-images plan` (and `build`) before any build starts.
+
+Each rule has an id, and each violation is one line that names the problem and the fix.
+The thresholds are facts about upstream packages; the source of each is given beside it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from mcore_images.catalogue import components, flash_attention, gpu_archs, platforms, tags
+from mcore_images.catalogue.components import FROM_BASE
+from mcore_images.catalogue.stacks import NONE, Stack
+from mcore_images.catalogue.versions import (
+    Requirement,
+    SpecifierSet,
+    Version,
+    at_least,
+    bounded_below,
+    can_meet,
+    major_minor,
+)
+from mcore_images.resolve import engines, pypi
+
+# torch on PyPI is built for one CUDA release per torch minor (the nvidia-* wheels it pins).
+TORCH_PYPI_CUDA = {"2.8": "12.8", "2.9": "12.8", "2.11": "13.0"}
+# Transformer Engine publishes transformer-engine-cu13 wheels from 2.9.0 on (PyPI).
+TE_FIRST_CU13 = "2.9.0"
+# TE's extension refuses to compile against older cuDNN headers (a static assertion in its
+# common/cudnn_min_version.h, first in 2.20.0): the TE release → the oldest cuDNN it builds with.
+TE_MIN_CUDNN = {"2.20": "9.12"}
+# TE's extension includes torch's c10d/symm_mem/nccl_dev_cap.hpp from 2.17.0 on; torch 2.9.0's headers lack
+# it (the compile fails), torch 2.11.0's have it (2.10 not measured): the TE release → the oldest torch.
+TE_MIN_TORCH = {"2.17": "2.11"}
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    stack: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"[{self.rule}] stack '{self.stack}': {self.message}; fix: {self.fix}"
+
+
+Rule = Callable[[Stack], Iterator[tuple[str, str]]]
+RULES: dict[str, Rule] = {}
+DESCRIPTIONS: dict[str, str] = {}
+"""What each rule holds, in one sentence: docs/rules.md is generated from these."""
+
+
+def rule(rule_id: str, description: str) -> Callable[[Rule], Rule]:
+    def register(func: Rule) -> Rule:
+        RULES[rule_id] = func
+        DESCRIPTIONS[rule_id] = description
+        return func
+    return register
+
+
+@rule("flavor", 'a debian stack names its Debian suite, and only a debian stack does')
+def _flavor(s: Stack) -> Iterator[tuple[str, str]]:
+    # The flavor's name is checked by env/stacks.schema.json; here, what it implies.
+    if s.flavor == "debian" and not s.debian_suite:
+        yield "the debian flavor needs debian_suite", "set debian_suite, e.g. 'trixie'"
+    if s.flavor != "debian" and s.debian_suite:
+        yield f"debian_suite is set on a {s.flavor} stack", "set debian_suite to ''"
+
+
+@rule("sources", "torch comes from the base image only on NGC; TE's pin and TE's source are both 'none' or neither")
+def _sources(s: Stack) -> Iterator[tuple[str, str]]:
+    if s.torch_source == "base" and s.flavor != "ngc":
+        yield "only NGC images provide torch", "set torch_source='pypi'"
+    if (s.te == NONE) != (s.te_source == NONE):
+        yield f"te='{s.te}' with te_source='{s.te_source}'", "use te='none' together with te_source='none'"
+
+
+@rule("release-pinned",
+      'the release group takes only a registry base pinned by digest (not a tag alone, not a locally built '
+      'one)')
+def _release_pinned(s: Stack) -> Iterator[tuple[str, str]]:
+    # A released image must name a base anyone can pull and check: a registry image by its digest. A base made
+    # on the build machine (debootstrap) has no digest a user can fetch.
+    if "release" not in s.groups:
+        return
+    if s.flavor == "debian":
+        yield (f"the release group refuses a locally built base ({s.base_image}, debootstrap): nobody can pull or "
+               "check it"), "release an ngc or cuda stack, or take 'release' out of this stack's groups"
+    elif not s.base_digest:
+        yield f"the release group refuses tag-only base {s.base_image}", \
+            "set base_digest to the image's sha256 digest"
+
+
+@rule("python-for-mcore", 'megatron-core 0.17 and newer need Python 3.12 or newer')
+def _python_for_mcore(s: Stack) -> Iterator[tuple[str, str]]:
+    # megatron-core >= 0.17 declares Requires-Python >= 3.12 (0.16.1 still allowed 3.10).
+    if s.has("mcore") and at_least(s.mcore, "0.17") and not at_least(s.python, "3.12"):
+        yield f"megatron-core {s.mcore} needs Python >= 3.12, stack has {s.python}", \
+            "use Python 3.12+ or megatron-core <= 0.16.x"
+
+
+@rule("torch-min", "torch 2.6 or newer (megatron-core's own requirement)")
+def _torch_min(s: Stack) -> Iterator[tuple[str, str]]:
+    # megatron-core >= 0.17 requires torch >= 2.6.0 (its Requires-Dist).
+    if not at_least(s.torch, "2.6"):
+        yield f"torch {s.torch} is older than 2.6", "use torch >= 2.6"
+
+
+@rule("mcore-min", "megatron-core 0.13 or newer (verl's assertion)")
+def _mcore_min(s: Stack) -> Iterator[tuple[str, str]]:
+    # verl asserts megatron-core >= 0.13.0.
+    if not s.has("mcore"):
+        yield "no megatron-core pinned", "pin mcore (>= 0.13.0)"
+    elif not at_least(s.mcore, "0.13"):
+        yield f"megatron-core {s.mcore} is older than 0.13.0 (verl's minimum)", "use megatron-core >= 0.13.0"
+
+
+@rule("mbridge-mcore",
+      'mbridge up to 0.15.1 cannot build models on megatron-core 0.17 or newer '
+      '(ModelType.encoder_and_decoder was removed; verl #6936)')
+def _mbridge_mcore(s: Stack) -> Iterator[tuple[str, str]]:
+    # mbridge <= 0.15.1 compares against ModelType.encoder_and_decoder, which megatron-core 0.17.0
+    # removed: building any model fails (verl #6936). 0.16.1 still has it.
+    if s.has("mbridge") and s.has("mcore") and not at_least(s.mbridge, "0.15.2") and at_least(s.mcore, "0.17"):
+        yield (f"mbridge {s.mbridge} cannot build models on megatron-core {s.mcore} "
+               "(ModelType.encoder_and_decoder was removed in 0.17; verl #6936)"), \
+            "use megatron-core <= 0.16.1 with this mbridge, or set mbridge='none' and use Megatron-Bridge"
+
+
+def constraint_on(s: Stack, name: str) -> SpecifierSet:
+    """Every constraint of the stack on one distribution, as one specifier set (empty: unconstrained)."""
+    found = SpecifierSet()
+    for text in s.constraints:
+        requirement = Requirement(text)
+        if requirement.name.lower() == name:
+            found &= requirement.specifier
+    return found
+
+
+@rule("mbridge-transformers", 'mbridge up to 0.15.1 needs transformers < 5 (it reads config.rope_theta)')
+def _mbridge_transformers(s: Stack) -> Iterator[tuple[str, str]]:
+    # mbridge <= 0.15.1 reads hf_config.rope_theta; transformers 5 moved it to rope_parameters.
+    if s.has("mbridge") and not at_least(s.mbridge, "0.15.2") and not bounded_below(
+            constraint_on(s, "transformers"), "5"):
+        yield (f"mbridge {s.mbridge} fails on transformers 5 (config.rope_theta moved into rope_parameters)",
+               "add 'transformers<5' to the stack's constraints")
+
+
+@rule("te-flash-attn", 'FlashAttention 4 is pinned only beside a TE that knows it (2.15 or newer)')
+def _te_flash_attn(s: Stack) -> Iterator[tuple[str, str]]:
+    # TE knows FlashAttention 4 from 2.15 (flash_attention.py); an older TE never selects it.
+    if not s.has("flash_attn"):
+        return
+    line = flash_attention.te_line(s.te) if s.has("te") else None
+    if line is None or not line.fa4:
+        yield (f"FlashAttention {s.flash_attn} is FlashAttention 4, which TE {s.te} does not know: nothing selects "
+               "it", "use TE >= 2.15, or set flash_attn='none'")
+
+
+@rule("flash-attn-cutlass",
+      'FlashAttention 4 comes with an exact nvidia-cutlass-dsl pin its code runs on (flash_attention.py)')
+def _flash_attn_cutlass(s: Stack) -> Iterator[tuple[str, str]]:
+    # FlashAttention 4 compiles its kernels with NVIDIA's CuTe DSL at run time; a release pairs with a range of
+    # nvidia-cutlass-dsl releases, and its own metadata does not bound it (flash_attention.FA4_CUTLASS).
+    if not s.has("flash_attn"):
+        return
+    pinned = [spec.version for spec in constraint_on(s, flash_attention.CUTLASS_DSL) if spec.operator == "=="]
+    if len(pinned) != 1:
+        yield (f"FlashAttention {s.flash_attn} runs on the nvidia-cutlass-dsl release the stack pins, and it pins "
+               "none", f"add '{flash_attention.CUTLASS_DSL}==VERSION' to the stack's constraints (e.g. 4.8.1)")
+    elif problem := flash_attention.cutlass_problem(s.flash_attn, pinned[0]):
+        yield problem, "pin a flash-attn-4 and nvidia-cutlass-dsl pair the table admits"
+
+
+@rule("flash-attn-archs",
+      'no GPU the stack serves is one where its TE selects FlashAttention 4 but FlashAttention 4 has no '
+      'backward (sm80 under TE 2.15 to 2.17)')
+def _flash_attn_archs(s: Stack) -> Iterator[tuple[str, str]]:
+    # TE 2.15 to 2.17 let FlashAttention 4 serve sm80, whose backward FlashAttention 4 lacks: training under
+    # attention_backend=flash then fails in the first backward on an A100.
+    line = flash_attention.te_line(s.te) if s.has("flash_attn") and s.has("te") else None
+    if line is None or not line.fa4:
+        return
+    older = [a for a in s.cuda_archs.split(";") if a.isdigit() and line.fa4_min_sm <= int(a) < 90]
+    if older:
+        yield (f"TE {s.te} selects FlashAttention 4 on sm_{', sm_'.join(older)}, where FlashAttention 4 has no "
+               "backward: training with attention_backend=flash fails there"), \
+            ("drop those from cuda_archs, use TE >= 2.20 (it serves FlashAttention 4 from sm_90), or set "
+             "flash_attn='none'")
+
+
+@rule("te-cuda", "a transformer-engine-cuXX wheel exists for the stack's CUDA major (cu13 from TE 2.9)")
+def _te_cuda(s: Stack) -> Iterator[tuple[str, str]]:
+    if s.te_source not in ("build", "pypi"):
+        return
+    major = s.cuda.split(".")[0]
+    if major not in ("12", "13"):
+        yield f"no transformer-engine-cu{major} wheel exists", "use CUDA 12.x or 13.x"
+    elif major == "13" and not at_least(s.te, TE_FIRST_CU13):
+        yield f"TE {s.te} has no transformer-engine-cu13 wheel", f"use TE >= {TE_FIRST_CU13} or CUDA 12"
+
+
+def _te_floor(table: dict[str, str], te: str) -> str | None:
+    """The floor a TE release needs from one of the tables above (TE release line → oldest version of the
+    other side): the entry of the newest line ``te`` has reached, None before the first."""
+    reached = [line for line in table if at_least(te, line)]
+    return table[max(reached, key=Version)] if reached else None
+
+
+@rule("cuda-archs", "every GPU architecture in cuda_archs is one the stack's CUDA compiles (gpu_archs.py)")
+def _cuda_archs(s: Stack) -> Iterator[tuple[str, str]]:
+    # The GPU architectures the stack serves (its kernels are compiled for them: apex's TORCH_CUDA_ARCH_LIST) must
+    # be ones the stack's CUDA can compile; an "a"/"f" suffix (arch-specific features) names the same GPU.
+    for arch in gpu_archs.parse(s.cuda_archs):
+        entry = gpu_archs.known(arch)
+        if entry is None:
+            yield (f"cuda_archs names '{arch}', which is not a GPU architecture this project knows",
+                   f"use some of {', '.join(str(a.sm) for a in gpu_archs.TABLE)} (e.g. 90 for Hopper, 100 for "
+                   "B200/GB200); src/mcore_images/catalogue/gpu_archs.py lists them")
+        elif not at_least(s.cuda, entry.first_cuda):
+            yield (f"CUDA {s.cuda} cannot compile sm_{entry.sm} (nvcc first compiles it in CUDA {entry.first_cuda})",
+                   f"drop {arch} from cuda_archs or use CUDA >= {entry.first_cuda}")
+        elif entry.dropped_cuda and at_least(s.cuda, entry.dropped_cuda):
+            yield (f"CUDA {s.cuda} no longer compiles sm_{entry.sm} (dropped in CUDA {entry.dropped_cuda})",
+                   f"drop {arch} from cuda_archs (CUDA 13 calls that GPU sm_110)")
+
+
+@rule("cudnn-torch",
+      "the cuDNN pin is the release the stack's torch wheel requires exactly ('base' where torch comes with "
+      'the base image)')
+def _cudnn_torch(s: Stack) -> Iterator[tuple[str, str]]:
+    # torch's wheel requires one cuDNN release exactly (nvidia-cudnn-cuXX==…, read from its metadata into
+    # env/engines.json when the stack is locked): the one torch loads and TE compiles against. NGC builds torch
+    # against its own cuDNN, so a stack on NGC's torch takes the base image's.
+
+    if s.torch_source != "pypi":
+        if s.cudnn != FROM_BASE:
+            yield (f"torch comes with the base image {s.base_image} and so does its cuDNN, but the stack pins "
+                   f"cuDNN {s.cudnn}", "set cudnn to 'base'")
+        return
+    wanted = engines.torch_cudnn(s)
+    if wanted is None:
+        yield (f"the cuDNN requirement of torch {s.torch} is not recorded in env/engines.json",
+               f"run `mcore-images lock --stack {s.name}`, which reads it from the index")
+    elif not wanted:
+        if s.has("cudnn"):
+            yield f"torch {s.torch} requires no cuDNN wheel, the stack pins cuDNN {s.cudnn}", "set cudnn to 'none'"
+    elif s.cudnn in (NONE, FROM_BASE) or not Requirement(wanted).specifier.contains(s.cudnn, prereleases=True):
+        exact = next(iter(Requirement(wanted).specifier)).version
+        yield (f"torch {s.torch} requires {wanted} (the cuDNN it loads), the stack pins cuDNN {s.cudnn}",
+               f"set cudnn to '{exact}'")
+
+
+@rule("te-archs", "every GPU architecture in cuda_archs is one the TE release's own build carries code for")
+def _te_archs(s: Stack) -> Iterator[tuple[str, str]]:
+    # TE's core library is never compiled here (its transformer-engine-cuXX wheel or the NGC base brings it), so
+    # a GPU the stack serves must be one the TE release's own build carries code for.
+    if not s.has("te"):
+        return
+    for arch in gpu_archs.parse(s.cuda_archs):
+        entry = gpu_archs.known(arch)
+        if entry is not None and entry.first_te and not at_least(s.te, entry.first_te):
+            yield (f"TE {s.te} carries no code for sm_{entry.sm} ({entry.gpus}); TE builds it from {entry.first_te}",
+                   f"drop {arch} from cuda_archs or use TE >= {entry.first_te}")
+
+
+@rule("te-cudnn", "the cuDNN TE's extension compiles against is one that TE release builds with")
+def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
+    # The stack's cuDNN (torch's, held to torch's requirement by cudnn-torch) is what TE's extension compiles
+    # against.
+    if s.te_source != "build" or s.cudnn in (NONE, FROM_BASE):
+        return
+    floor = _te_floor(TE_MIN_CUDNN, s.te)
+    if floor is not None and not at_least(s.cudnn, floor):
+        yield (f"TE {s.te}'s extension compiles only against cuDNN >= {floor} headers, and torch {s.torch} brings "
+               f"cuDNN {s.cudnn}",
+               f"pin a TE release before {min(TE_MIN_CUDNN)} for this torch, or a torch with newer cuDNN")
+
+
+@rule("te-torch", "the torch TE's extension compiles against is one that TE release builds with")
+def _te_torch(s: Stack) -> Iterator[tuple[str, str]]:
+    if s.te_source != "build":
+        return
+    floor = _te_floor(TE_MIN_TORCH, s.te)
+    if floor is not None and not at_least(s.torch, floor):
+        yield (f"TE {s.te}'s extension compiles only against torch >= {floor} (it includes "
+               f"c10d/symm_mem/nccl_dev_cap.hpp), the stack pins torch {s.torch}",
+               f"pin a TE release before {min(TE_MIN_TORCH)} for this torch, or torch >= {floor}")
+
+
+@rule("torch-cuda", "torch's CUDA build on PyPI is the stack's CUDA")
+def _torch_cuda(s: Stack) -> Iterator[tuple[str, str]]:
+    if s.torch_source != "pypi":
+        return
+    expected = TORCH_PYPI_CUDA.get(major_minor(s.torch))
+    if expected is None:
+        yield f"the CUDA build of torch {s.torch} on PyPI is not recorded", \
+            "add it to TORCH_PYPI_CUDA in src/mcore_images/resolve/rules.py after checking its nvidia-* wheels"
+    elif expected != major_minor(s.cuda):
+        yield f"torch {s.torch} from PyPI is built for CUDA {expected}, stack says {s.cuda}", \
+            f"set cuda to {expected} or pick the torch matching CUDA {s.cuda}"
+
+
+@rule("platform-torch",
+      "each platform the stack lists has a CUDA build of its torch (PyPI's aarch64 torch 2.8/2.9 are CPU "
+      'builds)')
+def _platform_torch(s: Stack) -> Iterator[tuple[str, str]]:
+    # Each platform of a stack needs a CUDA build of its torch: PyPI's wheel for that machine must require the CUDA
+    # runtime there (env/engines.json, read from the wheel's metadata and the index when the stack is locked). NGC's
+    # torch comes with its base, whose index has an arm64 child (Grace hosts). Every flavor builds either platform:
+    # NGC's and nvidia/cuda's tags are multi-arch indexes, the debian base is made with debootstrap --arch.
+
+    if s.torch_source != "pypi":
+        return
+    for name in s.platforms:
+        machine = platforms.BY_NAME[name].machine
+        wheel = engines.torch_wheel(s, machine)
+        if wheel is None:
+            yield (f"PyPI's torch {s.torch} wheel for {machine} (Python {s.python}) is not recorded in "
+                   "env/engines.json",
+                   f"run `mcore-images lock --stack {s.name}`, which reads it from the index")
+        elif not wheel["cuda_runtime"]:
+            size = f" ({wheel['bytes'] / 1e6:.0f} MB)" if isinstance(wheel.get("bytes"), int) else ""
+            yield (f"torch {s.torch} has no CUDA build for {machine} on PyPI, so no {name} image: {wheel['wheel']}"
+                   f"{size} requires no CUDA runtime on {machine} (a CPU build)",
+                   f"drop {name} from platforms, or pin a torch whose {machine} wheel is a CUDA build")
+
+
+@rule("verl-python", 'verl and Megatron-Bridge need Python < 3.13')
+def _verl_python(s: Stack) -> Iterator[tuple[str, str]]:
+    # verl 0.9.x declares Requires-Python <3.13; Megatron-Bridge 0.6.x declares >=3.12,<3.13.
+    if s.has("verl") and at_least(s.python, "3.13"):
+        yield f"the app layer (verl {s.verl}) needs Python < 3.13, stack has {s.python}", \
+            "set verl='none' on this stack, or use a Python 3.12 stack for the app layer"
+    if s.has("megatron_bridge") and at_least(s.python, "3.13"):
+        yield f"Megatron-Bridge {s.megatron_bridge} needs Python < 3.13, stack has {s.python}", \
+            "set megatron_bridge='none', or use Python 3.12"
+
+
+@rule("apex-base", 'apex comes from the base image only on NGC')
+def _apex(s: Stack) -> Iterator[tuple[str, str]]:
+    # A commit's shape is checked when env/stacks.json is read; here, where 'base' can come from.
+    if s.apex == "base" and s.flavor != "ngc":
+        yield "apex='base' but only NGC images ship apex", "pin an apex commit or 'none'"
+
+
+@rule("size-budget", 'every layer the stack builds has a size budget')
+def _budget(s: Stack) -> Iterator[tuple[str, str]]:
+    missing = [layer for layer in s.layers if layer not in s.size_budget_gb]
+    if missing:
+        yield f"no size budget for layer(s) {', '.join(missing)}", "add them to size_budget_gb (GB)"
+
+
+@rule("engine-torch", "a rollout engine's exact torch pin (vLLM's, SGLang's) is the stack's torch")
+def _engine_torch(s: Stack) -> Iterator[tuple[str, str]]:
+
+    for engine in engines.ENGINES:
+        if not s.has(engine.key):
+            continue
+        wanted = engines.torch_requirement(s, engine)
+        if wanted is None:
+            yield (f"the torch requirement of {engine.title} {s.pins[engine.key]} is not recorded in env/engines.json",
+                   f"run `mcore-images lock --stack {s.name}`, which reads it from the index")
+        elif wanted and not SpecifierSet(wanted).contains(s.torch, prereleases=True):
+            yield (f"{engine.title} {s.pins[engine.key]} requires torch{wanted}, the stack pins torch {s.torch}",
+                   f"pin the {engine.title} release whose torch requirement holds {s.torch}, or that torch")
+
+
+@rule("bridge-mcore",
+      "every name Megatron-Bridge imports at import time from megatron-core exists in the stack's release")
+def _bridge_mcore(s: Stack) -> Iterator[tuple[str, str]]:
+    # Megatron-Bridge declares megatron-core with no version; what its modules import when `import
+    # megatron.bridge` runs must exist in the stack's megatron-core (env/engines.json, read from both wheels).
+
+    if not (s.has("megatron_bridge") and s.has("mcore")):
+        return
+    lacking = engines.bridge_missing(s)
+    if lacking is None:
+        yield (f"what Megatron-Bridge {s.megatron_bridge} imports from megatron-core {s.mcore} is not recorded in "
+               "env/engines.json", f"run `mcore-images lock --stack {s.name}`, which reads both wheels")
+    elif lacking:
+        yield (f"Megatron-Bridge {s.megatron_bridge} imports {len(lacking)} names megatron-core {s.mcore} lacks "
+               f"(e.g. {lacking[0]}): `import megatron.bridge` fails",
+               "pin the megatron-core release this Megatron-Bridge was made with, or a bridge release for "
+               f"megatron-core {s.mcore}")
+
+
+
+
+@functools.cache
+def _requirement(text: str) -> Requirement:
+    """A requirement parsed once: many stacks share one verl release's list."""
+    return Requirement(text)
+
+
+@functools.cache
+def _applies(requirement: Requirement, python: str, extras: frozenset[str]) -> bool:
+    """Whether a requirement of verl's applies to a stack: its marker under the stack's Python, for verl itself
+    or one of the extras the stack carries."""
+    if requirement.marker is None:
+        return True
+    env = {**pypi.MARKER_ENV, "python_version": python, "python_full_version": f"{python}.0"}
+    return any(requirement.marker.evaluate({**env, "extra": extra}) for extra in ("", *extras))
+
+
+@rule("verl-requirements",
+      "the stack keeps to what its verl release declares (Python, its own and its extras' requirements, the "
+      "constraints); a release PyPI lacks or the base image brings is named in the stack's substitutes, "
+      'with why')
+def _verl_requirements(s: Stack) -> Iterator[tuple[str, str]]:
+    # What the stack's verl release declares (env/engines.json, read from its metadata by `lock`): its Python,
+    # its own requirements and those of the extras the stack carries (mcore; the rollout engine's).
+
+    if not s.has("verl"):
+        return
+    declared = engines.verl_requirements(s)
+    if declared is None:
+        yield (f"what verl {s.verl} requires is not recorded in env/engines.json",
+               f"run `mcore-images lock --stack {s.name}`, which reads it from the index")
+        return
+    if declared["requires_python"] and not SpecifierSet(declared["requires_python"]).contains(f"{s.python}.0"):
+        yield (f"verl {s.verl} requires Python {declared['requires_python']}, the stack has {s.python}",
+               "pick a verl release for this Python, or a stack of another Python")
+    # verl's Megatron extra is "mcore" up to 0.8 and "megatron" from 0.9; a rollout engine's is its own name.
+    extras = frozenset({"mcore", "megatron"} | {e.key for e in engines.ENGINES if s.has(e.key)})
+    absent = set(declared.get("absent_from_pypi") or [])
+    by_dist = {d: c for c in components.CATALOGUE for d in c.distributions}
+    constraints = {Requirement(c).name.lower(): Requirement(c).specifier for c in s.constraints}
+    for text in declared["requires_dist"]:
+        requirement = _requirement(text)
+        if not _applies(requirement, s.python, extras):
+            continue
+        name = requirement.name.lower().replace("_", "-")
+        comp = by_dist.get(name)
+        if comp is not None and s.has(comp.key) and requirement.specifier and not requirement.specifier.contains(
+                s.pins[comp.key], prereleases=True):
+            # What no stack of this flavor can follow: a release PyPI does not have, or a component the base image
+            # brings (NGC's own torch build). The stack says what it pins instead, and why.
+            cannot = ("which PyPI does not have" if f"{name}{requirement.specifier}" in absent else
+                      f"and the stack's {comp.title} comes with its base image" if comp.source and
+                      getattr(s, comp.source) == FROM_BASE else None)
+            if cannot and name in s.substitutes:
+                continue
+            if cannot:
+                yield (f"verl {s.verl} requires {requirement.name}{requirement.specifier}, {cannot}; the stack pins "
+                       f"{comp.title} {s.pins[comp.key]} without saying why",
+                       f"name the substitute in the stack's substitutes ({name!r}: why {s.pins[comp.key]})")
+                continue
+            yield (f"verl {s.verl} requires {requirement.name}{requirement.specifier}, the stack pins "
+                   f"{comp.title} {s.pins[comp.key]}",
+                   f"pin a {comp.title} release verl {s.verl} admits, or a verl release that admits {s.pins[comp.key]}")
+        elif name in constraints and requirement.specifier and not can_meet(requirement.specifier, constraints[name]):
+            yield (f"verl {s.verl} requires {requirement.name}{requirement.specifier}, the stack's constraints say "
+                   f"{name}{constraints[name]}", "change the constraint, or pick a verl release that fits it")
+
+
+OCI_TAG_MAX = 128
+"""The distribution spec's longest tag."""
+IMMUTABLE_SUFFIX = len("-YYYYMMDD-") + 12
+"""What promotion appends to a content tag for its immutable tag (date and digest prefix)."""
+CANDIDATE_PREFIX = len("candidate-") + 40 + 1
+"""What a candidate build puts before a target name (a full git commit)."""
+PLATFORM_SUFFIX = 1 + max(len(p.arch) for p in platforms.PLATFORMS)
+"""What a multi-platform stack's candidate of one platform puts after it (``.arm64``)."""
+
+
+@rule("tag-length", "every tag fits OCI's 128 characters, candidate and immutable tags included")
+def _tag_length(s: Stack) -> Iterator[tuple[str, str]]:
+
+    for layer in s.built_layers:
+        content = tags.layer_tag(layer, s)
+        if len(content) + IMMUTABLE_SUFFIX > OCI_TAG_MAX:
+            yield (f"the {layer} tag {content!r} leaves no room for the immutable tag's date and digest "
+                   f"({len(content)} + {IMMUTABLE_SUFFIX} > {OCI_TAG_MAX} characters)",
+                   "shorten the stack's versions or its base")
+        target = tags.target(layer, s)
+        longest = CANDIDATE_PREFIX + len(target) + (PLATFORM_SUFFIX if s.multi_platform else 0)
+        if longest > OCI_TAG_MAX:
+            yield (f"the candidate tag of target {target!r} would be {longest} characters (at most {OCI_TAG_MAX})",
+                   "give the stack a shorter name")
+
+
+def check(stack: Stack) -> list[Violation]:
+    """Every violation of every rule for one stack."""
+    out = []
+    for rule_id, func in RULES.items():
+        for message, fix in func(stack):
+            out.append(Violation(rule_id, stack.name, message, fix))
+    return out

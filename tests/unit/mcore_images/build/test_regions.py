@@ -1,0 +1,78 @@
+"""The stacks table (docs/stacks.md) is generated from env/stacks.json and must match it; README's commands
+exist."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from mcore_images.build.regions import _hcl
+from mcore_images.catalogue.stacks import Stack
+from mcore_images.resolve.plan import make_plan, render_markdown
+
+
+def test_the_stacks_table_is_current(root: Path, stacks: dict[str, Stack]) -> None:
+    text = (root / "docs" / "stacks.md").read_text()
+    block = re.search(r"<!-- stacks:begin[^\n]*-->\n(.*?)<!-- stacks:end -->", text, re.S)
+    assert block, "docs/stacks.md lost its stacks markers"
+    assert block.group(1).strip() == render_markdown(make_plan(list(stacks.values()))), \
+        "the stacks table is stale: regenerate it with `make update`"
+
+
+def test_readme_commands_exist(root: Path) -> None:
+    text = (root / "README.md").read_text()
+    makefile = "\n".join(p.read_text() for p in [root / "Makefile", *sorted((root / "mk").glob("*.mk"))])
+    for target in re.findall(r"^make ([a-z-]+)", text, re.M):
+        assert re.search(rf"^{target}:", makefile, re.M), target
+    assert "bash .ci/run" in text and (root / ".ci" / "run").is_file()
+
+
+def test_generated_hcl_strings_are_taken_literally() -> None:
+    """A catalogue string reaches bake as written: quotes and backslashes escaped, and ${ and %{ doubled so that
+    bake does not interpolate them."""
+    assert _hcl('a${b}%{c}"d\\') == '"a$${b}%%{c}\\"d\\\\"'
+    assert (_hcl(None), _hcl(True), _hcl(False)) == ("null", "true", "false")
+
+
+def documented_commands(root: Path) -> list[tuple[str, str]]:
+    """(page, line) for every `mcore-images …` line of a bash block in README.md, docs/ and the examples' READMEs."""
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md")), *sorted((root / "examples").rglob("README.md"))]
+    found = []
+    for page in pages:
+        for block in re.findall(r"```(?:bash|sh)\n(.*?)```", page.read_text(), re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.split(" #")[0].strip().replace("python -m mcore_images ", "mcore-images ")
+                if line.startswith("mcore-images "):
+                    found.append((str(page.relative_to(root)), line))
+    return found
+
+
+def test_every_documented_command_parses(root: Path) -> None:
+    """Every command line the pages show is one the CLI takes: its options and their values parse (the command
+    itself runs in CI where it needs no registry or GPU: tests/newcomer)."""
+    import shlex
+
+    from mcore_images import cli
+
+    parser = cli.parser()
+    lines = documented_commands(root)
+    assert len(lines) > 20
+    for page, line in lines:
+        words = shlex.split(line)[1:]
+        words = words[:words.index("|")] if "|" in words else words
+        own = words[:words.index("--")] if "--" in words else words
+        try:
+            parser.parse_args(own)
+        except SystemExit:
+            pytest.fail(f"{page}: `{line}` does not parse")
+
+
+def test_the_readme_is_for_the_people_who_pull_and_train(root: Path) -> None:
+    """Short, and it opens with pulling and verifying an image, not with setting up a build host."""
+    text = (root / "README.md").read_text()
+    assert len(text.splitlines()) <= 150, len(text.splitlines())
+    first = re.search(r"```bash\n(.*?)```", text, re.S)
+    assert first and "mcore-images verify" in first.group(1) and "docker pull" in first.group(1), first
+    assert text.index("## Set up on a fresh machine") > text.index("## Build it yourself") > text.index("## Run")

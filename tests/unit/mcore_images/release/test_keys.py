@@ -1,0 +1,51 @@
+"""verify, promote and attach judge --key before any registry call: a missing, empty or foreign key file is
+one line and exit 2, and nothing is asked of oras or cosign."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mcore_images import cli
+from mcore_images.release import registry
+
+DIGEST = "sha256:" + "1" * 64
+IMAGE = f"127.0.0.1:5999/mcore-images@{DIGEST}"
+
+
+@pytest.fixture
+def no_tools(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """oras and cosign that record any call (there must be none)."""
+    log = tmp_path / "calls.log"
+    for tool in ("oras", "cosign"):
+        path = tmp_path / tool
+        path.write_text(f"#!/bin/sh\necho {tool} \"$@\" >> {log}\nexit 1\n")
+        path.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    return log
+
+
+@pytest.mark.parametrize("argv", [
+    ["verify", IMAGE, "--policy", "ci"],
+    ["promote", IMAGE, "--stack", "debian", "--policy", "ci"],
+    ["attach", IMAGE, "--certificate", "."],
+])
+@pytest.mark.parametrize(("key", "needle"), [("missing.pub", "does not exist"), ("folder", "is a folder"),
+                                             ("empty.pub", "is not a PEM key")])
+def test_a_bad_key_is_refused_before_the_registry(argv: list[str], key: str, needle: str, tmp_path: Path,
+                                                   no_tools: Path, capsys: pytest.CaptureFixture) -> None:
+    """Before: verify and promote went to the registry first and failed later (or looked like a refusal)."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "empty.pub").write_text("")
+    assert cli.main([*argv, "--key", str(tmp_path / key)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+    assert not no_tools.exists(), no_tools.read_text()
+
+
+def test_kms_references_and_pem_files_pass(tmp_path: Path) -> None:
+    pem = tmp_path / "cosign.pub"
+    pem.write_text("-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n")
+    assert registry.key_problem(str(pem)) is None
+    assert registry.key_problem("awskms:///arn:aws:kms:us-east-1:1:key/abc") is None

@@ -1,0 +1,186 @@
+"""Every compatibility rule: the real stacks pass, and each bad input breaks exactly its rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcore_images.catalogue import gpu_archs
+from mcore_images.catalogue.stacks import Stack
+from mcore_images.resolve import rules
+from tests.unit.conftest import variant
+
+
+def test_every_stack_in_env_passes(stacks: dict[str, Stack]) -> None:
+    for stack in stacks.values():
+        assert rules.check(stack) == [], stack.name
+
+
+BAD = [
+    ("python-for-mcore", "debian", {"mcore": "0.19.2", "mbridge": "none", "python": "3.11"}),
+    ("torch-min", "debian", {"torch": "2.5.1"}),
+    ("mcore-min", "debian", {"mcore": "0.12.3"}),
+    ("mcore-min", "debian", {"mcore": "none"}),
+    ("mbridge-mcore", "debian", {"mcore": "0.19.2"}),
+    ("mbridge-mcore", "verl-mcore013", {"mcore": "0.17.0", "python": "3.12"}),
+    ("te-cuda", "debian", {"te": "2.6.0"}),
+    ("te-cuda", "debian", {"cuda": "11.8"}),
+    ("torch-cuda", "debian", {"cuda": "12.8"}),
+    ("torch-cuda", "debian", {"torch": "2.9.1"}),
+    ("verl-python", "debian", {"verl": "0.9.1"}),
+    ("verl-python", "debian", {"megatron_bridge": "0.6.2"}),
+    ("apex-base", "cuda", {"apex": "base"}),
+    ("release-pinned", "cuda", {"base_digest": ""}),
+    ("flavor", "debian", {"debian_suite": ""}),
+    ("sources", "debian", {"torch_source": "base"}),
+    ("sources", "debian", {"te_source": "none"}),
+    ("mbridge-transformers", "debian", {"constraints": ()}),
+    ("size-budget", "debian", {"size_budget_gb": {"base": 1.0}}),
+    ("te-torch", "debian-verl", {"te": "2.19.0"}),
+    ("te-cudnn", "debian-verl", {"te": "2.20.2"}),
+    ("cudnn-torch", "debian", {"cudnn": "9.18.0.1"}),
+    ("cudnn-torch", "debian", {"cudnn": "base"}),
+    ("cudnn-torch", "debian", {"cudnn": "none"}),
+    ("cudnn-torch", "debian", {"torch": "2.10.0"}),
+    ("cudnn-torch", "ngc", {"cudnn": "9.19.0.56"}),
+    ("verl-requirements", "debian-verl", {"vllm": "0.14.0", "torch": "2.9.1"}),
+    ("tag-length", "debian", {"name": "d" * 100}),
+    ("cuda-archs", "debian-verl", {"cuda_archs": "90;103"}),
+    ("cuda-archs", "debian", {"cuda_archs": "90;101"}),
+    ("cuda-archs", "debian", {"cuda_archs": "90;95"}),
+    ("te-archs", "verl-mcore013", {"te": "1.13.0", "cuda_archs": "90;100"}),
+    ("te-flash-attn", "verl-mcore013", {"flash_attn": "4.0.0b36", "constraints": ("nvidia-cutlass-dsl==4.8.1",
+                                                                                  "transformers<5")}),
+    ("flash-attn-cutlass", "debian", {"constraints": ("transformers<5",)}),
+    ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b11"}),  # TE's own install hint, on cutlass-dsl 4.8.1
+    ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b24"}),
+    ("flash-attn-archs", "debian-verl", {"cuda_archs": "80;90;100"}),
+    ("verl-requirements", "cuda", {"substitutes": {}}),  # verl 0.9.1 names megatron-bridge 0.5.2: not on PyPI
+    ("verl-requirements", "ngc", {"substitutes": {"megatron-bridge": "not on PyPI"}}),  # and NGC's own torch
+    # a substitute is for what no stack can follow, not for a release PyPI has
+    ("verl-requirements", "debian-verl", {"vllm": "0.14.0", "torch": "2.9.1", "substitutes": {"vllm": "newer"}}),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "stack_name", "changes"), BAD, ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(BAD)])
+def test_bad_input_breaks_its_rule(stacks: dict[str, Stack], rule_id: str, stack_name: str,
+                                   changes: dict) -> None:
+    violations = rules.check(variant(stacks[stack_name], **changes))
+    assert rule_id in {v.rule for v in violations}, violations
+    line = str(next(v for v in violations if v.rule == rule_id))
+    assert "\n" not in line and "fix:" in line
+
+
+def test_mbridge_boundary_is_measured_release(stacks: dict[str, Stack]) -> None:
+    ok = variant(stacks["debian"], mcore="0.16.1", mbridge="0.15.1")
+    assert not [v for v in rules.check(ok) if v.rule == "mbridge-mcore"]
+
+
+@pytest.mark.parametrize("constraint", ["transformers<5", "transformers<5.0", "transformers<=4.57.6",
+                                        "transformers>=4.40,<5", "transformers==4.*"])
+def test_any_spelling_of_an_upper_bound_below_5_satisfies_the_transformers_rule(
+        stacks: dict[str, Stack], constraint: str) -> None:
+    stack = variant(stacks["debian"], constraints=(constraint,))
+    assert "mbridge-transformers" not in {v.rule for v in rules.check(stack)}
+
+
+@pytest.mark.parametrize("constraint", ["transformers<6", "transformers!=5.0.0", "transformers>4", "torch<5"])
+def test_a_constraint_that_admits_transformers_5_breaks_the_rule(stacks: dict[str, Stack], constraint: str) -> None:
+    stack = variant(stacks["debian"], constraints=(constraint,))
+    assert "mbridge-transformers" in {v.rule for v in rules.check(stack)}
+
+
+def test_bridge_mcore_refuses_a_bridge_whose_imports_the_core_lacks(stacks: dict[str, Stack],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcore_images.resolve import engines
+
+    monkeypatch.setattr(engines, "bridge_missing", lambda s, root=None: ["megatron.core._slurm_utils"])
+    line = str(next(v for v in rules.check(stacks["cuda"]) if v.rule == "bridge-mcore"))
+    assert "imports 1 names megatron-core 0.19.2 lacks (e.g. megatron.core._slurm_utils)" in line and "fix:" in line
+    monkeypatch.setattr(engines, "bridge_missing", lambda s, root=None: None)
+    line = str(next(v for v in rules.check(stacks["cuda"]) if v.rule == "bridge-mcore"))
+    assert "not recorded" in line and "mcore-images lock --stack cuda" in line
+
+
+@pytest.mark.parametrize(("cuda", "archs", "found"), [
+    ("12.8", "80;90;100;120", None), ("12.8", "100a", None), ("12.9", "90;100;103", None),
+    ("13.0", "90;100;103;110;120", None), ("12.8", "90;103", "CUDA 12.8 cannot compile sm_103"),
+    ("13.0", "101", "CUDA 13.0 no longer compiles sm_101"), ("13.0", "70", "'70', which is not a GPU architecture"),
+])
+def test_cuda_archs_are_the_ones_the_stacks_cuda_compiles(stacks: dict[str, Stack], cuda: str, archs: str,
+                                                         found: str | None) -> None:
+    lines = [str(v) for v in rules.check(variant(stacks["debian"], cuda=cuda, cuda_archs=archs))
+             if v.rule == "cuda-archs"]
+    assert (lines == []) if found is None else (len(lines) == 1 and found in lines[0]), lines
+
+
+def cudnn_lines(stack: Stack) -> list[str]:
+    return [str(v) for v in rules.check(stack) if v.rule == "cudnn-torch"]
+
+
+@pytest.mark.parametrize("name", ["debian", "debian-verl", "verl-mcore013"])
+def test_a_cudnn_pin_other_than_torchs_requirement_is_refused_naming_it(stacks: dict[str, Stack], name: str) -> None:
+    # Before: no stack pinned cuDNN; torch's nvidia-cudnn-cuXX came along unseen, read only by te-cudnn from the lock.
+    from mcore_images.resolve import engines
+
+    stack = stacks[name]
+    wanted = engines.torch_cudnn(stack)
+    assert wanted and wanted.endswith(f"=={stack.cudnn}") and cudnn_lines(stack) == []
+    assert wanted.startswith(f"nvidia-cudnn-cu{stack.cuda.split('.')[0]}==")
+    assert cudnn_lines(variant(stack, cudnn="9.18.0.1")) == [
+        f"[cudnn-torch] stack '{name}': torch {stack.torch} requires {wanted} (the cuDNN it loads), the stack pins "
+        f"cuDNN 9.18.0.1; fix: set cudnn to '{stack.cudnn}'"]
+
+
+def test_cudnn_comes_with_torch_from_the_base_image(stacks: dict[str, Stack]) -> None:
+    assert stacks["ngc"].cudnn == "base" and cudnn_lines(stacks["ngc"]) == []
+    lines = cudnn_lines(variant(stacks["ngc"], cudnn="9.19.0.56"))
+    assert len(lines) == 1 and "torch comes with the base image" in lines[0] and "set cudnn to 'base'" in lines[0]
+
+
+def test_an_unrecorded_torch_names_the_command_that_reads_its_cudnn(stacks: dict[str, Stack]) -> None:
+    lines = cudnn_lines(variant(stacks["debian"], torch="2.10.0"))
+    assert lines == ["[cudnn-torch] stack 'debian': the cuDNN requirement of torch 2.10.0 is not recorded in "
+                     "env/engines.json; fix: run `mcore-images lock --stack debian`, which reads it from the index"]
+
+
+def test_te_cudnn_judges_the_stacks_cudnn_pin(stacks: dict[str, Stack]) -> None:
+    # Before, te-cudnn re-read torch's cuDNN from the stack's base lock: a stack without committed locks (a new one,
+    # or an override) passed unjudged, and the lock's cuDNN stood in for the pin. Now the pin is the one fact.
+    renamed = variant(stacks["debian-verl"], name="verl-next", te="2.20.2")
+    assert "te-cudnn" in {v.rule for v in rules.check(renamed)}
+    older = variant(stacks["debian"], cudnn="9.11.0.98")  # debian's base lock holds a newer cuDNN
+    line = next(str(v) for v in rules.check(older) if v.rule == "te-cudnn")
+    assert "compiles only against cuDNN >= 9.12 headers, and torch 2.11.0 brings cuDNN 9.11.0.98" in line
+@pytest.mark.parametrize(("te", "archs", "found"), [
+    ("2.0.0", "90;100;103;120", None), ("1.13.0", "80;90", None), ("none", "100", None),
+    ("1.13.0", "90;100a", "TE 1.13.0 carries no code for sm_100 (B200/GB200); TE builds it from 2.0"),
+    ("1.13.0", "120", "TE 1.13.0 carries no code for sm_120"),
+])
+def test_te_archs_are_the_ones_the_te_release_carries(stacks: dict[str, Stack], te: str, archs: str,
+                                                     found: str | None) -> None:
+    stack = variant(stacks["verl-mcore013"], te=te, te_source="none" if te == "none" else "build", cuda_archs=archs)
+    lines = [str(v) for v in rules.check(stack) if v.rule == "te-archs"]
+    assert (lines == []) if found is None else (len(lines) == 1 and found in lines[0]), lines
+
+
+def test_release_stacks_serve_hopper_and_blackwell(stacks: dict[str, Stack]) -> None:
+    for stack in (s for s in stacks.values() if "release" in s.groups):
+        assert {"90", "100", "103", "120"} <= set(gpu_archs.parse(stack.cuda_archs)), stack.name
+
+
+def test_flash_attention_4_pairs_with_the_cutlass_dsl_its_code_needs(stacks: dict[str, Stack]) -> None:
+    """b11 runs on cutlass-dsl < 4.6 (cute.core.ThrMma), b36 on 4.8.1 (measured on an H200 under TE 2.20.2)."""
+    def broken(fa4: str, cutlass: str) -> list[str]:
+        stack = variant(stacks["debian"], flash_attn=fa4, constraints=(f"nvidia-cutlass-dsl=={cutlass}",
+                                                                        "transformers<5"))
+        return [str(v) for v in rules.check(stack) if v.rule == "flash-attn-cutlass"]
+
+    assert broken("4.0.0b11", "4.5.3") == [] and broken("4.0.0b36", "4.8.1") == []
+    assert "cute.core.ThrMma" in broken("4.0.0b11", "4.8.1")[0]
+    assert "4.6.2 or newer" in broken("4.0.0b36", "4.5.3")[0]
+
+
+def test_te_2_20_serves_flash_attention_4_from_hopper_only(stacks: dict[str, Stack]) -> None:
+    """TE 2.20 leaves sm80 to another backend, so an sm80 stack with FlashAttention 4 still trains there."""
+    stack = variant(stacks["debian"], cuda_archs="80;90;100")
+    assert not [v for v in rules.check(stack) if v.rule == "flash-attn-archs"]
