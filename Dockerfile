@@ -65,6 +65,12 @@ RUN python3 -m venv --system-site-packages /opt/venv
 # freeze)` keeps the image's versions (README).
 ENV PIP_CONSTRAINT=
 
+# The lock installer and the two scripts it calls (docker/install-lock.sh, pip.sh, pip-check.py) as one folder:
+# every install step mounts it at /mnt/install instead of three files each. Its content is each such step's
+# cache key, as the three mounts were.
+FROM scratch AS install-scripts
+COPY docker/install-lock.sh docker/pip.sh docker/pip-check.py /
+
 # ---------------------------------------------------------------------------------------------
 # The flavor picks one of the OS stages above (a stage name, not a registry image).
 # hadolint ignore=DL3006
@@ -76,15 +82,13 @@ ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:${PATH} \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
-RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
-    --mount=type=bind,source=docker/pip-check.py,target=/mnt/build/pip-check.py \
-    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+RUN --mount=type=bind,from=install-scripts,target=/mnt/install \
     --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
     --mount=type=bind,from=locks,source=${LAYERS_STACK}/base.txt,target=/mnt/lock.txt \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    /mnt/build/install-lock.sh /mnt/lock.txt \
+    /mnt/install/install-lock.sh /mnt/lock.txt \
  && /mnt/build/check-version.sh python "${PYTHON_VERSION}" \
  && /mnt/build/check-version.sh torch "${TORCH_VERSION}"
 
@@ -101,14 +105,12 @@ RUN if [ "${FLAVOR}" != ngc ]; then \
            g++ "python3-dev" ninja-build ccache git \
       && rm -rf /var/lib/apt/lists/*; \
     fi
-RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
-    --mount=type=bind,source=docker/pip-check.py,target=/mnt/build/pip-check.py \
-    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+RUN --mount=type=bind,from=install-scripts,target=/mnt/install \
     --mount=type=bind,from=locks,source=${LAYERS_STACK}/builder.txt,target=/mnt/lock.txt \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    /mnt/build/install-lock.sh /mnt/lock.txt
+    /mnt/install/install-lock.sh /mnt/lock.txt
 
 # Compile jobs are planned inside each compile step, from the builder's own CPUs, cgroup and memory,
 # per component (docker/compile-jobs.sh runs the planner, `mcore-images jobs`, from this stage). A
@@ -196,9 +198,7 @@ RUN --mount=type=bind,source=pyproject.toml,target=/src/pyproject.toml \
 FROM base AS kernels
 ARG LAYERS_STACK
 ARG TE_VERSION
-RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
-    --mount=type=bind,source=docker/pip-check.py,target=/mnt/build/pip-check.py \
-    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+RUN --mount=type=bind,from=install-scripts,target=/mnt/install \
     --mount=type=bind,source=docker/link-nvidia-libs.sh,target=/mnt/build/link-nvidia-libs.sh \
     --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
     --mount=type=bind,from=locks,source=${LAYERS_STACK}/kernels.txt,target=/mnt/lock.txt \
@@ -206,7 +206,7 @@ RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lo
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    /mnt/build/install-lock.sh /mnt/lock.txt /wheels \
+    /mnt/install/install-lock.sh /mnt/lock.txt /wheels \
  && /mnt/build/link-nvidia-libs.sh \
  && /mnt/build/check-version.sh transformer-engine "${TE_VERSION}"
 
@@ -223,16 +223,14 @@ RUN --mount=type=bind,source=docker/install-toolchain.sh,target=/mnt/build/insta
     /mnt/build/install-toolchain.sh "${FLAVOR}" "${PYTHON_VERSION}" "${GCC_VERSION}"
 ARG STACK
 ARG MCORE_VERSION
-RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
-    --mount=type=bind,source=docker/pip-check.py,target=/mnt/build/pip-check.py \
-    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+RUN --mount=type=bind,from=install-scripts,target=/mnt/install \
     --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
     --mount=type=bind,source=docker/megatron-datasets.mk,target=/mnt/build/megatron-datasets.mk \
     --mount=type=bind,from=locks,source=${STACK}/runtime.txt,target=/mnt/lock.txt \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    /mnt/build/install-lock.sh /mnt/lock.txt \
+    /mnt/install/install-lock.sh /mnt/lock.txt \
  && /mnt/build/check-version.sh megatron-core "${MCORE_VERSION}" \
  && datasets="$(python -c 'import importlib.util as u, os; print(os.path.join(os.path.dirname(u.find_spec("megatron.core").origin), "datasets"))')" \
  && { [ -f "$datasets/Makefile" ] || cp /mnt/build/megatron-datasets.mk "$datasets/Makefile"; }
@@ -248,10 +246,9 @@ ENV CUDA_DEVICE_MAX_CONNECTIONS=1 \
     MCORE_IMAGES_STACK=${STACK} \
     MCORE_IMAGES_ROOT=/opt/mcore-images
 RUN --mount=type=bind,from=tooling-build,source=/tooling,target=/tooling \
-    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
-    --mount=type=bind,source=docker/pip-check.py,target=/mnt/build/pip-check.py \
-    sh /mnt/build/pip.sh install --no-deps --no-index --no-cache-dir /tooling/*.whl \
- && python /mnt/build/pip-check.py \
+    --mount=type=bind,from=install-scripts,target=/mnt/install \
+    sh /mnt/install/pip.sh install --no-deps --no-index --no-cache-dir /tooling/*.whl \
+ && python /mnt/install/pip-check.py \
  && mkdir -p /opt/mcore-images \
  && python -m mcore_images.catalogue.constraints > /opt/mcore-images/constraints.txt
 COPY env/stacks.json env/stacks.schema.json env/bench-baselines.json /opt/mcore-images/env/
@@ -268,15 +265,13 @@ ARG TORCH_VERSION
 ARG VERL_VERSION
 ARG VLLM_VERSION
 ARG SGLANG_VERSION
-RUN --mount=type=bind,source=docker/install-lock.sh,target=/mnt/build/install-lock.sh \
-    --mount=type=bind,source=docker/pip-check.py,target=/mnt/build/pip-check.py \
-    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+RUN --mount=type=bind,from=install-scripts,target=/mnt/install \
     --mount=type=bind,source=docker/check-version.sh,target=/mnt/build/check-version.sh \
     --mount=type=bind,from=locks,source=${STACK}/app.txt,target=/mnt/lock.txt \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
-    PIP_CONSTRAINT='' /mnt/build/install-lock.sh /mnt/lock.txt \
+    PIP_CONSTRAINT='' /mnt/install/install-lock.sh /mnt/lock.txt \
  && /mnt/build/check-version.sh verl "${VERL_VERSION}" \
  && /mnt/build/check-version.sh vllm "${VLLM_VERSION}" \
  && /mnt/build/check-version.sh sglang "${SGLANG_VERSION}" \

@@ -24,6 +24,8 @@
 # Still short after step 7, it exits 2 with what is free and what is needed: the rest of the disk is
 # not this project's to delete (an image without the project's labels is never touched).
 set -euo pipefail
+# shellcheck source=.ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" disk  # log, die, install_host_packages
 cd "$(dirname "$0")/.."
 
 NEED_GIB="${MCORE_CI_FREE_GIB:-40}"
@@ -32,7 +34,6 @@ ENGINE_STATE="${MCORE_DOCKER_STATE:-/var/lib/mcore-images-docker}"
 REGISTRY="127.0.0.1:${MCORE_REGISTRY_PORT:-5000}"
 REPO="${IMAGE_REPO:-mcore-images}"
 
-log() { printf '[disk] %s\n' "$*" >&2; }
 
 [[ "$NEED_GIB" =~ ^[0-9]+$ && "$KEEP_CACHE_GIB" =~ ^[0-9]+$ ]] || {
   log "error: MCORE_CI_FREE_GIB and MCORE_CI_KEEP_CACHE_GIB take whole GiB, e.g. MCORE_CI_FREE_GIB=40"

@@ -10,6 +10,8 @@
 #   .ci/docker-engine.sh stop     stop the engine this script started (by its pid file)
 #   .ci/docker-engine.sh status   exit 0 when the engine answers
 set -euo pipefail
+# shellcheck source=.ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" docker-engine  # log, die, install_host_packages
 
 PREFIX="${MCORE_DOCKER_PREFIX:-/opt/mcore-images/docker}"
 STATE="${MCORE_DOCKER_STATE:-/var/lib/mcore-images-docker}"
@@ -19,22 +21,9 @@ SOCK="unix:///var/run/docker.sock"
 # trixie split the docker CLI out of docker.io into docker-cli.
 TRIXIE_PACKAGES=(docker.io docker-cli docker-buildx)
 
-log() { printf '[docker-engine] %s\n' "$*" >&2; }
-die() { printf '[docker-engine] error: %s\n' "$*" >&2; exit 1; }
 
 engine_answers() { DOCKER_HOST="$SOCK" docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
 
-install_host_packages() {
-  local missing=()
-  for pkg in containerd runc iptables debootstrap; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
-  done
-  if ((${#missing[@]})); then
-    log "installing bookworm packages: ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  fi
-}
 
 install_trixie_engine() {
   [[ -x "$PREFIX/usr/sbin/dockerd" && -x "$PREFIX/usr/bin/docker" \
@@ -107,7 +96,7 @@ stop_engine() {
 
 case "${1:-start}" in
   start)
-    install_host_packages
+    install_host_packages containerd runc iptables debootstrap
     install_trixie_engine
     install_cli_plugin
     start_engine

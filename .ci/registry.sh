@@ -34,6 +34,8 @@
 # cosign treats 127.0.0.1 and localhost as HTTP by itself; --allow-http-registry is accepted and
 # needed only for other host names.
 set -euo pipefail
+# shellcheck source=.ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" registry  # log, die, install_host_packages
 
 PREFIX="${MCORE_REGISTRY_PREFIX:-/opt/mcore-images/registry}"
 STATE="${MCORE_REGISTRY_STATE:-/var/lib/mcore-images-registry}"
@@ -50,23 +52,10 @@ COSIGN_BIN="$PREFIX/usr/bin/cosign"
 # Package name and version of each .deb unpacked into the prefix (dpkg -x registers nothing).
 VERSIONS="$PREFIX/versions.txt"
 
-log() { printf '[registry] %s\n' "$*" >&2; }
-die() { printf '[registry] error: %s\n' "$*" >&2; exit 1; }
 
 registry_answers() { curl -fsS -o /dev/null --max-time 2 "$URL" 2>/dev/null; }
 pkg_version() { awk -v p="$1" '$1 == p {v = $2} END {print v}' "$VERSIONS" 2>/dev/null; }
 
-install_host_packages() {
-  local missing=()
-  for pkg in curl ca-certificates; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
-  done
-  if ((${#missing[@]})); then
-    log "installing bookworm packages: ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  fi
-}
 
 # fetch_debs SUITE PACKAGE...: download the packages of Debian SUITE with a temporary sources
 # list (the host's apt state is untouched) and unpack them into $PREFIX.
@@ -242,7 +231,7 @@ print_env() {
 
 case "${1:-start}" in
   start)
-    install_host_packages
+    install_host_packages curl ca-certificates
     install_packages docker-registry
     check_registry
     check_tools
@@ -252,7 +241,7 @@ case "${1:-start}" in
   stop) stop_registry "${2:-}" ;;
   status) registry_answers ;;
   tools)
-    install_host_packages
+    install_host_packages curl ca-certificates
     install_packages
     check_tools
     print_tools 2>&1 | sed 's/^\[registry\] //'

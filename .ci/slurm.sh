@@ -19,6 +19,8 @@
 # The configuration goes to /etc/slurm (slurm.conf, slurmdbd.conf), where the Slurm commands
 # look without SLURM_CONF; the script refuses to overwrite files there that it did not write.
 set -euo pipefail
+# shellcheck source=.ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" slurm  # log, die, install_host_packages
 
 STATE="${MCORE_SLURM_STATE:-/var/lib/mcore-images-slurm}"
 CLUSTER="${MCORE_SLURM_CLUSTER:-mcore-ci}"
@@ -36,8 +38,6 @@ PACKAGES=(slurmctld slurmd slurm-client slurmdbd munge mariadb-server)
 # Process names, in stop order (start is the reverse); each has a pid file and a log beside it.
 DAEMONS=(slurmd slurmctld slurmdbd mariadbd munged)
 
-log() { printf '[slurm] %s\n' "$*" >&2; }
-die() { printf '[slurm] error: %s\n' "$*" >&2; exit 1; }
 
 pidfile() {
   case "$1" in
@@ -71,24 +71,6 @@ fail_with_log() { # fail_with_log DAEMON MESSAGE
   die "$2; the log above names the cause ($(logfile "$1"))"
 }
 
-install_packages() {
-  local missing=() pkg
-  for pkg in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
-  done
-  ((${#missing[@]})) || return 0
-  log "installing bookworm packages: ${missing[*]}"
-  # Keep the packages' maintainer scripts from starting their daemons through init scripts:
-  # this script starts them itself, with its own configuration and pid files.
-  local policy=/usr/sbin/policy-rc.d made_policy=0 rc=0
-  if [[ ! -e "$policy" ]]; then
-    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && made_policy=1
-  fi
-  apt-get update -qq || rc=$?
-  ((rc)) || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || rc=$?
-  ((made_policy)) && rm -f "$policy"
-  ((rc == 0)) || die "apt-get failed (exit $rc) installing ${missing[*]}"
-}
 
 write_conf() { # write_conf PATH MODE: stdin to PATH, unless PATH exists and was not written here
   if [[ -e "$1" ]] && ! grep -qF "$MARKER" "$1"; then
@@ -326,7 +308,7 @@ stop_cluster() {
 
 case "${1:-start}" in
   start)
-    install_packages
+    install_host_packages "${PACKAGES[@]}"
     start_cluster
     ;;
   stop) stop_cluster ;;

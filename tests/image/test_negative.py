@@ -73,6 +73,16 @@ def _failed_tests(ref: str, select: str) -> tuple[int, set[str], str]:
     return proc.returncode, failed, output
 
 
+def failures_on(image_ref: str, steps: str, kind: str, select: str) -> tuple[int, set[str], str]:
+    """Build a negative image (``FROM image_ref`` plus ``steps``), run the image tests ``select`` names against it,
+    remove it: (exit code, names of failed tests, output)."""
+    ref = docker.build_image(f"FROM {image_ref}\n{steps}", _tag(kind))
+    try:
+        return _failed_tests(ref, select)
+    finally:
+        docker.remove_image(ref)
+
+
 def test_negative_label_disagrees(image: docker.ImageInfo, facts: dict[str, Any], wrong_images: list[str]) -> None:
     """LABEL io.mcore-images.<top component>=9.9.9 and a size budget of 1 MB: the version, pin and size
     checks fail."""

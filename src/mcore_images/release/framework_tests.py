@@ -15,7 +15,6 @@ download, a file of the repository that the sdist leaves out) is listed in ``KNO
 from __future__ import annotations
 
 import hashlib
-import json
 import subprocess
 import sys
 import tempfile
@@ -27,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from mcore_images.catalogue import images
+from mcore_images.resolve import pypi
 
-PYPI_SIMPLE = "https://pypi.org/simple"
 INSIDE = "/tmp/framework-tests"
 """Where the tests run in the container: a checkout's layout (tests/, and verl/ linked to the installed package)."""
 
@@ -59,10 +58,7 @@ SUITES: tuple[Suite, ...] = (
 def fetch_sdist(distribution: str, version: str, into: Path,
                 opener: Callable[..., Any] = urllib.request.urlopen) -> tuple[Path, str]:
     """The release's sdist from PyPI's simple index (JSON), checked against the index's sha256: (path, sha256)."""
-    request = urllib.request.Request(f"{PYPI_SIMPLE}/{distribution}/",
-                                     headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with opener(request, timeout=120) as reply:
-        files = json.load(reply)["files"]
+    files = pypi.index_files(distribution, opener)
     normal = distribution.replace("-", "_")
     wanted = {f"{normal}-{version}.tar.gz", f"{distribution}-{version}.tar.gz"}
     entry = next((f for f in files if f["filename"] in wanted), None)

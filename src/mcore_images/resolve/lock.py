@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import io
-import json
 import re
 import shutil
 import subprocess
@@ -37,7 +36,7 @@ from mcore_images.catalogue.stacks import Stack, checkout_root, get_stack, load_
 from mcore_images.catalogue.versions import Requirement, at_least
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
-from mcore_images.resolve import engine_records, engines, rules
+from mcore_images.resolve import engine_records, engines, pypi, rules
 from mcore_images.resolve.pypi import resolver_environment
 
 # Layers that branch off the chain: built FROM base, but nothing above them inherits their packages.
@@ -46,7 +45,6 @@ SIDE_LAYERS = ("builder",)
 GLIBC = {"ubuntu24.04": "2_39", "ubuntu22.04": "2_35", "ngc": "2_39", "debian": "2_28", "debian-bookworm": "2_36"}
 """The glibc a base offers, as a manylinux tag. "debian" is the floor the trixie stacks are locked for; bookworm's
 own 2.36 is named (vLLM 0.12's wheels are manylinux_2_31)."""
-PYPI_SIMPLE = "https://pypi.org/simple"
 # Packages a base image provides when the stack takes torch from it (NGC): never emitted.
 BASE_PROVIDED = re.compile(
     r"^(torch|torchvision|torchaudio|triton|nvidia-.*|transformer-engine.*|apex|flash-attn|cuda-.*)$")
@@ -78,10 +76,7 @@ def cuda_major(stack: Stack) -> str:
 
 def sdist_requirements(name: str, version: str) -> list[str]:
     """Requires-Dist of an sdist, read from its PKG-INFO (no build, no setup.py run)."""
-    url = f"{PYPI_SIMPLE}/{name}/"
-    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        files = json.load(resp)["files"]
+    files = pypi.index_files(name)
     wanted = [f for f in files if f["filename"].endswith(".tar.gz") and f"-{version}.tar.gz" in f["filename"]]
     if not wanted:
         raise InputError(f"no sdist of {name}=={version} on PyPI; check the pin in env/stacks.json")
@@ -223,7 +218,7 @@ def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
         # from one resolution to the next, so an unchanged layer resolves to the same bytes.
         cmd = [_uv(), "pip", "compile", req.name, "--constraint", con.name, "--generate-hashes",
                "--python-version", stack.python, "--python-platform", platform(stack, machine), "--no-header",
-               "--quiet", "--index-url", f"{PYPI_SIMPLE}/"]
+               "--quiet", "--index-url", f"{pypi.PYPI_SIMPLE}/"]
         for name in below:
             cmd += ["--no-emit-package", name]
         out = Path(tmp) / "resolved.txt"

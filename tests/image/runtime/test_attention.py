@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from tests.image.test_negative import _failed_tests, _tag
+from tests.image.test_negative import failures_on
 from tests.image.utils import docker
 
 from mcore_images.catalogue import components
@@ -36,12 +36,9 @@ def test_negative_without_flash_attention_the_doctor_and_tes_view_fail(image: do
                                                                      labels: dict[str, str]) -> None:
     if _pinned(labels) == "none":
         pytest.skip("the stack pins no FlashAttention")
-    ref = docker.build_image(f"FROM {image.ref}\nRUN PIP_CONSTRAINT= python -m pip uninstall -q -y flash-attn-4\n",
-                             _tag("no-flash-attention"))
-    try:
-        rc, failed, output = _failed_tests(ref, "finds_a_backend_for_attention_backend_flash or te_sees_the_labelled")
-    finally:
-        docker.remove_image(ref)
+    rc, failed, output = failures_on(image.ref, "RUN PIP_CONSTRAINT= python -m pip uninstall -q -y flash-attn-4\n",
+                                     "no-flash-attention",
+                                     "finds_a_backend_for_attention_backend_flash or te_sees_the_labelled")
     expected = {"test_the_doctor_finds_a_backend_for_attention_backend_flash",
                 "test_te_sees_the_labelled_flash_attention"}
     assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"

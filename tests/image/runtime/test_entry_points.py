@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.image.test_negative import _failed_tests, _tag
+from tests.image.test_negative import failures_on
 from tests.image.utils import docker
 
 OLD = {"smoke": "--dry-run --nproc 2", "smoke.bench": "--dry-run", "smoke.bridge": "--help"}
@@ -43,9 +43,5 @@ def test_negative_without_the_old_names_or_with_a_regular_smoke_package(image: d
                                   {"test_a_training_repos_own_smoke_wins_wherever_it_sits_on_the_path"}),
     }
     for name, (step, selector, expected) in cases.items():
-        ref = docker.build_image(f"FROM {image.ref}\n{step}", _tag(name))
-        try:
-            rc, failed, output = _failed_tests(ref, selector)
-        finally:
-            docker.remove_image(ref)
+        rc, failed, output = failures_on(image.ref, step, name, selector)
         assert rc == 1 and failed == expected, f"{name}: exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"

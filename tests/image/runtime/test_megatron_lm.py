@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.image.test_negative import _failed_tests, _tag
+from tests.image.test_negative import failures_on
 from tests.image.utils import docker
 
 from mcore_images.catalogue import images
@@ -131,11 +131,7 @@ def test_negative_without_python3_config_the_checkout_cannot_build_its_helpers(i
     helpers_cpp and the data path's import fails, through the test file."""
     if image.labels.get(images.label("mcore")) in (None, "none"):
         pytest.skip("the image carries no megatron-core")
-    ref = docker.build_image(f"FROM {image.ref}\nRUN rm -f \"$(command -v python3-config)\"\n",
-                             _tag("no-python3-config"))
-    try:
-        rc, failed, output = _failed_tests(ref, "test_a_checkout_builds_its_helpers_and_a_gpt_dataset_from_bin_idx")
-    finally:
-        docker.remove_image(ref)
+    rc, failed, output = failures_on(image.ref, "RUN rm -f \"$(command -v python3-config)\"\n", "no-python3-config",
+                                     "test_a_checkout_builds_its_helpers_and_a_gpt_dataset_from_bin_idx")
     assert rc == 1 and "test_a_checkout_builds_its_helpers_and_a_gpt_dataset_from_bin_idx" in failed, \
         f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"

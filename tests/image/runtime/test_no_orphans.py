@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 from tests.image.runtime.test_checkpoint_dir import SMOKE, run
-from tests.image.test_negative import _failed_tests, _tag
-from tests.image.utils import docker
+from tests.image.test_negative import failures_on
 
 LIST = ("python -c \"import os; me = os.getpid(); "
         "[print(p, open(f'/proc/{p}/cmdline').read().replace(chr(0), ' ')[:160]) for p in sorted(os.listdir('/proc'), "
@@ -71,7 +70,7 @@ def test_nothing_is_left_after_a_signal_during_a_background_save(image: Any, sig
 
 
 LIFETIME_UNTIED = (
-    "RUN python -c \"import smoke.kit.lifetime as m, pathlib; p = pathlib.Path(m.__file__); "
+    "RUN python -c \"import mcore_images.smoke.kit.lifetime as m, pathlib; p = pathlib.Path(m.__file__); "
     "p.write_text(p.read_text() + chr(10).join(['', 'def die_with_parent(parent=None):', '    pass', "
     "'def helpers_die_with_rank():', '    pass', '']))\"\n"
 )
@@ -81,11 +80,8 @@ LIFETIME_UNTIED = (
 def test_negative_untied_helpers_outlive_a_stopped_smoke(image: Any) -> None:
     """On an image whose smoke does not tie its processes to their parents, the signal test fails: the ranks and
     their save helpers outlive the smoke."""
-    ref = docker.build_image(f"FROM {image.ref}\n{LIFETIME_UNTIED}", _tag("untied"))
-    try:
-        rc, failed, output = _failed_tests(ref, "test_nothing_is_left_after_a_signal_during_a_background_save")
-    finally:
-        docker.remove_image(ref)
+    rc, failed, output = failures_on(image.ref, LIFETIME_UNTIED, "untied",
+                                     "test_nothing_is_left_after_a_signal_during_a_background_save")
     expected = {"test_nothing_is_left_after_a_signal_during_a_background_save[TERM-143]",
                 "test_nothing_is_left_after_a_signal_during_a_background_save[INT-130]"}
     assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"

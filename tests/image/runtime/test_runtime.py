@@ -52,14 +52,14 @@ def test_required_env_inside_container(facts: dict[str, Any], image: docker.Imag
 def test_tooling_is_installed_in_the_venv_and_only_there(host: Any, image: docker.ImageInfo) -> None:
     """The project's wheel is installed in the image's venv (the `mcore-images` command, `python -m mcore_images.smoke`,
     the doctor); another Python in the image does not see its packages; the pins ship as data."""
-    where = host.run("python -c 'import mcore_images, smoke, sys; print(mcore_images.__file__); print(smoke.__file__)'")
+    where = host.run("python -c 'import mcore_images.smoke as s, mcore_images as m; print(m.__file__, s.__file__)'")
     assert where.rc == 0, f"the venv's Python cannot import the tooling: {where.stderr.strip()[-1000:]}"
     assert all("/site-packages/" in line for line in where.stdout.split()), where.stdout
     version = host.run("mcore-images --version")
     assert version.rc == 0 and version.stdout.startswith("mcore-images "), version.stderr
     if host.file("/usr/bin/python3").exists:
-        system = host.run("/usr/bin/python3 -c 'import smoke'")
-        assert system.rc != 0 and "No module named 'smoke'" in system.stderr, (
+        system = host.run("/usr/bin/python3 -c 'import mcore_images.smoke'")
+        assert system.rc != 0 and "No module named 'mcore_images'" in system.stderr, (
             f"/usr/bin/python3 imports the smoke package (exit {system.rc}): {system.stderr.strip()[-500:]}")
     for path in ("stacks.json", "bench-baselines.json"):
         assert host.file(f"{environment.TOOLING_DATA}/env/{path}").is_file, f"env/{path} is missing from the image"

@@ -67,6 +67,9 @@ def test_compile_steps_mount_the_planner_stage_and_no_file_of_the_tooling() -> N
 def test_every_pip_check_of_a_build_step_is_pip_check_py() -> None:
     """A bare `pip check` fails an aarch64 layer on NVIDIA's sbsa-tagged wheel; docker/pip-check.py judges it."""
     text = (ROOT / "Dockerfile").read_text()
-    assert not re.search(r"pip\s+check", text), "call python /mnt/build/pip-check.py (mounted) instead of pip check"
-    steps = [step for step in re.split(r"\nRUN ", text) if "pip-check.py" in step]
-    assert steps and all("source=docker/pip-check.py,target=/mnt/build/pip-check.py" in step for step in steps)
+    assert not re.search(r"pip\s+check", text), "call python /mnt/install/pip-check.py (mounted) instead of pip check"
+    stage = re.search(r"^FROM scratch AS install-scripts\nCOPY (.+) /$", text, re.M)
+    assert stage and "docker/pip-check.py" in stage.group(1).split(), "the install-scripts stage copies pip-check.py"
+    runs = [re.match(r"(?:.*\\\n)*.*", chunk).group(0) for chunk in re.split(r"\nRUN ", text)[1:]]  # RUN … to its end
+    steps = [step for step in runs if "pip-check.py" in step or "install-lock.sh" in step]
+    assert steps and all("--mount=type=bind,from=install-scripts,target=/mnt/install" in step for step in steps)

@@ -23,7 +23,8 @@ from tests.unit.conftest import PYTHONPATH
 
 
 def test_seed_is_stable_across_processes_and_distinct_per_name() -> None:
-    code = "from smoke.kit.seeds import seed_for; print(seed_for('decoder.layers.3.mlp.linear_fc1.weight', 7))"
+    code = ("from mcore_images.smoke.kit.seeds import seed_for; "
+            "print(seed_for('decoder.layers.3.mlp.linear_fc1.weight', 7))")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": "123", "PYTHONPATH": PYTHONPATH})
     assert int(other.stdout) == seed_for("decoder.layers.3.mlp.linear_fc1.weight", 7)

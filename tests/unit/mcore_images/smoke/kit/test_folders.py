@@ -103,8 +103,9 @@ def test_the_lock_holds_while_its_holder_lives(tmp_path: Path) -> None:
     folders.Owner(tmp_path, "first").file  # noqa: B018  (dropped at once: the lock goes with it)
     kept = folders.Owner(tmp_path, "second")
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from smoke.kit import "
-                           "folders; folders.Owner(Path(sys.argv[1]), 'third')", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                           "from mcore_images.smoke.kit import folders; folders.Owner(Path(sys.argv[1]), 'third')",
+                           str(tmp_path)],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH}, timeout=60)
     assert proc.returncode != 0 and "is being written by another job (second, pid" in proc.stderr
     assert time.monotonic() - start < 30 and kept.file is not None
@@ -121,8 +122,9 @@ def test_deleting_the_lock_file_does_not_let_a_second_writer_in(tmp_path: Path) 
     overwrite A's checkpoints. The lock is on the folder itself."""
     kept = folders.Owner(tmp_path, "first")
     (tmp_path / folders.LOCK_NAME).unlink()
-    proc = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; from smoke.kit import "
-                           "folders; folders.Owner(Path(sys.argv[1]), 'second')", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                           "from mcore_images.smoke.kit import folders; folders.Owner(Path(sys.argv[1]), 'second')",
+                           str(tmp_path)],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH}, timeout=60)
     assert proc.returncode != 0 and "is being written by another job (its lock file" in proc.stderr, proc.stderr
     assert kept.folder_fd is not None and kept.warning is None
