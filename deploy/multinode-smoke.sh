@@ -22,7 +22,7 @@ die() { echo "multinode-smoke: $*" >&2; exit 2; }
 [[ "${RDZV_ENDPOINT:-}" =~ ^[^:[:space:]]+:[0-9]+$ ]] || die "set RDZV_ENDPOINT=HOST:PORT (a node every node reaches), got '${RDZV_ENDPOINT:-}'"
 nproc="${NPROC_PER_NODE:-gpu}"
 [[ "$nproc" == gpu || "$nproc" =~ ^[1-9][0-9]*$ ]] || die "NPROC_PER_NODE must be 'gpu' or a positive integer, got '$nproc'"
-python -c "import smoke.cli" 2>/dev/null || die "python cannot import the smoke programs: run inside an mcore-images image (or put a checkout and its src/ on PYTHONPATH)"
+python -c "import mcore_images.smoke.cli" 2>/dev/null || die "python cannot import the smoke programs: run inside an mcore-images image (or put a checkout's src/ on PYTHONPATH)"
 command -v torchrun >/dev/null || die "torchrun not found: run inside an mcore-images image (torch installs it)"
 out="${OUT:-smoke-out}"
 mkdir -p "$out"

@@ -4,6 +4,7 @@ A region sits between two marker lines in its file and is rendered from the one 
 
 - docs/stacks.md, the stacks table: from env/stacks.json and the component catalogue;
 - docs/rules.md, the list of compatibility rules: from the rules' own descriptions (rules.py, tag_content.py);
+- docs/tags.md, each layer's tag pattern and an example: from the tag scheme (tags.py and the catalogue);
 - docker-bake.hcl, the ``COMPONENTS`` and ``LAYER_ORDER`` variables its labels and build args are computed from:
   from the catalogue (components.py), so bake labels every component and passes its pin without a list of its own;
 - docker-bake.hcl, the ``TAG_LAYERS`` and ``ORIGINS`` variables its tags are computed from: from the tag scheme
@@ -116,9 +117,23 @@ def _verl_example_versions(root: Path) -> str:
             f"(stack `{stack.name}`).\n")
 
 
+def _tag_parts(root: Path) -> str:
+    """Each layer's tag pattern, from the tag scheme (tags.parts and the catalogue's in_tag), with the content tags
+    of the first stack of env/stacks.json as the example."""
+    example = next(iter(load_stacks(stacks_file(root)).values()))
+    rows = ["| layer | its tag | e.g. (stack `" + example.name + "`) |", "|---|---|---|"]
+    for layer in components.LAYERS:
+        named = [f"{c.in_tag.prefix}<{c.key}>" + ("?" if c.in_tag.optional else "")
+                 for c in tags.parts(layer) if c.in_tag]
+        pattern = "-".join([layer, *named, "<origin>"])
+        rows.append(f"| {layer} | `{pattern}` | `{tags.layer_tag(layer, example)}` |")
+    return "\n".join(rows) + "\n\n`?`: named only where the stack carries it.\n"
+
+
 REGIONS: tuple[Region, ...] = (
     Region("docs/stacks.md", "<!-- stacks:begin", "<!-- stacks:end -->", _readme_table),
     Region("docs/rules.md", "<!-- rules:begin", "<!-- rules:end -->", _rules_list),
+    Region("docs/tags.md", "<!-- tag-parts:begin", "<!-- tag-parts:end -->", _tag_parts),
     Region("docker-bake.hcl", "# components:begin", "# components:end", _bake_components),
     Region("docker-bake.hcl", "# tag-scheme:begin", "# tag-scheme:end", _bake_tag_scheme),
     Region("docker-bake.hcl", "# gpu-archs:begin", "# gpu-archs:end", _bake_gpu_archs),
