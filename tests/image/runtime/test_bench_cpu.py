@@ -11,14 +11,15 @@ OUT = "/tmp/mcore-images-test-bench"
 
 def test_the_bench_trains_every_variant_profiles_and_writes(host: Any) -> None:
     result = host.run(f"cd /tmp && timeout 600 python -m mcore_images.smoke.bench --cpu --configs tiny,tiny-moe "
-                      f"--variants defaults,production+ce --warmup 1 --steps 2 --profile --out {OUT}")
+                      f"--variants defaults,production+ce --warmup 1 --steps 2 --repeats 2 --profile --out {OUT}")
     assert result.rc == 0, (result.stdout + result.stderr)[-3000:]
     doc = json.loads(host.file(f"{OUT}/bench.json").content_string)
     assert doc["status"] == "passed" and doc["stack_how"] == "the image's ($MCORE_IMAGES_STACK)"
     rows = [(r["config"], r["spec"], r["variant"], r["precision"], r["status"]) for r in doc["results"]]
     assert rows == [(c, "local", v, "fp32", "ok") for c in ("tiny", "tiny-moe") for v in ("defaults", "production+ce")]
     for r in doc["results"]:
-        assert len(r["step_ms"]) == 2 and r["tflops_per_gpu"] > 0 and r["mfu"] is None
+        assert len(r["step_ms"]) == 4 and len(r["window_ms_medians"]) == 2 and r["tflops_per_gpu"] > 0
+        assert r["mfu"] is None
         assert r["gate"]["status"] == "no-baseline"
         assert r["profile"]["kinds_ms"].get("gemm", 0) > 0, r["profile"]
     fused = doc["results"][1]

@@ -65,7 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", action="store_true",
                    help="after the timed steps, profile 2 more (torch profiler) and table where the step time goes")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (kernel selection, allocator)")
-    p.add_argument("--steps", type=int, default=10, help="timed steps (median reported)")
+    p.add_argument("--steps", type=int, default=10, help="timed steps of each window (median reported)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="timed windows of --steps steps, one after another in this process; a row's step time is "
+                        "the median of the windows' medians, and their spread is reported (default 3)")
     p.add_argument("--micro-batch", type=int, default=0, help="override the config's micro-batch size")
     p.add_argument("--micro-batches", type=int, default=0, help="override the config's micro-batches per step")
     p.add_argument("--tp", type=int, default=1, help="tensor parallel size (sequence parallel under TE)")
@@ -118,8 +121,9 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
         raise errors.CouldNotRun("fp32 is the CPU runs' precision: on GPUs choose bf16 and the fp8 ones")
     if any(bench_model.PRECISIONS[p].fp8 for p in args.precisions) and "bf16" not in args.precisions:
         args.precisions = ["bf16", *args.precisions]  # the FP8 rows are judged against it
-    if args.steps < 1 or args.warmup < 0 or args.tp < 1 or args.micro_batch < 0 or args.micro_batches < 0:
-        raise errors.CouldNotRun("--steps >= 1, --warmup >= 0, --tp >= 1, micro-batch overrides >= 0")
+    if (args.steps < 1 or args.repeats < 1 or args.warmup < 0 or args.tp < 1 or args.micro_batch < 0
+            or args.micro_batches < 0):
+        raise errors.CouldNotRun("--steps >= 1, --repeats >= 1, --warmup >= 0, --tp >= 1, micro-batch overrides >= 0")
     if problem := seeds.seed_problem(args.seed):
         raise errors.CouldNotRun(problem)
     if args.baselines is None and default_baselines().is_file():
@@ -244,7 +248,7 @@ def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dic
                                  cpu=cpu, lr=1e-4, weight_decay=0.01, check_for_nan=False)
     device = torch.device("cpu") if cpu else torch.device("cuda", torch.cuda.current_device())
     # A fresh batch every step (src/mcore_images/smoke/bench/data.py); the same ones for every row of a config.
-    n_steps = args.warmup + args.steps + (PROFILED_STEPS if args.profile else 0)
+    n_steps = args.warmup + args.steps * args.repeats + (PROFILED_STEPS if args.profile else 0)
     per_step = cfg.micro_batches * cfg.micro_batch
     tokens = bench_data.markov_tokens(cfg.vocab, n_steps * per_step, cfg.seq + 1, seed=seeds.data_seed(
         "bench-tokens", args.seed, stream=ps.get_data_parallel_rank())).to(device)
@@ -273,7 +277,7 @@ def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dic
     warmup_s = time.perf_counter() - t1
     marks: list[tuple[Any, Any]] = []
     pairs = []
-    for _ in range(args.steps):  # timed with CUDA events: the host runs ahead as a training loop's does
+    for _ in range(args.steps * args.repeats):  # CUDA events: the host runs ahead as a training loop's does
         if cpu:
             start = time.perf_counter()
             pairs.append(step())
@@ -293,6 +297,7 @@ def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dic
         peak_gib = torch.cuda.max_memory_allocated() / 2**30
         reserved_gib = torch.cuda.max_memory_reserved() / 2**30
     loss = [float(p[0] / p[1]) for p in pairs]
+    windows = [bench_model.median(step_s[i * args.steps:(i + 1) * args.steps]) for i in range(args.repeats)]
     record = {
         "config": cfg.name, "spec": spec, "variant": case.variant, "precision": case.precision,
         "status": "ok", "error": None,
@@ -302,7 +307,9 @@ def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dic
         "micro_batch": cfg.micro_batch, "micro_batches": cfg.micro_batches, "seq": cfg.seq,
         "tokens_per_step": cfg.tokens_per_step(dp),
         "step_ms": [round(t * 1000, 3) for t in step_s],
-        "step_ms_median": bench_model.median(step_s) * 1000,
+        "step_ms_median": bench_model.median(windows) * 1000,
+        "window_ms_medians": [round(w * 1000, 3) for w in windows],
+        "window_spread_pct": (max(windows) - min(windows)) / bench_model.median(windows) * 100,
         "step_ms_min": min(step_s) * 1000, "step_ms_max": max(step_s) * 1000,
         "build_s": build_s, "warmup_s": warmup_s,
         "peak_mem_gib": peak_gib, "peak_reserved_gib": reserved_gib, "allocated_before_gib": before_gib,
@@ -400,7 +407,7 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         "cudnn_loaded": te.cudnn_libraries(), "cudnn_torch": None if args.cpu else te.torch_cudnn(),
         "cudnn_home": os.environ.get("CUDNN_HOME") or os.environ.get("CUDNN_PATH"),
         "te_available": te_ok, "apex_available": apex, "specs": specs, "variants": args.variants,
-        "precisions": args.precisions, "warmup": args.warmup, "steps": args.steps,
+        "precisions": args.precisions, "warmup": args.warmup, "steps": args.steps, "repeats": args.repeats,
         "peak_tflops": peak, "peak_source": peak_source, "formula": FORMULA,
         "fp8_loss_rtol": bench_model.FP8_LOSS_RTOL,
         "configs": {cfg.name: cfg.to_dict() for cfg in configs_for(args)},

@@ -1,17 +1,20 @@
 """Bench regression gate, Markdown table and certificate section. Pure Python (no torch).
 
-A baseline is stored per (GPU model, stack, config, spec, variant, precision, world size) in
+A baseline is stored per (GPU model, stack, config, spec, variant, precision, world size) and per shape
+(micro-batch size, micro-batches per step, sequence length) in
 ``env/bench-baselines.json`` (data only; ``schema`` below). A measured TFLOP/s per GPU more than
 ``max_drop_pct`` below its baseline makes that result — and so the bench and any certificate it is
 attached to — **failed**; so does an FP8 row whose loss left the bf16 row's (model.FP8_LOSS_RTOL). A
-result with no baseline is reported as ``no-baseline`` and does not fail; a faster one passes (update
+result with no baseline of its own shape is reported as ``no-baseline`` (naming the shapes that have one) and is
+never judged against another shape's; a faster one passes (update
 the file to raise the bar). The stack is the image's (``$MCORE_IMAGES_STACK``), ``--stack``, or the stack
 of env/stacks.json whose torch, TE and megatron-core pins are the installed versions; a run matching
 none is ad hoc and **ungated** (its numbers are reported, never judged or stored).
 
-The default drop allowed is 10 %: on one H200 the median step time of the same software moved by
-1.2 % (dense-1b, TE spec) and 2.3 % (moe-small, TE spec) between two runs (docs/bench.md), so a drop
-of more than 10 % is a regression, not noise.
+The default drop allowed is 5 %: on one H200 the median step time of the same software moved by 1.2 % (dense-1b,
+TE spec) and 2.3 % (moe-small, TE spec) between two runs (docs/bench.md), and each gated row is the median of
+``--repeats`` timed windows in one process (3 by default), so a drop of more than 5 % is a regression, not noise
+(Megatron-LM's own MoE gate allows 2 %).
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ from mcore_images.smoke.kit import envinfo
 
 SCHEMA = schemas.BENCH_BASELINES
 RESULT_SCHEMA = schemas.BENCH
-DEFAULT_MAX_DROP_PCT = 10.0
-KEY_FIELDS = ("gpu", "stack", "config", "spec", "variant", "precision", "world_size")
+DEFAULT_MAX_DROP_PCT = 5.0
+SHAPE_FIELDS = ("micro_batch", "micro_batches", "seq")
+"""What a step is made of: rows of another shape time other work, so a baseline applies to its own shape only."""
+KEY_FIELDS = ("gpu", "stack", "config", "spec", "variant", "precision", "world_size", *SHAPE_FIELDS)
 GATED_METRIC = "tflops_per_gpu"
 ADHOC = "adhoc:"
 MATCHED = {key: str(components.BY_KEY[key].distribution) for key in ("torch", "te", "mcore")}
@@ -102,6 +107,17 @@ def load_baselines(path: Path) -> dict[str, Any]:
     return data
 
 
+def shape(entry: dict[str, Any]) -> str:
+    """``micro-batch 8 × 1, seq 4096``: how a row's step is made."""
+    return f"micro-batch {entry.get('micro_batch')} × {entry.get('micro_batches')}, seq {entry.get('seq')}"
+
+
+def other_shapes(baselines: dict[str, Any] | None, key: dict[str, Any]) -> list[str]:
+    """The shapes a baseline of this row (all but the shape the same) is stored for."""
+    rest = [k for k in KEY_FIELDS if k not in SHAPE_FIELDS]
+    return [shape(e) for e in (baselines or {}).get("baselines", []) if all(e.get(k) == key.get(k) for k in rest)]
+
+
 def find_baseline(baselines: dict[str, Any] | None, key: dict[str, Any]) -> dict[str, Any] | None:
     if not baselines:
         return None
@@ -126,7 +142,7 @@ def judge(result: dict[str, Any], baseline: dict[str, Any] | None, max_drop_pct:
         return {"status": "ungated", "reason": "ad hoc versions: no stack's baseline applies"}
     if baseline is None:
         return {"status": "no-baseline", "reason": "no stored baseline for this GPU, stack, config, spec, variant, "
-                                                   "precision and size"}
+                                                   f"precision, size and shape ({shape(result)})"}
     base = float(baseline[GATED_METRIC])
     change = (measured - base) / base * 100.0
     verdict = {"baseline": base, "change_pct": round(change, 2), "max_drop_pct": max_drop_pct}
@@ -149,6 +165,8 @@ def gate(results: list[dict[str, Any]], baselines: dict[str, Any] | None,
     judged = []
     for result in results:
         verdict = judge(result, find_baseline(baselines, result), max_drop_pct)
+        if verdict["status"] == "no-baseline" and (shapes := other_shapes(baselines, result)):
+            verdict["reason"] += f"; stored for {'; '.join(shapes)} only, another shape's step is not this one's"
         judged.append({**result, "gate": verdict})
     status = "failed" if any(r["gate"]["status"] == "failed" for r in judged) else "passed"
     return status, judged
@@ -171,8 +189,6 @@ def merge_baselines(current: dict[str, Any] | None, bench: dict[str, Any]) -> di
             "peak_mem_gib": None if r.get("peak_mem_gib") is None else round(float(r["peak_mem_gib"]), 1),
             "attention_backend": r.get("attention_backend"),
             "optimizer": r.get("optimizer"),
-            "micro_batch": r.get("micro_batch"),
-            "micro_batches": r.get("micro_batches"),
             "measured": bench.get("created"),
             # What it ran on: a later drop can then be told apart from a version change.
             "packages": {k: v for k, v in (bench.get("packages") or {}).items() if v is not None},
@@ -197,7 +213,8 @@ def render_markdown(bench: dict[str, Any]) -> str:
         f"- GPU: {bench.get('world_size', '?')} × {bench.get('gpu', '?')}; MFU against "
         f"{_fmt(peak, '.0f')} TFLOP/s dense bf16 ({bench.get('peak_source', '–')})",
         f"- Stack: `{bench.get('stack', '?')}` ({bench.get('stack_how', '–')}); steps: {bench.get('warmup', '?')} "
-        f"warm-up + {bench.get('steps', '?')} timed (CUDA events, median)",
+        f"warm-up + {bench.get('repeats', 1)} × {bench.get('steps', '?')} timed (CUDA events; the median of each "
+        "window's median)",
         f"- FLOPs per step = {bench.get('formula', '–')}",
         "",
         "| config | spec | variant | precision | step ms | tokens/s | TFLOP/s/GPU | MFU | vs bf16 | peak mem GiB "

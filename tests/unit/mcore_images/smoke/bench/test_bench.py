@@ -107,7 +107,7 @@ def result(tflops: float | None = 450.0, **over: Any) -> dict[str, Any]:
     r = {"gpu": H200, "stack": STACK, "config": "dense-1b", "spec": "te", "variant": "production",
          "precision": "bf16", "world_size": 1, "status": "ok",
          "error": None, "tflops_per_gpu": tflops, "tokens_per_s": 65000.0, "step_ms_median": 500.0,
-         "mfu": 0.455, "peak_mem_gib": 30.0, "micro_batch": 2, "micro_batches": 4}
+         "mfu": 0.455, "peak_mem_gib": 30.0, "micro_batch": 2, "micro_batches": 4, "seq": 4096}
     r.update(over)
     return r
 
@@ -138,6 +138,22 @@ def test_a_fifteen_percent_drop_fails_the_stack_and_names_it() -> None:
     overall, judged = bench_gate.gate([result(450.0 * 0.85)], baselines(450.0))
     assert overall == "failed" and judged[0]["gate"]["change_pct"] == pytest.approx(-15.0)
     assert judged[0]["gate"]["reason"] == "tflops_per_gpu 382.5 is 15.0 % below the baseline 450.0 (more than 10 %)"
+
+
+def test_a_six_percent_drop_fails_at_the_default_limit() -> None:
+    """Each gated row is the median of --repeats windows; noise measured 1.2-2.3 %, so the default gate is 5 %."""
+    file = {k: v for k, v in baselines(450.0).items() if k != "max_drop_pct"}
+    overall, judged = bench_gate.gate([result(450.0 * 0.94)], file)
+    assert overall == "failed" and judged[0]["gate"]["max_drop_pct"] == 5.0
+    assert bench_gate.gate([result(450.0 * 0.96)], file)[0] == "passed"
+
+
+@pytest.mark.parametrize("other", [{"micro_batch": 1, "micro_batches": 8}, {"seq": 8192}])
+def test_a_row_of_another_shape_is_never_judged_against_this_ones_baseline(other: dict[str, int]) -> None:
+    """Before: micro-batch 1 × 8 'failed (-34.6 %)' against a baseline measured at 2 × 4."""
+    overall, judged = bench_gate.gate([result(300.0, **other)], baselines(450.0))
+    assert overall == "passed" and judged[0]["gate"]["status"] == "no-baseline"
+    assert "stored for micro-batch 2 × 4, seq 4096 only" in judged[0]["gate"]["reason"]
 
 
 def test_no_baseline_passes_and_says_so() -> None:
