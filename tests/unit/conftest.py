@@ -14,6 +14,13 @@ PYTHONPATH = str(ROOT / "src")
 """What a program of this checkout (python -m mcore_images.smoke, …) needs on its path: the package's src/."""
 
 
+@pytest.fixture(autouse=True)
+def own_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the tool remembers between runs (ledger versions seen) lives in a folder of the test's own: the
+    machine's record of a real release never decides a unit test."""
+    monkeypatch.setenv("MCORE_IMAGES_STATE", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     return ROOT

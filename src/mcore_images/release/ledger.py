@@ -89,9 +89,10 @@ def read(repository: str, key: str, run: Runner | None = None) -> tuple[Ledger, 
     if probe.returncode != 0:
         if "not found" in (probe.stderr or "").lower() or "not found" in (probe.stdout or "").lower():
             return None
-        registry.resolve(ref, **kwargs)  # raise the registry's own one-line error
-    digest = probe.stdout.strip()
-    at = ref.with_digest(digest)
+        at = registry.resolve(ref, **kwargs)  # the registry's own one-line error, or its answer on a second try
+    else:
+        at = ref.with_digest(probe.stdout.strip())
+    digest = at.digest or ""
     body = registry.manifest(at, **kwargs)
     layer = next((entry for entry in body.get("layers") or []
                   if (entry.get("annotations") or {}).get("org.opencontainers.image.title") == FILE), None)

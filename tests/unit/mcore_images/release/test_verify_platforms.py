@@ -15,7 +15,7 @@ import pytest
 from mcore_images.catalogue.stacks import Stack
 from mcore_images.errors import InputError
 from mcore_images.launch import emulation
-from mcore_images.release import certify, policy, promote, registry, verify
+from mcore_images.release import certify, ledger, policy, promote, registry, verify
 from tests.support.certificates import labels_of, write_certificate
 
 REPOSITORY = "127.0.0.1:5000/mcore-images"
@@ -55,6 +55,8 @@ class Registry:
         monkeypatch.setattr(registry, "referrers_mode", lambda image, **kw: "tag schema")
         monkeypatch.setattr(registry, "signature_problem", lambda image, referrer, key, **kw: None)
         monkeypatch.setattr(registry, "fetch_certificate", lambda image, referrer, **kw: self.certs[image.digest])
+        # no release ledger in this repository (the ledger is judged against a real registry: tests/registry)
+        monkeypatch.setattr(ledger, "read", lambda repository, key, run=None: None)
 
 
 @pytest.fixture
