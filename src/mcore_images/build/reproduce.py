@@ -8,7 +8,8 @@ stage runs again without the build cache (bake's no-cache-filter): a digest take
 that the inputs are the same, a stage that runs again that its steps give the same bytes. A step that runs
 again writes its files with new times, and this engine's image exporter cannot rewrite them (its option for that
 conflicts with unpacking into the image store), so when the digests differ both images' file systems are compared
-by content (path, type, mode, owner, size, sha256, link target; times left out): the same content is reproduced,
+by content (path, type, mode, owner, size, sha256, link target; times left out, the source time in a .pyc's header
+too): the same content is reproduced,
 and said so; otherwise the first paths that differ are named, with the first layer that differs and its step.
 """
 
@@ -85,19 +86,26 @@ def first_difference(original: Image, rebuilt: Image) -> dict[str, Any] | None:
 
 MANIFEST = r'''
 import hashlib, json, os, stat, sys
-SKIP = ("/proc", "/sys", "/dev", "/tmp", "/run", "/var/tmp")
-SET_BY_DOCKER = ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf", "/.dockerenv")
-for root, dirs, files in os.walk("/", followlinks=False):
+ROOT = sys.argv[1] if len(sys.argv) > 1 else "/"
+SKIP = {os.path.join(ROOT, p) for p in ("proc", "sys", "dev", "tmp", "run", "var/tmp")}
+SET_BY_DOCKER = {os.path.join(ROOT, p) for p in ("etc/hostname", "etc/hosts", "etc/resolv.conf", ".dockerenv")}
+for root, dirs, files in os.walk(ROOT, followlinks=False):
     dirs[:] = sorted(d for d in dirs if os.path.join(root, d) not in SKIP)
     for name in sorted(dirs + files):
         path = os.path.join(root, name)
         if path in SET_BY_DOCKER:
             continue
         st = os.lstat(path)
-        entry = [path, stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid]
+        entry = ["/" + os.path.relpath(path, ROOT), stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid,
+                 st.st_gid]
         if stat.S_ISREG(st.st_mode):
             h = hashlib.sha256()
             with open(path, "rb") as handle:
+                head = handle.read(16)
+                # A timestamp-based .pyc (flags 0) holds its source's mtime in bytes 8-12: a file time, copied.
+                if path.endswith(".pyc") and len(head) == 16 and head[4:8] == bytes(4):
+                    head = head[:8] + head[12:]
+                h.update(head)
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     h.update(block)
             entry += [st.st_size, h.hexdigest()]
@@ -105,7 +113,10 @@ for root, dirs, files in os.walk("/", followlinks=False):
             entry.append(os.readlink(path))
         sys.stdout.write(json.dumps(entry) + "\n")
 '''
-"""Run in an image: one line per file system entry, by content (no times), in walk order."""
+"""Run in an image (argument: the root, "/" by default): one line per file system entry, by content, in walk
+order. Times are left out, and so is the source time a timestamp-based .pyc copies into its header: pip writes
+each installed file with the install's time and compiles it, so a step that runs again changes every .pyc there by
+those four bytes alone (the magic, the flags, the source size and the code are compared)."""
 
 
 def content(ref: str) -> list[str]:
@@ -211,7 +222,7 @@ def describe(o: Outcome) -> str:
         return (f"REPRODUCED (by content): {o.layer}-{o.stack} rebuilt from a clean clone of {o.revision[:12]}, its "
                 f"{o.uncached_stage} stage run again without the cache ({o.seconds:.0f} s), holds the same files as "
                 f"{o.image} (path, mode, owner, size, sha256); its digest {o.rebuilt} differs from {o.digest} by the "
-                "file times the rerun wrote")
+                "file times the rerun wrote (and the source times its .pyc files hold)")
     if o.reproduced:
         return (f"REPRODUCED: {o.layer}-{o.stack} rebuilt from a clean clone of {o.revision[:12]}, its "
                 f"{o.uncached_stage} stage run again without the cache ({o.seconds:.0f} s), is {o.rebuilt}, the "

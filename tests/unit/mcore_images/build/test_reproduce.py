@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import py_compile
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,3 +67,41 @@ def test_local_tags_exclude_pushing_and_overrides() -> None:
         bake.BuildRequest(stack="debian", local_tag="r", sets=("mcore=0.16.0",)).validate()
     with pytest.raises(InputError, match=r"not a tag.s beginning"):
         bake.BuildRequest(stack="debian", local_tag="a b").validate()
+
+
+def _listing(root: Path) -> list[str]:
+    """What MANIFEST prints for a folder (the same program the comparison runs in the image)."""
+    done = subprocess.run([sys.executable, "-c", reproduce.MANIFEST, str(root)], capture_output=True, text=True,
+                          check=True)
+    return done.stdout.splitlines()
+
+
+def _installed(root: Path, source: str, mtime: int) -> Path:
+    """A module written at ``mtime`` and compiled as pip compiles it (timestamp-based .pyc)."""
+    package = root / "site-packages" / "pkg"
+    package.mkdir(parents=True)
+    module = package / "mod.py"
+    module.write_text(source)
+    os.utime(module, (mtime, mtime))
+    py_compile.compile(str(module), cfile=str(package / "mod.cpython.pyc"), doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    return root
+
+
+def test_a_step_run_again_matches_by_content_though_its_pyc_files_hold_other_source_times(tmp_path: Path) -> None:
+    root = tmp_path / "image"  # one path, as in both images (a .pyc holds its source's path too)
+    first = _listing(_installed(root, "X = 1\n", 1_700_000_000))
+    before = (root / "site-packages/pkg/mod.cpython.pyc").read_bytes()
+    shutil.rmtree(root)
+    again = _listing(_installed(root, "X = 1\n", 1_800_000_000))
+    assert (root / "site-packages/pkg/mod.cpython.pyc").read_bytes() != before
+    assert first == again and any(line.startswith('["/site-packages/pkg/mod.cpython.pyc"') for line in first)
+
+
+def test_a_pyc_of_other_code_or_a_changed_source_differs(tmp_path: Path) -> None:
+    root = tmp_path / "image"
+    first = _listing(_installed(root, "X = 1\n", 1_700_000_000))
+    shutil.rmtree(root)
+    other = _listing(_installed(root, "X = 2\n", 1_700_000_000))
+    changed = {line.split('"')[1] for line in set(first) ^ set(other)}
+    assert changed == {"/site-packages/pkg/mod.py", "/site-packages/pkg/mod.cpython.pyc"}
