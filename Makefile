@@ -116,7 +116,7 @@ reproduce: ## rebuild IMAGE from a clean clone of the commit it names and compar
 	$(MCORE) reproduce "$$IMAGE"
 
 test-example: ## the example training job (examples/train-gpt) built on IMAGE: train, kill, resume in another layout, on CPU
-	$(PYTHON) -m pytest -q -s tests/example --base "$$IMAGE"
+	$(PYTHON) -m pytest -q -s --durations=5 tests/example --base "$$IMAGE"
 
 report: ## the report site (build/report) from the certificates under build/ and the build timings CI wrote
 	$(MCORE) report --out build/report build/release-local $(addprefix --build-timings ,$(wildcard build/layer-reuse.json build/build-timing.json))
