@@ -12,7 +12,9 @@
 #
 #   .ci/registry.sh [start]      install if needed, start the registry if not running, wait until ready
 #   .ci/registry.sh stop         stop the registry this script started (by its pid file)
-#   .ci/registry.sh stop --purge stop it and delete its storage ($MCORE_REGISTRY_STATE/storage)
+#   .ci/registry.sh stop --purge stop it and delete its storage ($MCORE_REGISTRY_STATE/storage) and the release
+#                                authority that signed what it held ($MCORE_REGISTRY_STATE/release: key pair, ledger
+#                                versions seen; .ci/release-local.sh makes it)
 #   .ci/registry.sh status       exit 0 when http://127.0.0.1:$MCORE_REGISTRY_PORT/v2/ answers
 #   .ci/registry.sh tools        install oras and cosign only; print their paths and versions
 #   .ci/registry.sh env          print shell assignments for callers: eval "$(.ci/registry.sh env)"
@@ -45,6 +47,7 @@ REGISTRY_SUITE="${MCORE_REGISTRY_SUITE:-trixie}"
 PIDFILE="$STATE/registry.pid"
 LOG="$STATE/registry.log"
 CONFIG="$STATE/config.yml"
+RELEASE="$STATE/release"
 URL="http://127.0.0.1:$PORT/v2/"
 REGISTRY_BIN="$PREFIX/usr/bin/docker-registry"
 ORAS_BIN="$PREFIX/usr/bin/oras"
@@ -218,8 +221,8 @@ stop_registry() {
     log "no pid file at $PIDFILE: nothing to stop"
   fi
   if [[ "$purge" == --purge ]]; then
-    rm -rf "$STATE/storage"
-    log "removed storage $STATE/storage"
+    rm -rf "$STATE/storage" "$RELEASE"
+    log "removed storage $STATE/storage and its release key and ledger record $RELEASE"
   fi
 }
 
@@ -227,6 +230,7 @@ print_env() {
   printf 'MCORE_REGISTRY=%q\n' "127.0.0.1:$PORT"
   printf 'MCORE_ORAS=%q\n' "$ORAS_BIN"
   printf 'MCORE_COSIGN=%q\n' "$COSIGN_BIN"
+  printf 'MCORE_REGISTRY_RELEASE=%q\n' "$RELEASE"
 }
 
 case "${1:-start}" in

@@ -13,8 +13,11 @@
 #   .ci/release-local.sh                 GROUP (default ci), REGISTRY (default 127.0.0.1:$MCORE_REGISTRY_PORT)
 #   STACK=debian-verl .ci/release-local.sh   one stack's layers instead of a group
 #
-# CI signs with an ephemeral key pair made here (build/release-local/keys); a site signs with its own key
-# or a KMS URI (docs/release.md). Each step prints the digest it acts on, as `::release-local` lines.
+# On the local registry, CI signs as that registry's release authority: one cosign key pair made on its first
+# release and kept with its storage ($MCORE_REGISTRY_STATE/release/keys; `.ci/registry.sh stop --purge` deletes
+# both), so its signed ledger goes on from run to run as a site's does; this machine's record of the ledger versions
+# it saw lives there too. Another REGISTRY gets a key pair of this run (build/release-local/keys). A site signs with
+# its own key or a KMS URI (docs/release.md). Each step prints the digest it acts on, as `::release-local` lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,12 +34,34 @@ say() { printf '::release-local %s\n' "$*"; }
 die() { printf '[release-local] error: %s\n' "$*" >&2; exit 1; }
 json() { "$PYTHON" -c "import json, sys; d = json.load(sys.stdin); print($1)"; }
 
+new_key_pair() { mkdir -p "$1" && (cd "$1" && COSIGN_PASSWORD="" cosign generate-key-pair >/dev/null); }
+
 bash .ci/registry.sh start
+eval "$(bash .ci/registry.sh env)"
 rm -rf "$OUT" build/candidates
-mkdir -p "$OUT/keys"
-(cd "$OUT/keys" && COSIGN_PASSWORD="" cosign generate-key-pair >/dev/null)
 export COSIGN_PASSWORD=""
-say "signing key: ephemeral cosign key pair $OUT/keys/cosign.{key,pub}"
+if [[ "$REGISTRY" == "$MCORE_REGISTRY" ]]; then
+  KEYS="$MCORE_REGISTRY_RELEASE/keys"
+  export MCORE_IMAGES_STATE="$MCORE_REGISTRY_RELEASE/seen"
+  if [[ ! -f "$KEYS/cosign.key" ]]; then
+    ledger_tag="$("$PYTHON" -c 'from mcore_images.release.ledger import TAG; print(TAG)')"
+    if oras repo tags --plain-http "$REGISTRY/$REPO" 2>/dev/null | grep -qxF "$ledger_tag"; then
+      # Releases signed by a key that is gone: nobody can extend their ledger, and a new key must not pretend to.
+      say "the registry holds a release ledger whose key is gone: purging its storage to start a new authority"
+      bash .ci/registry.sh stop --purge
+      bash .ci/registry.sh start
+    fi
+    new_key_pair "$KEYS"
+    say "signing key: new cosign key pair $KEYS/cosign.{key,pub}, the release authority of $REGISTRY"
+  else
+    say "signing key: $KEYS/cosign.{key,pub}, the release authority of $REGISTRY since $(date -r "$KEYS/cosign.key" -u +%FT%TZ)"
+  fi
+else
+  KEYS="$OUT/keys"
+  export MCORE_IMAGES_STATE="$OUT/seen"
+  new_key_pair "$KEYS"
+  say "signing key: cosign key pair of this run $KEYS/cosign.{key,pub}"
+fi
 
 sha="$(git rev-parse HEAD)"
 if [[ -n "${STACK:-}" ]]; then
@@ -68,7 +93,7 @@ for i in $(seq 0 $((count - 1))); do
   mcore certify "$image" --out "$cert" -- "${SMOKE_ARGS[@]}" || die "certify $image failed: $cert/certificate.md"
   say "certify: $image passed in $(( $(date +%s) - t )) s ($cert/certificate.json)"
 
-  mcore attach "${index:-$image}" --certificate "$cert" --key "$OUT/keys/cosign.key" | tee "$cert/attach.txt"
+  mcore attach "${index:-$image}" --certificate "$cert" --key "$KEYS/cosign.key" | tee "$cert/attach.txt"
   say "attach+sign: $(grep -o 'as sha256:[0-9a-f]*' "$cert/attach.txt" | cut -c4-) signed for $digest"
   # Every local copy goes (all tags of the image), so the pull below must come from the registry.
   id="$(docker image inspect --format '{{.Id}}' "$image")"
@@ -83,8 +108,8 @@ for i in $(seq 0 $((count - 1))); do
   target="$(json "d['include'][$i]['target']" <"$OUT/promotions.json")"
   digest="${image#*@}"
   mkdir -p "$OUT/$target"
-  mcore promote "$image" --stack "$stack" --key "$OUT/keys/cosign.pub" --policy ci --execute \
-    --sign-key "$OUT/keys/cosign.key" --json \
+  mcore promote "$image" --stack "$stack" --key "$KEYS/cosign.pub" --policy ci --execute \
+    --sign-key "$KEYS/cosign.key" --json \
     >"$OUT/$target/promotion.json"
   alias="$(json 'd["moving_tags"][1]' <"$OUT/$target/promotion.json")"
   say "promote: $digest → $(json '", ".join(d["moving_tags"] + [d["immutable_tag"]])' <"$OUT/$target/promotion.json")"
@@ -95,7 +120,7 @@ for i in $(seq 0 $((count - 1))); do
   [[ "${pulled#*@}" == "$digest" ]] || die "pulled $REGISTRY/$REPO:$alias is ${pulled#*@}, promoted was $digest"
   say "pull: $REGISTRY/$REPO:$alias → ${pulled#*@} (the promoted digest)"
 
-  mcore verify "$REGISTRY/$REPO:$alias" --key "$OUT/keys/cosign.pub" --policy ci
+  mcore verify "$REGISTRY/$REPO:$alias" --key "$KEYS/cosign.pub" --policy ci
   say "verify: $REGISTRY/$REPO:$alias passed"
   printf '%s\n' "$REGISTRY/$REPO:$alias" >>"$OUT/certified.txt"  # what CI's later phases run
 done
