@@ -39,6 +39,7 @@ new_key_pair() { mkdir -p "$1" && (cd "$1" && COSIGN_PASSWORD="" cosign generate
 bash .ci/registry.sh start
 eval "$(bash .ci/registry.sh env)"
 rm -rf "$OUT" build/candidates
+mkdir -p "$OUT"
 export COSIGN_PASSWORD=""
 if [[ "$REGISTRY" == "$MCORE_REGISTRY" ]]; then
   KEYS="$MCORE_REGISTRY_RELEASE/keys"
