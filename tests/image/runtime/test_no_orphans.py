@@ -71,10 +71,13 @@ def test_nothing_is_left_after_a_signal_during_a_background_save(image: Any, sig
 
 LIFETIME_UNTIED = (
     "RUN python -c \"import mcore_images.smoke.kit.lifetime as m, pathlib; p = pathlib.Path(m.__file__); "
-    "p.write_text(p.read_text() + chr(10).join(['', 'def die_with_parent(parent=None):', '    pass', "
+    "p.write_text(p.read_text() + chr(10).join(['', 'def die_with_parent(parent=None):', "
+    "'    import atexit, time', '    atexit.register(time.sleep, 60)', "
     "'def helpers_die_with_rank():', '    pass', '']))\"\n"
 )
-"""The smoke as it was: no process it starts is tied to the one that started it."""
+"""The smoke as it was: no process it starts is tied to the one that started it. Each rank also stays 60 s at its
+exit, as the ranks of a real job would still be running: a two-step run's ranks, once untied, may otherwise finish
+within the settle time and leave nothing to see, and the negative would pass or fail by the machine's speed."""
 
 
 def test_negative_untied_helpers_outlive_a_stopped_smoke(image: Any) -> None:
