@@ -164,21 +164,23 @@ def _hf_config(folder: Path) -> Any:
 class MBridgeRun(BridgeRun):
     name = "mbridge"
 
-    def check_supported(self, folder: Path) -> None:
+    def auto_bridge(self) -> Any:
+        """The AutoBridge this run converts with (imported when it runs: mbridge imports megatron)."""
         from mbridge import AutoBridge
 
+        return AutoBridge
+
+    def check_supported(self, folder: Path) -> None:
         cfg = _hf_config(folder)
-        supported = AutoBridge.list_supported_models()
+        supported = self.auto_bridge().list_supported_models()
         if cfg.model_type not in supported:
             hf_class = (getattr(cfg, "architectures", None) or [cfg.model_type])[0]
             raise Unsupported(unsupported_message(cfg.model_type, hf_class, self.name, self.version, supported))
 
     def convert_config(self, folder: Path) -> None:
-        from mbridge import AutoBridge
-
         cfg = _hf_config(folder)
         try:
-            bridge = AutoBridge.from_config(cfg, dtype=torch_dtype(self.dtype))
+            bridge = self.auto_bridge().from_config(cfg, dtype=torch_dtype(self.dtype))
         except Exception as exc:
             raise RuntimeError(f"config conversion failed: {type(exc).__name__}: {exc}") from exc
         if self.cpu:
@@ -231,24 +233,10 @@ class VerlMBridgeRun(MBridgeRun):
         verl = envinfo.package_version("verl")
         return f"verl {verl}, mbridge {envinfo.package_version('mbridge')}" if verl else None
 
-    def check_supported(self, folder: Path) -> None:
+    def auto_bridge(self) -> Any:
         from verl.models.mcore.mbridge import AutoBridge
 
-        cfg = _hf_config(folder)
-        supported = AutoBridge.list_supported_models()
-        if cfg.model_type not in supported:
-            hf_class = (getattr(cfg, "architectures", None) or [cfg.model_type])[0]
-            raise Unsupported(unsupported_message(cfg.model_type, hf_class, self.name, self.version, supported))
-
-    def convert_config(self, folder: Path) -> None:
-        from verl.models.mcore.mbridge import AutoBridge
-
-        cfg = _hf_config(folder)
-        try:
-            bridge = AutoBridge.from_config(cfg, dtype=torch_dtype(self.dtype))
-        except Exception as exc:
-            raise RuntimeError(f"config conversion failed: {type(exc).__name__}: {exc}") from exc
-        self.bridge = self._cpu_bridge(type(bridge), cfg) if self.cpu else bridge
+        return AutoBridge
 
 
 class MegatronBridgeRun(BridgeRun):
