@@ -70,8 +70,8 @@ lint: ## ruff, shellcheck, hadolint
 	$(call tool,hadolint) Dockerfile examples/train-gpt/Dockerfile tests/report/browser/Dockerfile
 	$(PYTHON) -m ruff check examples
 
-test-unit: ## unit tests of the tooling (no docker needed)
-	$(PYTHON) -m pytest -q tests/unit
+test-unit: ## unit tests of the tooling, as a machine that never ran CI sees them (.ci/clean-host.sh)
+	bash .ci/clean-host.sh $(PYTHON) -m pytest -q tests/unit
 
 test-newcomer: ## the wheel alone in a fresh venv runs README's commands that need no build, from an empty folder
 	$(PYTHON) -m pytest -q tests/newcomer

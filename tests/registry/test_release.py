@@ -173,6 +173,13 @@ def test_verify_exit_codes(push: Callable[..., Pushed], keys: dict[str, Path], t
     assert json.loads(capsys.readouterr().out)["status"] == "could-not-check"
 
 
+def test_verify_names_a_registry_that_does_not_answer(keys: dict[str, Path], capsys: pytest.CaptureFixture) -> None:
+    """The real oras against a port where no registry listens: could not check, naming the host and the refusal."""
+    assert cli.main(["verify", "127.0.0.1:9/none:tag", "--key", str(keys["ours.pub"])]) == 2
+    out = capsys.readouterr().out
+    assert "COULD-NOT-CHECK" in out and "127.0.0.1:9" in out and "connection refused" in out, out
+
+
 def test_a_tag_moved_to_another_stacks_certified_digest_is_refused(
         push: Callable[..., Pushed], keys: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Push rights without the key: `oras tag` points runtime-debian at a digest certified (and promoted) as

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from mcore_images.build import jobs
 from mcore_images.catalogue.stacks import Stack, load_stacks
+from tests.support.machine import fake_machine
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHONPATH = str(ROOT / "src")
@@ -19,6 +22,23 @@ def own_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monk
     """What the tool remembers between runs (ledger versions seen) lives in a folder of the test's own: the
     machine's record of a real release never decides a unit test."""
     monkeypatch.setenv("MCORE_IMAGES_STATE", str(tmp_path_factory.mktemp("state")))
+
+
+@pytest.fixture(autouse=True)
+def own_machine(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The job planner reads a machine of the test's own (24 GiB available, 2 CPUs: a CI machine's size), in this
+    process and in every program a test starts: no test depends on the host's free memory or CPU count."""
+    root = fake_machine(tmp_path_factory.mktemp("machine"), available_gib=24, cpus=2)
+    monkeypatch.setenv(jobs.PROBE_ROOT, str(root))
+    return root
+
+
+@pytest.fixture(autouse=True)
+def this_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Programs a test starts (python -m mcore_images …) import this checkout's package, whichever copy of it an
+    earlier `pip install -e` left installed (pytest's own pythonpath reaches only this process)."""
+    inherited = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", PYTHONPATH + (os.pathsep + inherited if inherited else ""))
 
 
 @pytest.fixture(scope="session")

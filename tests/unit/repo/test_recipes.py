@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from mcore_images import cli
 from mcore_images.build import regions
 from mcore_images.doctor import model
 from mcore_images.smoke import layouts
+from tests.support.host import need
 from tests.unit.conftest import ROOT
 
 
@@ -40,18 +40,10 @@ def edit_stacks(root: Path, change: Callable[[list[dict]], None]) -> None:
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
-def pypi_reachable() -> bool:
-    try:
-        urllib.request.urlopen("https://pypi.org/simple/uv/", timeout=10).close()
-    except OSError:
-        return False
-    return shutil.which("uv") is not None
-
-
-@pytest.mark.skipif(not pypi_reachable(), reason="the recipe resolves locks: needs uv and PyPI (CI has both)")
 def test_bump_a_pin(checkout: Path, capsys: pytest.CaptureFixture) -> None:
     """One edit in env/stacks.json; `make update` re-resolves the runtime lock alone, the layers below
     stay byte for byte, and `make validate` is clean again."""
+    need("pypi")  # the recipe resolves locks
     locks = checkout / "env" / "locks" / "debian"
     before = {p.name: p.read_bytes() for p in locks.glob("*.txt")}
     edit_stacks(checkout, lambda stacks: next(s for s in stacks if s["name"] == "debian").update(mcore="0.16.0"))
@@ -82,11 +74,11 @@ def test_add_a_stack(checkout: Path, capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["validate"]) == 1
     assert "env/locks/debian-next/base.txt is missing; run `mcore-images lock --stack debian-next`" in \
         capsys.readouterr().err
-    if shutil.which("docker"):
-        printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", "env/stacks.json",
-                                  "--print", "runtime-debian-next"], cwd=checkout, capture_output=True, text=True,
-                                 check=True).stdout
-        assert json.loads(printed)["target"]["runtime-debian-next"]["args"]["STACK"] == "debian-next"
+    need("docker")
+    printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", "env/stacks.json",
+                              "--print", "runtime-debian-next"], cwd=checkout, capture_output=True, text=True,
+                             check=True).stdout
+    assert json.loads(printed)["target"]["runtime-debian-next"]["args"]["STACK"] == "debian-next"
 
 
 GROUPED_GEMM = """\
@@ -159,8 +151,7 @@ def test_add_a_compiled_component(checkout: Path) -> None:
     dockerfile.write_text(text)
     assert tool(checkout, "validate").returncode == 0
 
-    if not shutil.which("docker"):
-        return
+    need("docker")
     printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", "env/stacks.json", "--print",
                               "kernels-debian", "runtime-debian", "kernels-cuda"], cwd=checkout, capture_output=True,
                              text=True, check=True).stdout

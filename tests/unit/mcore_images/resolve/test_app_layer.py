@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from mcore_images.catalogue import tags
 from mcore_images.catalogue.stacks import Stack
 from mcore_images.resolve import lock, plan, rules
+from tests.support.host import need
 from tests.unit.conftest import ROOT, variant, write_stacks
 
 # What the layers under `app` own: an app lock pinning any of these could replace it (a torch swap).
@@ -147,10 +147,9 @@ def test_plan_refuses_the_app_layer_on_debian(tmp_path: Path, stacks: dict[str, 
 # ---------------------------------------------------------------------------------------------
 # bake: the app targets, their args, contexts and labels.
 
-needs_buildx = pytest.mark.skipif(
-    shutil.which("docker") is None
-    or subprocess.run(["docker", "buildx", "version"], capture_output=True, check=False).returncode != 0,
-    reason="docker buildx is not installed here (CI installs it: .ci/docker-engine.sh)")
+@pytest.fixture
+def buildx() -> None:
+    need("docker")  # bake's own HCL evaluation
 
 
 def bake_print(root: Path, *targets: str) -> dict:
@@ -160,7 +159,7 @@ def bake_print(root: Path, *targets: str) -> dict:
     return json.loads(out.stdout)
 
 
-@needs_buildx
+@pytest.mark.usefixtures("buildx")
 def test_bake_app_targets_carry_the_pins(root: Path, stacks: dict[str, Stack]) -> None:
     app = verl_stacks(stacks)
     # bake also prints the targets the app targets build FROM (through their target: contexts).
@@ -183,7 +182,7 @@ def test_bake_app_targets_carry_the_pins(root: Path, stacks: dict[str, Stack]) -
         assert target["tags"] == tags.tags("app", stack)
 
 
-@needs_buildx
+@pytest.mark.usefixtures("buildx")
 def test_the_named_app_targets_print(root: Path, stacks: dict[str, Stack]) -> None:
     """`docker buildx bake --print app-cuda app-ngc`, as the release builds them."""
     if not {"cuda", "ngc"} <= {s.name for s in verl_stacks(stacks)}:
@@ -193,7 +192,7 @@ def test_the_named_app_targets_print(root: Path, stacks: dict[str, Stack]) -> No
     assert printed["app-ngc"]["args"]["BASE_IMAGE"] == stacks["ngc"].base_ref
 
 
-@needs_buildx
+@pytest.mark.usefixtures("buildx")
 def test_no_app_target_without_verl(root: Path, stacks: dict[str, Stack]) -> None:
     printed = bake_print(root, "all")["target"]
     for stack in stacks.values():

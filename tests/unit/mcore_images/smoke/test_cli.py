@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,12 +11,15 @@ import pytest
 
 from mcore_images.smoke.kit import errors
 from mcore_images.smoke.launcher import classify, worker_argv
+from tests.support.host import without_modules
 from tests.unit.conftest import PYTHONPATH
 
 
-def smoke(*args: str, **env: str) -> subprocess.CompletedProcess:
+def smoke(*args: str, hide_torch: Path | None = None, **env: str) -> subprocess.CompletedProcess:
+    """The smoke's launcher; ``hide_torch``: a folder to make torch unimportable from, whatever this host has."""
     clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    clean.update(PYTHONPATH=PYTHONPATH, CUDA_VISIBLE_DEVICES="", **env)
+    path = PYTHONPATH if hide_torch is None else f"{without_modules(hide_torch, 'torch')}{os.pathsep}{PYTHONPATH}"
+    clean.update(PYTHONPATH=path, CUDA_VISIBLE_DEVICES="", **env)
     return subprocess.run([sys.executable, "-m", "mcore_images.smoke", *args], capture_output=True, text=True,
                           env=clean,
                           timeout=60)
@@ -99,15 +101,14 @@ def test_a_checkpoint_dir_that_cannot_be_a_folder_is_refused_before_anything_run
     assert {name: (tmp_path / name).read_text() for name in files} == files
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="this host has torch")
 def test_a_missing_checkpoint_dir_is_made_and_an_existing_one_kept(tmp_path: Path) -> None:
     files = sentinels(tmp_path)
     made = tmp_path / "new" / "ckpt"
-    out = smoke("--cpu", "--nproc", "1", "--checkpoint-dir", str(made))
-    # this host has no torch: the folder was made and checked, then removed again as nothing ran
+    out = smoke("--cpu", "--nproc", "1", "--checkpoint-dir", str(made), hide_torch=tmp_path / "hide")
+    # torch hidden: the folder was made and checked, then removed again as nothing ran
     assert out.returncode == errors.COULD_NOT_RUN and "torch is not installed" in out.stderr
     assert not made.exists() and (tmp_path / "new").is_dir()
-    out = smoke("--cpu", "--nproc", "1", "--checkpoint-dir", str(tmp_path / "ckpt"))
+    out = smoke("--cpu", "--nproc", "1", "--checkpoint-dir", str(tmp_path / "ckpt"), hide_torch=tmp_path / "hide")
     assert {name: (tmp_path / name).read_text() for name in files} == files
 
 
@@ -116,9 +117,8 @@ def test_too_many_gpus_without_dry_run_is_exit_2() -> None:
     assert out.returncode == errors.COULD_NOT_RUN and "needs 2 GPUs but 1" in out.stderr
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="this host has torch")
-def test_missing_torch_is_could_not_run() -> None:
-    out = smoke("--cpu", "--nproc", "1")
+def test_missing_torch_is_could_not_run(tmp_path: Path) -> None:
+    out = smoke("--cpu", "--nproc", "1", hide_torch=tmp_path)
     assert out.returncode == errors.COULD_NOT_RUN and "torch is not installed" in out.stderr
 
 

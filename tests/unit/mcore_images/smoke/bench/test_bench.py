@@ -3,7 +3,6 @@ section, `python -m mcore_images.smoke.bench` flags and the host command `mcore-
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,6 +18,7 @@ from mcore_images.smoke.bench import gate as bench_gate
 from mcore_images.smoke.bench import model as bench_model
 from mcore_images.smoke.bench.model import CONFIGS, BenchConfig
 from mcore_images.smoke.kit import errors
+from tests.support.host import without_modules
 from tests.unit.conftest import PYTHONPATH, ROOT
 
 H200 = "NVIDIA H200"
@@ -330,9 +330,11 @@ def test_markdown_shows_errors_and_missing_mfu() -> None:
 # mcore_images.smoke.bench
 
 
-def bench(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def bench(*args: str, timeout: float = 60, hide_torch: Path | None = None) -> subprocess.CompletedProcess:
+    """The bench's command; ``hide_torch``: a folder to make torch unimportable from, whatever this host has."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MCORE_IMAGES_STACK")}
-    env.update(PYTHONPATH=PYTHONPATH, CUDA_VISIBLE_DEVICES="")
+    path = PYTHONPATH if hide_torch is None else f"{without_modules(hide_torch, 'torch')}{os.pathsep}{PYTHONPATH}"
+    env.update(PYTHONPATH=path, CUDA_VISIBLE_DEVICES="")
     return subprocess.run([sys.executable, "-m", "mcore_images.smoke.bench", *args], capture_output=True, text=True,
                           env=env,
                           timeout=timeout)
@@ -372,9 +374,8 @@ def test_malformed_baselines_file_is_exit_2(tmp_path: Path) -> None:
     assert out.returncode == errors.COULD_NOT_RUN and "schema" in out.stderr
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is not None, reason="this host has torch")
-def test_without_torch_it_could_not_run() -> None:
-    out = bench("--configs", "tiny")
+def test_without_torch_it_could_not_run(tmp_path: Path) -> None:
+    out = bench("--configs", "tiny", hide_torch=tmp_path)
     assert out.returncode == errors.COULD_NOT_RUN and "run in an image with torch" in out.stderr
 
 

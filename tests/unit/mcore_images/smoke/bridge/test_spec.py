@@ -20,14 +20,17 @@ from mcore_images.smoke.kit import envinfo
 from mcore_images.smoke.kit.errors import CouldNotRun
 from mcore_images.smoke.kit.numerics import Math, bridge
 from mcore_images.smoke.kit.seeds import seed_for
+from tests.support.host import without_modules
 from tests.unit.conftest import PYTHONPATH
 
 TOL_FP32 = bridge(Math("fp32", "fp32", "fp32 on the CPU"))
 TOL_BF16 = bridge(Math("bf16", "bf16", "bf16 compute"))
 
 
-def run_bridge(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "CUDA_VISIBLE_DEVICES": ""}
+def run_bridge(*args: str, hide_torch: Path | None = None) -> subprocess.CompletedProcess:
+    """The bridge check's command; ``hide_torch``: a folder to make torch unimportable from, whatever this host has."""
+    path = PYTHONPATH if hide_torch is None else f"{without_modules(hide_torch, 'torch')}{os.pathsep}{PYTHONPATH}"
+    env = {**os.environ, "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": ""}
     return subprocess.run([sys.executable, "-m", "mcore_images.smoke.bridge", *args], capture_output=True, text=True,
                           env=env,
                           timeout=120)
@@ -314,11 +317,8 @@ def test_dry_run_needs_no_torch() -> None:
     assert "tolerance: fp32" in out.stdout
 
 
-@pytest.mark.skipif(
-    __import__("importlib").util.find_spec("torch") is not None, reason="torch is installed: the real run is tested "
-    "in test_smoke_bridge_run.py")
-def test_without_torch_the_report_says_could_not_run() -> None:
-    out = run_bridge("--cpu")
+def test_without_torch_the_report_says_could_not_run(tmp_path: Path) -> None:
+    out = run_bridge("--cpu", hide_torch=tmp_path)  # the real run is tested in test_run.py, in an image with torch
     assert out.returncode == 2
     rep = json.loads(out.stdout)
     assert rep["schema"] == spec.SCHEMA and rep["status"] == "could-not-run" and rep["exit_code"] == 2

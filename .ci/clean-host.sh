@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Run a command as a machine that never ran CI sees it, whatever this one has done before:
+#   - PATH without the tools that CI's later phases install (the registry's oras, cosign and docker-registry,
+#     skopeo, Slurm's commands, chromium): a test that finds one here would find none on a fresh machine;
+#   - /proc/meminfo saying 1 GiB is available (a file bind-mounted over it in a private mount namespace): a test
+#     that plans from the host's free memory of the moment fails here, every time, instead of on a busy day;
+#   - a HOME, cache and tool state of its own, made empty for this run and removed after it.
+# `make test-unit` runs the unit tests through it. Needs unshare (util-linux) and mount namespaces: as root, or
+# as a user where user namespaces are allowed.
+#
+#   .ci/clean-host.sh COMMAND [ARG...]
+set -euo pipefail
+# shellcheck source=.ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh" clean-host  # log, die
+
+HIDDEN=(oras cosign docker-registry skopeo srun sbatch salloc scancel squeue scontrol sinfo slurmctld
+        slurmd munge munged chromium chromedriver)
+AVAILABLE_KIB=$((1024 * 1024))
+
+(($#)) || die "give the command to run: .ci/clean-host.sh python3 -m pytest -q tests/unit"
+command -v unshare >/dev/null || die "unshare is not installed: apt-get install util-linux"
+
+if [[ "${MCORE_CLEAN_HOST_INSIDE:-}" != 1 ]]; then
+  work=$(mktemp -d "${TMPDIR:-/tmp}/clean-host.XXXXXX")
+  trap 'rm -rf -- "$work"' EXIT
+  mkdir -p "$work/home" "$work/state" "$work/shadow"
+  # PATH: each folder that holds a hidden tool is replaced by a folder of links to everything else it holds.
+  path=() i=0
+  IFS=: read -r -a dirs <<<"$PATH"
+  for dir in "${dirs[@]}"; do
+    [[ -d "$dir" ]] || continue
+    hides=0
+    for tool in "${HIDDEN[@]}"; do [[ -e "$dir/$tool" ]] && hides=1; done
+    if ((hides)); then
+      i=$((i + 1))
+      mkdir "$work/shadow/$i"
+      for entry in "$dir"/*; do
+        name=${entry##*/}
+        [[ " ${HIDDEN[*]} " == *" $name "* ]] || ln -s "$entry" "$work/shadow/$i/$name"
+      done
+      path+=("$work/shadow/$i")
+    else
+      path+=("$dir")
+    fi
+  done
+  printf 'MemTotal:       %d kB\nMemFree:        %d kB\nMemAvailable:   %d kB\n' \
+    $((64 * 1024 * 1024)) "$AVAILABLE_KIB" "$AVAILABLE_KIB" >"$work/meminfo"
+  joined=$(IFS=:; echo "${path[*]}")
+  log "PATH without ${HIDDEN[*]}; /proc/meminfo: $((AVAILABLE_KIB / 1024)) MiB available; HOME=$work/home"
+  userns=()
+  ((EUID == 0)) || userns=(--user --map-root-user)
+  rc=0
+  env -u MCORE_IMAGES_STATE -u XDG_CACHE_HOME -u XDG_CONFIG_HOME PATH="$joined" HOME="$work/home" \
+    MCORE_CLEAN_HOST_INSIDE=1 MCORE_CLEAN_HOST_MEMINFO="$work/meminfo" \
+    unshare "${userns[@]}" --mount --propagation private -- bash "$0" "$@" || rc=$?
+  exit "$rc"
+fi
+
+# Inside the private mount namespace: the mount is gone with the namespace.
+mount --bind "$MCORE_CLEAN_HOST_MEMINFO" /proc/meminfo || die "could not bind-mount over /proc/meminfo"
+unset MCORE_CLEAN_HOST_INSIDE MCORE_CLEAN_HOST_MEMINFO
+exec "$@"
