@@ -48,7 +48,8 @@ def record_problems(verified: Mapping[str, Any], facts: Mapping[str, Any]) -> li
     return problems
 
 
-def owners(run: Any, paths_command: str) -> dict[str, str | None]:
+def owners(run: Any, paths_command: str, python: str = "python") -> dict[str, str | None]:
     """Who ships each path that ``paths_command`` prints (one a line), unchanged: "pip <distribution>" (its RECORD
-    lists it with this hash), "dpkg" (an OS package's file list names it, with the md5 dpkg recorded), or None."""
-    return _run(run, f"{paths_command} | timeout 900 python -c %s owners", "the owner lookup")
+    lists it with this hash), "dpkg" (an OS package's file list names it, with the md5 dpkg recorded), or None.
+    ``python``: the interpreter whose site folders' RECORDs count."""
+    return _run(run, f"{paths_command} | timeout 900 {python} -c %s owners", "the owner lookup")

@@ -110,6 +110,11 @@ def unpacked_size(ref: str, fallback: int) -> int:
     return sum(int(step.get("Size") or 0) for step in history)
 
 
+def history_comments(ref: str) -> list[str]:
+    """The comment of every step of the image's history, newest first (`docker import --message` writes one)."""
+    return [line for line in docker("history", "--no-trunc", "--format", "{{.Comment}}", ref).splitlines() if line]
+
+
 def inspect_image(ref: str) -> ImageInfo:
     data = json.loads(docker("image", "inspect", ref))[0]
     config = data.get("Config") or {}
