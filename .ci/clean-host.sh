@@ -4,7 +4,8 @@
 #     skopeo, Slurm's commands, chromium): a test that finds one here would find none on a fresh machine;
 #   - /proc/meminfo saying 1 GiB is available (a file bind-mounted over it in a private mount namespace): a test
 #     that plans from the host's free memory of the moment fails here, every time, instead of on a busy day;
-#   - a HOME, cache and tool state of its own, made empty for this run and removed after it.
+#   - a HOME, cache and tool state of its own, made empty for this run and removed after it (with docker's CLI
+#     plugins, which the docker-engine setup phase installs, and nothing else of docker's configuration).
 # `make test-unit` runs the unit tests through it. Needs unshare (util-linux) and mount namespaces: as root, or
 # as a user where user namespaces are allowed.
 #
@@ -24,6 +25,13 @@ if [[ "${MCORE_CLEAN_HOST_INSIDE:-}" != 1 ]]; then
   work=$(mktemp -d "${TMPDIR:-/tmp}/clean-host.XXXXXX")
   trap 'rm -rf -- "$work"' EXIT
   mkdir -p "$work/home" "$work/state" "$work/shadow"
+  # docker's CLI plugins (buildx: .ci/docker-engine.sh links it into the docker config folder, a setup phase
+  # before the tests) without the rest of that folder (its config.json may hold registry credentials).
+  plugins="${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins"
+  if [[ -d "$plugins" ]]; then
+    mkdir -p "$work/home/.docker"
+    ln -s "$plugins" "$work/home/.docker/cli-plugins"
+  fi
   # PATH: each folder that holds a hidden tool is replaced by a folder of links to everything else it holds.
   path=() i=0
   IFS=: read -r -a dirs <<<"$PATH"
@@ -50,7 +58,7 @@ if [[ "${MCORE_CLEAN_HOST_INSIDE:-}" != 1 ]]; then
   userns=()
   ((EUID == 0)) || userns=(--user --map-root-user)
   rc=0
-  env -u MCORE_IMAGES_STATE -u XDG_CACHE_HOME -u XDG_CONFIG_HOME PATH="$joined" HOME="$work/home" \
+  env -u MCORE_IMAGES_STATE -u XDG_CACHE_HOME -u XDG_CONFIG_HOME -u DOCKER_CONFIG PATH="$joined" HOME="$work/home" \
     MCORE_CLEAN_HOST_INSIDE=1 MCORE_CLEAN_HOST_MEMINFO="$work/meminfo" \
     unshare "${userns[@]}" --mount --propagation private -- bash "$0" "$@" || rc=$?
   exit "$rc"
