@@ -159,12 +159,12 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError(f"{exc}; give a repository such as ghcr.io/acme/mcore-images") from None
     if parsed.repository != args.repository:
         raise InputError(f"{args.repository!r} is not a repository: give it without a tag or digest")
-    for option, key in (("--key", args.key), ("--refresh", args.refresh)):
-        if key and (problem := registry.key_problem(key, option)):
-            raise InputError(problem)
     if args.adopt and not images.is_digest(args.adopt):
         raise InputError(f"--adopt {args.adopt!r} is not a digest: give the ledger's sha256:<64 hex>, or no value to "
                          "adopt the one the registry holds")
+    for option, key in (("--key", args.key), ("--refresh", args.refresh)):
+        if key and (problem := registry.key_problem(key, option)):
+            raise InputError(problem)
     now = dt.datetime.now(dt.timezone.utc)
     if args.adopt is not None:
         said = adopt(args.repository, args.key, args.adopt or None)
