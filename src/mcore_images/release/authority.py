@@ -201,5 +201,6 @@ COMMANDS = (Command("ledger", "show a repository's signed release ledger (where 
                     "last write",
                     _arguments, _run, prints_data=True,
                     description="Reads the release ledger `attach` and `promote --execute` write (docs/release.md), "
-                    "checks its signature and that it is neither older than the version this machine saw nor "
-                    "expired."),)
+                    "checks its signature, that it follows the version this machine saw (not older, not another "
+                    "under its number, descended from it) and that it has not expired. --refresh and --adopt act as "
+                    "the release authority, which builds only on its own last write."),)
