@@ -275,8 +275,8 @@ def accepted(repository: str, key: str, now: dt.datetime, run: Runner | None = N
     ledger, digest = found
     if ledger.expired(now):
         raise LedgerRefused(f"the release ledger of {repository} (version {ledger.version}) expired at "
-                            f"{ledger.expires}: the release process re-signs it (`mcore-images ledger refresh`), or "
-                            "a registry writer is holding this machine on an old view")
+                            f"{ledger.expires}: the release process re-signs it (`mcore-images ledger {repository} "
+                            "--key … --refresh KEY`), or a registry writer is holding this machine on an old view")
     ledger_state.remember(repository, Head(ledger.version, digest))
     return ledger
 
@@ -316,7 +316,7 @@ def unsigned_certificates(ledger: Ledger, digest: str, unsigned: Mapping[str, st
             for record in ledger.certificates.get(digest, []) if record.get("certificate") in unsigned]
 
 def recorded_tags(changes: Mapping[str, str]) -> Any:
-    """A ``change`` for ``update``: the tags → digest a promotion moved."""
+    """A ``change`` for the authority's ``commit``: the tags → digest a promotion moved."""
     def change(ledger: Ledger) -> None:
         for tag, digest in changes.items():
             ledger.tags[tag] = {"digest": digest, "version": ledger.version + 1}
@@ -324,7 +324,7 @@ def recorded_tags(changes: Mapping[str, str]) -> Any:
 
 
 def recorded_certificate(digest: str, certificate: str, status: str, created: str) -> Any:
-    """A ``change`` for ``update``: a certificate attached to ``digest`` and signed."""
+    """A ``change`` for the authority's ``commit``: a certificate attached to ``digest`` and signed."""
     def change(ledger: Ledger) -> None:
         records = ledger.certificates.setdefault(digest, [])
         if not any(r.get("certificate") == certificate for r in records):
