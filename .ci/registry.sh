@@ -13,8 +13,8 @@
 #   .ci/registry.sh [start]      install if needed, start the registry if not running, wait until ready
 #   .ci/registry.sh stop         stop the registry this script started (by its pid file)
 #   .ci/registry.sh stop --purge stop it and delete its storage ($MCORE_REGISTRY_STATE/storage) and the release
-#                                authority that signed what it held ($MCORE_REGISTRY_STATE/release: key pair, ledger
-#                                versions seen; .ci/release-local.sh makes it)
+#                                authority that signed what it held ($MCORE_REGISTRY_STATE/release: key pair, its
+#                                record of its last ledger write, ledger versions seen; .ci/release-local.sh makes it)
 #   .ci/registry.sh status       exit 0 when http://127.0.0.1:$MCORE_REGISTRY_PORT/v2/ answers
 #   .ci/registry.sh tools        install oras and cosign only; print their paths and versions
 #   .ci/registry.sh env          print shell assignments for callers: eval "$(.ci/registry.sh env)"

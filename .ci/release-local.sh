@@ -15,8 +15,9 @@
 #
 # On the local registry, CI signs as that registry's release authority: one cosign key pair made on its first
 # release and kept with its storage ($MCORE_REGISTRY_STATE/release/keys; `.ci/registry.sh stop --purge` deletes
-# both), so its signed ledger goes on from run to run as a site's does; this machine's record of the ledger versions
-# it saw lives there too. Another REGISTRY gets a key pair of this run (build/release-local/keys). A site signs with
+# both), so its signed ledger goes on from run to run as a site's does; the authority's record of its last ledger
+# write (it builds only on that one) and the ledger versions this machine saw live there too ($MCORE_REGISTRY_STATE/
+# release/state). Another REGISTRY gets a key pair of this run (build/release-local/keys). A site signs with
 # its own key or a KMS URI (docs/release.md). Each step prints the digest it acts on, as `::release-local` lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +44,10 @@ mkdir -p "$OUT"
 export COSIGN_PASSWORD=""
 if [[ "$REGISTRY" == "$MCORE_REGISTRY" ]]; then
   KEYS="$MCORE_REGISTRY_RELEASE/keys"
-  export MCORE_IMAGES_STATE="$MCORE_REGISTRY_RELEASE/seen"
+  export MCORE_IMAGES_STATE="$MCORE_REGISTRY_RELEASE/state"
+  if [[ -d "$MCORE_REGISTRY_RELEASE/seen" && ! -e "$MCORE_IMAGES_STATE" ]]; then
+    mv "$MCORE_REGISTRY_RELEASE/seen" "$MCORE_IMAGES_STATE"  # where it was kept before the authority's record
+  fi
   if [[ ! -f "$KEYS/cosign.key" ]]; then
     ledger_tag="$("$PYTHON" -c 'from mcore_images.release.ledger import TAG; print(TAG)')"
     if oras repo tags --plain-http "$REGISTRY/$REPO" 2>/dev/null | grep -qxF "$ledger_tag"; then
@@ -56,10 +60,14 @@ if [[ "$REGISTRY" == "$MCORE_REGISTRY" ]]; then
     say "signing key: new cosign key pair $KEYS/cosign.{key,pub}, the release authority of $REGISTRY"
   else
     say "signing key: $KEYS/cosign.{key,pub}, the release authority of $REGISTRY since $(date -r "$KEYS/cosign.key" -u +%FT%TZ)"
+    # A ledger signed before the authority kept its last write is adopted once; a record it has is never replaced,
+    # and a head that is not its last write is refused here, before anything is built.
+    adopted="$(mcore ledger "$REGISTRY/$REPO" --key "$KEYS/cosign.pub" --adopt)"
+    say "release ledger: $adopted"
   fi
 else
   KEYS="$OUT/keys"
-  export MCORE_IMAGES_STATE="$OUT/seen"
+  export MCORE_IMAGES_STATE="$OUT/state"
   new_key_pair "$KEYS"
   say "signing key: cosign key pair of this run $KEYS/cosign.{key,pub}"
 fi

@@ -17,12 +17,12 @@ from mcore_images.catalogue import tags
 from mcore_images.command import Command, Parser, configure, dispatch
 from mcore_images.doctor import command as doctor
 from mcore_images.launch import kube, programs, run
-from mcore_images.release import certify, ledger, platform_index, promote, release_matrix, verify
+from mcore_images.release import authority, certify, platform_index, promote, release_matrix, verify
 from mcore_images.report import command as report
 from mcore_images.resolve import lock, outdated, plan
 
 MODULES: tuple[ModuleType, ...] = (
-    plan, jobs, lock, regions, debian_base, bake, doctor, programs, run, certify, promote, verify, ledger, tags,
+    plan, jobs, lock, regions, debian_base, bake, doctor, programs, run, certify, promote, verify, authority, tags,
     release_matrix, platform_index, outdated, reproduce, timing, report, kube, make_vars,
 )
 """Modules that declare commands, in the order `mcore-images --help` lists them."""

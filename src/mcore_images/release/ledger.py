@@ -2,43 +2,45 @@
 signed, numbered record that only the holder of the signing key can write.
 
 Tags and referrers are what anyone with push rights can change: move a tag back to an older certified digest,
-delete the referrer of a failed certificate so that an older pass is judged, move an alias away first so that a
-rollback guard compares against nothing. The ledger is where order lives instead (The Update Framework's
-snapshot-and-timestamp idea, kept to one signed document):
+delete the referrer of a failed certificate (or only its signature) so that an older pass is judged, move an alias
+away first so that a rollback guard compares against nothing. The ledger is where order lives instead (The Update
+Framework's snapshot-and-timestamp idea, kept to one signed document):
 
 - ``attach`` records each certificate it signs (digest, certificate, status, created); ``promote --execute``
   records the digest each tag it moves now names. Each write is version N+1, names version N's digest, expires
   LIFETIME_DAYS later, is pushed as an OCI artifact under its own tag (``mcore-images-ledger-N``), signed with
   cosign (the signature names the repository and the version), and only then tagged ``mcore-images-ledger``.
-- ``verify`` reads it, checks the signature, refuses one that expired (a frozen view), and remembers the
-  newest version it has seen for the repository on this machine, refusing one older than that (a rolled-back
-  ledger) or none at all after one was seen (a deleted ledger). A tag must point where the ledger says; every
-  certificate the ledger records for a digest must still be attached to it.
+- A writer builds only on its own last write: the release authority keeps the version and digest it wrote
+  (ledger_state.py, where it keeps its key) and refuses to extend any other head, such as an older signed version
+  put back by a registry writer, which it would otherwise sign again as new. This home's writers take turns (a
+  lock), and a write whose tag moved under it (another home's writer) fails instead of losing a record.
+- ``verify`` reads it, checks the signature, refuses one that expired (a frozen view), and remembers the newest
+  version it has seen for the repository on this machine, with its digest, refusing one older than that (a
+  rolled-back ledger), another one under that number, one that does not descend from it (its ``previous`` chain,
+  each link fetched by digest), or none at all after one was seen (a deleted ledger). A tag must point where the
+  ledger says; every certificate the ledger records for a digest must still be attached to it and signed.
 
-What this cannot stop is said in docs/release.md: a client's first contact trusts what it finds (a writer who
-deletes the ledger before anyone has read it, and moves tags, is caught only by clients that saw it before);
-within LIFETIME_DAYS a writer can hold a client on the last signed version (the freeze the expiry bounds); two
-writers racing each write their own version N+1 (the later tag wins, the other's records are lost).
+What this cannot stop is said in docs/release.md: a client's first contact trusts what it finds, and so does a
+writer that adopts a ledger without a record of its own (``--adopt``); within LIFETIME_DAYS a writer can hold a
+client on the last signed version (the freeze the expiry bounds).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mcore_images.catalogue import images
 from mcore_images.catalogue.images import ImageRef
-from mcore_images.command import Command, print_json
-from mcore_images.errors import InputError
-from mcore_images.release import registry
+from mcore_images.release import ledger_state, registry
+from mcore_images.release.ledger_state import Head
 from mcore_images.release.registry import RegistryError, Runner
 
 TAG = "mcore-images-ledger"
@@ -49,8 +51,6 @@ VERSION_ANNOTATION = "io.mcore-images.ledger-version"
 REPOSITORY_ANNOTATION = "io.mcore-images.ledger-repository"
 LIFETIME_DAYS = 7.0
 """How long a ledger is valid after it is written: the longest a registry writer can hold a client on it."""
-STATE_ENV = "MCORE_IMAGES_STATE"
-"""Where this machine keeps the newest ledger version it has seen per repository (default: the XDG state home)."""
 
 
 class LedgerRefused(RegistryError):
@@ -80,26 +80,37 @@ def _repository_ref(repository: str) -> ImageRef:
     return images.parse(f"{repository}:{TAG}")
 
 
-def read(repository: str, key: str, run: Runner | None = None) -> tuple[Ledger, str] | None:
-    """The repository's current ledger and its digest, its signature checked with ``key`` (a public key); None
-    when the repository has none. LedgerRefused when one is there but not signed by the key for its version."""
+def head_digest(repository: str, run: Runner | None = None) -> str | None:
+    """The digest the repository's ledger tag names now; None when there is none."""
     kwargs = {"run": run} if run else {}
     ref = _repository_ref(repository)
     probe = registry.oras(ref, "resolve", ref.ref, what="", check=False, **kwargs)
     if probe.returncode != 0:
         if "not found" in (probe.stderr or "").lower() or "not found" in (probe.stdout or "").lower():
             return None
-        at = registry.resolve(ref, **kwargs)  # the registry's own one-line error, or its answer on a second try
-    else:
-        at = ref.with_digest(probe.stdout.strip())
-    digest = at.digest or ""
-    body = registry.manifest(at, **kwargs)
-    layer = next((entry for entry in body.get("layers") or []
-                  if (entry.get("annotations") or {}).get("org.opencontainers.image.title") == FILE), None)
-    if body.get("artifactType") != ARTIFACT_TYPE or layer is None:
-        raise LedgerRefused(f"{ref.ref} is not a release ledger (artifact type {body.get('artifactType')}): a tag "
-                            "only the release process writes was moved; push the ledger again with the key")
+        return registry.resolve(ref, **kwargs).digest  # the registry's own one-line error, or its answer on a retry
+    return probe.stdout.strip()
+
+
+def fetch(repository: str, digest: str, run: Runner | None = None) -> Ledger:
+    """The ledger pushed as ``digest``, its manifest and its one blob each hashed here: a version named by digest
+    (a signed version's ``previous``, and so on back) is as authentic as the digest that names it."""
+    kwargs = {"run": run} if run else {}
+    ref = _repository_ref(repository)
+    at = ref.with_digest(digest)
     with tempfile.TemporaryDirectory(prefix="mcore-images-ledger-") as tmp:
+        document = Path(tmp) / "manifest.json"
+        registry.oras(at, "manifest fetch", "--output", str(document), at.ref,
+                      what=f"fetching the release ledger of {repository} ({digest})", **kwargs)
+        raw = document.read_bytes()
+        if "sha256:" + hashlib.sha256(raw).hexdigest() != digest:
+            raise registry.IntegrityError(f"the release ledger of {repository} ({digest}) does not hash to its digest")
+        body = json.loads(raw)
+        layer = next((entry for entry in body.get("layers") or []
+                      if (entry.get("annotations") or {}).get("org.opencontainers.image.title") == FILE), None)
+        if body.get("artifactType") != ARTIFACT_TYPE or layer is None:
+            raise LedgerRefused(f"{ref.ref} is not a release ledger (artifact type {body.get('artifactType')}): a "
+                                "tag only the release process writes was moved; push the ledger again with the key")
         path = Path(tmp) / FILE
         registry.oras(ref, "blob fetch", "--output", str(path), f"{repository}@{layer['digest']}",
                       what=f"pulling the release ledger of {repository}", **kwargs)
@@ -114,9 +125,21 @@ def read(repository: str, key: str, run: Runner | None = None) -> tuple[Ledger, 
     if found.repository != repository:
         raise LedgerRefused(f"the release ledger under {ref.ref} is {found.repository}'s, not this repository's: "
                             "copied from elsewhere")
+    return found
+
+
+def read(repository: str, key: str, run: Runner | None = None) -> tuple[Ledger, str] | None:
+    """The repository's current ledger and its digest, its signature checked with ``key`` (a public key); None
+    when the repository has none. LedgerRefused when one is there but not signed by the key for its version."""
+    kwargs = {"run": run} if run else {}
+    digest = head_digest(repository, run)
+    if digest is None:
+        return None
+    found = fetch(repository, digest, run)
     claims = ["-a", f"{VERSION_ANNOTATION}={found.version}", "-a", f"{REPOSITORY_ANNOTATION}={repository}"]
     signed = registry._run(["cosign", "verify", "--key", key, "--insecure-ignore-tlog", "--output", "json", *claims,
-                            at.ref], "cosign verify", check=False, **kwargs)
+                            _repository_ref(repository).with_digest(digest).ref], "cosign verify", check=False,
+                           **kwargs)
     if signed.returncode != 0:
         raise LedgerRefused(f"the release ledger of {repository} (version {found.version}, {digest}) is not signed "
                             f"with {key} for that version: written by someone without the key")
@@ -125,8 +148,10 @@ def read(repository: str, key: str, run: Runner | None = None) -> tuple[Ledger, 
 
 def write(ledger: Ledger, key: str, previous: str | None, run: Runner | None = None,
           now: dt.datetime | None = None) -> str:
-    """Push ``ledger`` as the next version, signed with ``key`` (a private key), and point TAG at it; returns its
-    digest. The version and its tag are pushed and signed before TAG moves, so TAG never names an unsigned one."""
+    """Push ``ledger`` as the next version on top of ``previous`` (the digest the tag named when it was read),
+    signed with ``key`` (a private key), and point TAG at it; returns its digest. The version and its tag are
+    pushed and signed before TAG moves, so TAG never names an unsigned one; TAG is read before the push, before it
+    moves and after, so a write that did not land on top of ``previous`` fails instead of losing a record."""
     kwargs = {"run": run} if run else {}
     now = now or dt.datetime.now(dt.timezone.utc)
     ledger.version += 1
@@ -135,6 +160,7 @@ def write(ledger: Ledger, key: str, previous: str | None, run: Runner | None = N
     ledger.expires = (now + dt.timedelta(days=LIFETIME_DAYS)).isoformat(timespec="seconds")
     ref = _repository_ref(ledger.repository)
     versioned = ref.with_tag(f"{TAG}-{ledger.version}")
+    _still_head(ledger, previous, run, pushed=False)
     with tempfile.TemporaryDirectory(prefix="mcore-images-ledger-") as tmp:
         (Path(tmp) / FILE).write_text(json.dumps(asdict(ledger), indent=2, sort_keys=True) + "\n")
         out = registry.oras(versioned, "push", "--artifact-type", ARTIFACT_TYPE, versioned.ref,
@@ -148,78 +174,110 @@ def write(ledger: Ledger, key: str, previous: str | None, run: Runner | None = N
                    "-a", f"{VERSION_ANNOTATION}={ledger.version}", "-a", f"{REPOSITORY_ANNOTATION}={ledger.repository}",
                    at.ref], f"signing the release ledger of {ledger.repository}",
                   env={"COSIGN_PASSWORD": os.environ.get("COSIGN_PASSWORD", "")}, **kwargs)
+    _still_head(ledger, previous, run, pushed=True)
     registry.retag(at, [TAG], **kwargs)
+    if (landed := head_digest(ledger.repository, run)) != digest:
+        raise LedgerRefused(f"the release ledger of {ledger.repository} names {landed} right after this writer made "
+                            f"version {ledger.version} ({digest}) current: another writer moved it at the same time; "
+                            f"this version stays under {TAG}-{ledger.version}; read the ledger and write again")
     return digest
 
 
-def update(repository: str, key: str, change: Any, run: Runner | None = None) -> Ledger:
-    """Read the current ledger (verified with the public half of ``key``, which `cosign public-key` derives from a
-    key file, an env:// key or a KMS key alike), apply ``change(ledger)`` and write the next version signed with
-    ``key``; a repository without one starts at version 1."""
-    kwargs = {"run": run} if run else {}
-    with tempfile.TemporaryDirectory(prefix="mcore-images-key-") as tmp:
-        public = Path(tmp) / "cosign.pub"
-        registry._run(["cosign", "public-key", "--key", key, "--outfile", str(public)],
-                      "deriving the public key of the signing key",
-                      env={"COSIGN_PASSWORD": os.environ.get("COSIGN_PASSWORD", "")}, **kwargs)
-        current = read(repository, str(public), run)
-    ledger, previous = (current if current is not None else (Ledger(repository), None))
-    change(ledger)
-    write(ledger, key, previous, run)
-    remember(repository, ledger.version)
-    return ledger
+def _still_head(ledger: Ledger, previous: str | None, run: Runner | None, pushed: bool) -> None:
+    """LedgerRefused when the ledger tag no longer names ``previous``, the version this write builds on."""
+    if (now_at := head_digest(ledger.repository, run)) == previous:
+        return
+    kept = (f"version {ledger.version} stays under {TAG}-{ledger.version}, not current" if pushed
+            else f"version {ledger.version} was not pushed")
+    raise LedgerRefused(f"the release ledger of {ledger.repository} moved from {previous or 'nothing'} to "
+                        f"{now_at or 'nothing'} while this writer made version {ledger.version} on top of it: another "
+                        f"writer at the same time, or someone without the key; {kept}; write again")
 
 
 # ---------------------------------------------------------------------------------------------
-# What this machine has seen
+# A client: what this machine saw decides what it accepts
 
 
-def state_dir() -> Path:
-    base = os.environ.get(STATE_ENV) or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "mcore-images")
-    return Path(base) / "ledgers"
+def seen_problem(repository: str, found: Head, before: Head) -> str | None:
+    """Why the ledger ``found`` may not follow ``before``, the version this machine saw: older, or another one under
+    the same number (None: the same, or newer; whether it descends from ``before`` is descent_problem's)."""
+    if found.version < before.version:
+        return (f"the release ledger of {repository} is version {found.version}, older than version {before.version} "
+                "this machine saw: rolled back by someone without the key")
+    if found.version == before.version and before.digest and found.digest != before.digest:
+        return (f"the release ledger of {repository} is version {found.version} ({found.digest}), but the version "
+                f"{before.version} this machine saw is {before.digest}: another ledger under the same number, built "
+                "on an older one put back by someone without the key")
+    return None
 
 
-def _state_file(repository: str) -> Path:
-    return state_dir() / f"{hashlib.sha256(repository.encode()).hexdigest()[:24]}.json"
-
-
-def seen(repository: str) -> int | None:
-    """The newest ledger version this machine has accepted for the repository."""
-    try:
-        return int(json.loads(_state_file(repository).read_text())["version"])
-    except (OSError, ValueError, KeyError, TypeError):
+def descent_problem(repository: str, head: Ledger, digest: str, before: Head,
+                    load: Callable[[str], Ledger]) -> str | None:
+    """Why ``head`` (signed, pushed as ``digest``) does not descend from ``before``, the version this machine saw:
+    its ``previous`` chain, each link loaded by digest with ``load``, must reach ``before.digest`` at
+    ``before.version``. None when it does (or ``before`` is not older, or its digest unknown)."""
+    if head.version <= before.version or not before.digest:
         return None
+    at, at_digest = head, digest
+    while True:
+        wanted = at.version - 1
+        link = at.previous
+        if link is None:
+            return (f"the release ledger of {repository} version {at.version} ({at_digest}) names no previous "
+                    f"version, but this machine saw version {before.version} ({before.digest}): a new ledger in place "
+                    "of the one this machine follows")
+        if wanted == before.version:
+            if link == before.digest:
+                return None
+            return (f"the release ledger of {repository} version {head.version} ({digest}) descends from version "
+                    f"{wanted} {link}, not version {before.version} ({before.digest}) this machine saw: written on "
+                    "top of an older ledger put back by someone without the key")
+        try:
+            at, at_digest = load(link), link
+        except registry.IntegrityError:
+            raise
+        except RegistryError as exc:
+            if "not found" not in str(exc).lower():
+                raise
+            return (f"the release ledger of {repository} version {head.version} ({digest}) names version {wanted} "
+                    f"{link}, which the registry no longer holds: this machine cannot tell it descends from version "
+                    f"{before.version} ({before.digest}) that it saw; put that version back")
+        if at.version != wanted:
+            return (f"the release ledger of {repository} names {link} as version {wanted}, but it is version "
+                    f"{at.version}: its chain of versions is broken")
 
 
-def remember(repository: str, version: int) -> None:
-    path = _state_file(repository)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if (seen(repository) or 0) < version:
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"repository": repository, "version": version}) + "\n")
-        temporary.replace(path)
+def checked(repository: str, key: str, run: Runner | None = None) -> tuple[Ledger, str] | None:
+    """The repository's ledger and its digest, signed, and not older than what this machine saw, nor another one
+    under its number, nor off its chain, nor gone after one was seen; None where there is none and none was seen."""
+    found = read(repository, key, run)
+    before = ledger_state.seen(repository)
+    if found is None:
+        if before is not None:
+            raise LedgerRefused(f"{repository} has no release ledger, but this machine saw its version "
+                                f"{before.version}: deleted by someone without the key; do not trust its tags until it "
+                                "is restored")
+        return None
+    ledger, digest = found
+    if before is not None and (problem := seen_problem(repository, Head(ledger.version, digest), before) or
+                               descent_problem(repository, ledger, digest, before,
+                                               lambda link: fetch(repository, link, run))):
+        raise LedgerRefused(problem)
+    return found
 
 
 def accepted(repository: str, key: str, now: dt.datetime, run: Runner | None = None) -> Ledger | None:
-    """The repository's ledger as verify may rely on it (signed, not expired, not older than what this machine
-    saw, present when it was seen before), remembered; None where there is none and none was ever seen."""
-    found = read(repository, key, run)
-    before = seen(repository)
+    """The repository's ledger as verify may rely on it (checked against what this machine saw, and not expired),
+    remembered; None where there is none and none was ever seen."""
+    found = checked(repository, key, run)
     if found is None:
-        if before is not None:
-            raise LedgerRefused(f"{repository} has no release ledger, but this machine saw its version {before}: "
-                                "deleted by someone without the key; do not trust its tags until it is restored")
         return None
-    ledger, _ = found
-    if before is not None and ledger.version < before:
-        raise LedgerRefused(f"the release ledger of {repository} is version {ledger.version}, older than version "
-                            f"{before} this machine saw: rolled back by someone without the key")
+    ledger, digest = found
     if ledger.expired(now):
         raise LedgerRefused(f"the release ledger of {repository} (version {ledger.version}) expired at "
-                            f"{ledger.expires}: the release process re-signs it (`mcore-images ledger refresh`), or "
-                            "a registry writer is holding this machine on an old view")
-    remember(repository, ledger.version)
+                            f"{ledger.expires}: the release process re-signs it (`mcore-images ledger {repository} "
+                            "--key … --refresh KEY`), or a registry writer is holding this machine on an old view")
+    ledger_state.remember(repository, Head(ledger.version, digest))
     return ledger
 
 
@@ -247,8 +305,18 @@ def missing_certificates(ledger: Ledger, digest: str, attached: set[str]) -> lis
             for record in ledger.certificates.get(digest, []) if record.get("certificate") not in attached]
 
 
+
+def unsigned_certificates(ledger: Ledger, digest: str, unsigned: Mapping[str, str], key: str) -> list[str]:
+    """The certificates the ledger records for ``digest`` that are still attached but whose signature no longer
+    verifies with ``key`` (``unsigned``: each such attached certificate → why): a deleted signature hides a
+    verdict as well as a deleted referrer does."""
+    return [f"certificate {record['certificate']} ({record.get('status')}, created {record.get('created')}), "
+            f"recorded in the signed release ledger (version {record.get('version')}), is no longer signed with {key} "
+            f"({unsigned[record['certificate']]}): its signature removed by someone without the key"
+            for record in ledger.certificates.get(digest, []) if record.get("certificate") in unsigned]
+
 def recorded_tags(changes: Mapping[str, str]) -> Any:
-    """A ``change`` for ``update``: the tags → digest a promotion moved."""
+    """A ``change`` for the authority's ``commit``: the tags → digest a promotion moved."""
     def change(ledger: Ledger) -> None:
         for tag, digest in changes.items():
             ledger.tags[tag] = {"digest": digest, "version": ledger.version + 1}
@@ -256,64 +324,10 @@ def recorded_tags(changes: Mapping[str, str]) -> Any:
 
 
 def recorded_certificate(digest: str, certificate: str, status: str, created: str) -> Any:
-    """A ``change`` for ``update``: a certificate attached to ``digest`` and signed."""
+    """A ``change`` for the authority's ``commit``: a certificate attached to ``digest`` and signed."""
     def change(ledger: Ledger) -> None:
         records = ledger.certificates.setdefault(digest, [])
         if not any(r.get("certificate") == certificate for r in records):
             records.append({"certificate": certificate, "status": status, "created": created,
                             "version": ledger.version + 1})
     return change
-
-
-# ---------------------------------------------------------------------------------------------
-# `mcore-images ledger`
-
-
-def _arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("repository", help="the repository whose release ledger to read, e.g. ghcr.io/acme/mcore-images")
-    p.add_argument("--key", required=True, help="the cosign public key (file or KMS URI) the ledger is signed with")
-    p.add_argument("--refresh", metavar="SIGN_KEY", help="write the ledger again as its next version, unchanged but "
-                   f"for a new expiry ({LIFETIME_DAYS:g} days), signed with this private key: what the release "
-                   "process runs before the ledger expires")
-
-
-def _run(args: argparse.Namespace) -> int:
-
-    try:
-        parsed = images.parse(f"{args.repository}:{TAG}")
-    except ValueError as exc:
-        raise InputError(f"{exc}; give a repository such as ghcr.io/acme/mcore-images") from None
-    if parsed.repository != args.repository:
-        raise InputError(f"{args.repository!r} is not a repository: give it without a tag or digest")
-    for option, key in (("--key", args.key), ("--refresh", args.refresh)):
-        if key and (problem := registry.key_problem(key, option)):
-            raise InputError(problem)
-    now = dt.datetime.now(dt.timezone.utc)
-    if args.refresh:
-        current = read(args.repository, args.key)
-        if current is None:
-            raise InputError(f"{args.repository} has no release ledger to refresh: `attach` and `promote --execute` "
-                             "write it")
-        found = update(args.repository, args.refresh, lambda ledger: None)
-    else:
-        found = accepted(args.repository, args.key, now)
-        if found is None:
-            raise InputError(f"{args.repository} has no release ledger yet: `attach` and `promote --execute` write it")
-    if args.json:
-        print_json(asdict(found))
-    else:
-        print(f"release ledger of {found.repository}: version {found.version}, signed, issued {found.issued}, expires "
-              f"{found.expires}")
-        for tag, entry in sorted(found.tags.items()):
-            print(f"  {tag} → {entry['digest']} (since version {entry['version']})")
-        for digest, records in sorted(found.certificates.items()):
-            print(f"  {digest}: " + ", ".join(f"{r['certificate'][:19]}… {r['status']} ({r['created']})"
-                                              for r in records))
-    return 0
-
-
-COMMANDS = (Command("ledger", "show a repository's signed release ledger (where its tags must point, which "
-                    "certificates each digest carries), or refresh its expiry", _arguments, _run, prints_data=True,
-                    description="Reads the release ledger `attach` and `promote --execute` write (docs/release.md), "
-                    "checks its signature and that it is neither older than the version this machine saw nor "
-                    "expired."),)

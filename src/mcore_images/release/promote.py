@@ -37,7 +37,7 @@ from mcore_images.catalogue.images import ImageRef
 from mcore_images.catalogue.stacks import get_stack, load_stacks
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
-from mcore_images.release import ledger, policy, registry, verify
+from mcore_images.release import authority, ledger, policy, registry, verify
 from mcore_images.release.registry import Runner
 
 
@@ -75,16 +75,19 @@ def attach(image_ref: str, folder: Path, key: str, run: Runner | None = None) ->
                              + (" nor one of its platforms' manifests" if children else "")
                              + ": attach it to the digest it names, or certify this one")
         image = child
-    referrer = registry.attach(image, path, **kwargs)
-    registry.sign(image, referrer, key, **kwargs)
-    status = str((cert.get("certify") or {}).get("status"))
-    if status == "passed":
-        # the image's own labels, as the registry holds them: what a pull of the tag gets
-        registry.sign_image(image, referrer, key, claims=binding_claims(registry.registry_labels(image, **kwargs)),
-                            **kwargs)
-    # The signed record of every certificate the digest carries: removing a referrer (a failed verdict) is noticed.
-    ledger.update(image.repository, key, ledger.recorded_certificate(image.digest or "", referrer.digest, status,
-                                                                     str(cert.get("created"))), run)
+    # The release authority's turn: the ledger's head is its own last write (else refused before anything is attached).
+    with authority.writing(image.repository, key, run) as writer:
+        referrer = registry.attach(image, path, **kwargs)
+        registry.sign(image, referrer, key, **kwargs)
+        status = str((cert.get("certify") or {}).get("status"))
+        if status == "passed":
+            # the image's own labels, as the registry holds them: what a pull of the tag gets
+            registry.sign_image(image, referrer, key,
+                                claims=binding_claims(registry.registry_labels(image, **kwargs)), **kwargs)
+        # The signed record of every certificate the digest carries: removing a referrer or its signature (a failed
+        # verdict) is noticed.
+        writer.commit(ledger.recorded_certificate(image.digest or "", referrer.digest, status,
+                                                  str(cert.get("created"))))
     return referrer, registry.referrers_mode(image, **kwargs)
 
 
@@ -204,9 +207,9 @@ class Refused(InputError):
 def execute(promotion: Promotion, sign_key: str, run: Runner | None = None) -> None:
     """Move the tags, then record where they point in the release ledger, signed with ``sign_key``."""
     image = images.parse(promotion.image)
-    registry.retag(image, promotion.all_tags, **({"run": run} if run else {}))
-    ledger.update(image.repository, sign_key, ledger.recorded_tags({t: image.digest or "" for t in promotion.all_tags}),
-                  run)
+    with authority.writing(image.repository, sign_key, run) as writer:  # refused before a tag moves
+        registry.retag(image, promotion.all_tags, **({"run": run} if run else {}))
+        writer.commit(ledger.recorded_tags({t: image.digest or "" for t in promotion.all_tags}))
 
 
 def _promote_arguments(p: argparse.ArgumentParser) -> None:

@@ -193,7 +193,8 @@ def _judge(verdict: Verdict, image: ImageRef, labels: dict[str, str], key: str, 
            now: dt.datetime | None, kwargs: dict[str, Any], record: ledger.Ledger | None = None) -> bool:
     """Judge one image manifest by the certificates attached to it, into ``verdict`` (whose ``platform`` it must
     have been made on, where known); True when a signed, well-formed certificate was judged. Every certificate the
-    release ledger records for the digest must still be attached: one removed (a failed verdict hidden) refuses."""
+    release ledger records for the digest must still be attached and signed: one removed, or its signature deleted
+    (a failed verdict hidden), refuses."""
     try:
         found = registry.certificates(image, **kwargs)
         verdict.referrers = registry.referrers_mode(image, **kwargs)
@@ -207,13 +208,18 @@ def _judge(verdict: Verdict, image: ImageRef, labels: dict[str, str], key: str, 
             verdict.problems.append("no certificate is attached to this digest; certify it (mcore-images certify) "
                                     "and attach the signed certificate (mcore-images attach)")
             return False
-        signed = []
+        signed, unsigned = [], {}
         for referrer in found:  # every one: a certificate that does not verify is reported, never judged
             problem = registry.signature_problem(image, referrer, key, **kwargs)
             if problem is None:
                 signed.append(referrer)
             else:
-                verdict.ignored.append(f"certificate {referrer.digest}: {problem}")
+                unsigned[referrer.digest] = problem
+        if record is not None and (lost := ledger.unsigned_certificates(record, image.digest or "", unsigned, key)):
+            verdict.status = "refused"  # a recorded verdict whose signature is gone is as hidden as a removed one
+            verdict.problems += lost
+            return False
+        verdict.ignored += [f"certificate {digest}: {problem}" for digest, problem in unsigned.items()]
         if not signed:
             verdict.status = "refused"
             verdict.problems.append(f"no attached certificate is signed with {key}; sign it (mcore-images attach "

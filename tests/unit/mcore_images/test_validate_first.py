@@ -74,6 +74,7 @@ CASES = {
     "tags stack": (["tags", "--stack", "nope"], "unknown stack 'nope'"),
     "ledger repository": (["ledger", "127.0.0.1:5000/x:tag", "--key", "k"], "give a repository such as"),
     "ledger key": (["ledger", "127.0.0.1:5000/x", "--key", "no-such.pub"], "no-such.pub"),
+    "ledger adopt": (["ledger", "127.0.0.1:5000/x", "--key", "k", "--adopt", "latest"], "--adopt 'latest' is not a"),
     "promote sign-key": (["promote", DIGEST, "--stack", "debian", "--key", "k", "--execute"], "give --sign-key"),
     "matrix group": (["matrix", "--group", "nope"], "unknown group 'nope'"),
     "index sha": (["index", "--candidates", "checkout", "--sha", "x"], "is not a git commit"),
