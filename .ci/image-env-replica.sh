@@ -96,12 +96,12 @@ install() {
   # reaches this file as data (MCORE_IMAGES_REPLICA_SITE, set by `run`).
   mkdir -p "$REPLICA/startup"
   cat >"$REPLICA/startup/sitecustomize.py" <<'PY'
-"""The replica's site, processed as the image's interpreter processes its site-packages (its .pth files run)."""
+"""The replica's site(s), processed as the image's interpreter processes its site-packages (.pth files run)."""
 import os
 import site
 
-if os.environ.get("MCORE_IMAGES_REPLICA_SITE"):
-    site.addsitedir(os.environ["MCORE_IMAGES_REPLICA_SITE"])
+for folder in filter(None, os.environ.get("MCORE_IMAGES_REPLICA_SITE", "").split(os.pathsep)):
+    site.addsitedir(folder)
 PY
   # A wrapper, not a link: a linked venv interpreter would lose its venv (and the host's torch).
   printf '#!/bin/sh\nexec %s "$@"\n' "$py" >"$REPLICA/bin/python"

@@ -71,6 +71,8 @@ GPU_CASES = _grid((2, 2048), (1000, 2048, 777), 16, (16, 4))
 """On a GPU: batch 2 × 2048 tokens; three packed sequences (3825 tokens); 16 heads, GQA 16/4."""
 CPU_CASES = _grid((2, 96), (37, 96, 50), 4, (4, 2))
 """On CPU (CI): batch 2 × 96 tokens; three packed sequences; 4 heads, GQA 4/2."""
+MEASURED_SHAPES = [c for c in GPU_CASES if c.head_dim == 128 and c.layout in ("sbhd", "thd")]
+"""The four shapes of the 2026-12-05 measurement (sbhd and thd, MHA and GQA, head dim 128): the pairs' quick set."""
 PROBE = Case("sbhd", 8, 2, 128, (512,))
 """The doctor's probe: one small GQA case in megatron-core's default layout (seconds, plus a first compile)."""
 

@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "variables as this environment sets them); default: all")
     parser.add_argument("--probe", action="store_true",
                         help=f"one small case only ({cs.PROBE.id}): the doctor's seconds-long probe")
+    parser.add_argument("--quick", action="store_true",
+                        help="on a GPU, the four shapes of the first measurement only (sbhd and thd, MHA and GQA, "
+                        "head dim 128)")
     parser.add_argument("--out", metavar="FILE", help="write the certificate's attention section (JSON) to FILE")
     parser.add_argument("--json", action="store_true", help="print the section as JSON (progress goes to stderr)")
     parser.add_argument("--seed", type=int, default=seeds.DEFAULT_SEED, help="seed of the inputs")
@@ -67,6 +70,12 @@ def _machine_unavailable(backend: cs.Backend, cpu: bool, te: tuple[bool, str | N
     if backend.name == "local" and importlib.util.find_spec("megatron") is None:
         return "megatron-core is not installed"
     return None
+
+
+def _cases(args: argparse.Namespace) -> list[cs.Case]:
+    if args.probe:
+        return [cs.PROBE]
+    return cs.CPU_CASES if args.cpu else (cs.MEASURED_SHAPES if args.quick else cs.GPU_CASES)
 
 
 def _line(res: dict[str, Any]) -> str:
@@ -110,7 +119,7 @@ def run(args: argparse.Namespace, backends: list[cs.Backend], log: Any = print) 
     device = torch.device("cpu") if args.cpu else torch.device("cuda", torch.cuda.current_device())
     sm = None if args.cpu else int("".join(map(str, torch.cuda.get_device_capability(device))))
     te_log = compute.te_log() if te[0] else None
-    chosen = [cs.PROBE] if args.probe else (cs.CPU_CASES if args.cpu else cs.GPU_CASES)
+    chosen = _cases(args)
     results: list[dict[str, Any]] = []
     whole = {b.name: why for b in backends if (why := _machine_unavailable(b, args.cpu, te, sm))}
     for b in backends:
@@ -159,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"attention: {exc}", file=sys.stderr)
         return errors.COULD_NOT_RUN
     if args.dry_run:
-        chosen = [cs.PROBE] if args.probe else (cs.CPU_CASES if args.cpu else cs.GPU_CASES)
+        chosen = _cases(args)
         print("\n".join([*(f"backend {b.name}: {b.about}" for b in backends), *(f"case {c.describe()}"
                                                                                 for c in chosen)]))
         return errors.PASSED

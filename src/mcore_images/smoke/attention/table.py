@@ -88,6 +88,11 @@ def shape_problems(sec: Any) -> list[str]:
     return problems
 
 
+def cell(res: dict[str, Any], name: str) -> str:
+    """One tensor's max abs error, with its limit where it is over."""
+    return _err(res, name)
+
+
 def _err(res: dict[str, Any], name: str) -> str:
     t = res["tensors"].get(name)
     if not t:

@@ -3,10 +3,11 @@
 Which packages are recorded comes from the component catalogue (mcore_images.catalogue.components, standard
 library only). Versions come from installed distributions (importlib.metadata), so reading them imports nothing;
 CUDA, NCCL, cuDNN and GPU facts come from torch, the driver version from nvidia-smi (else the kernel module's
-/proc/driver/nvidia/version), the C compiler's from gcc itself, the platform from Python (``platform.machine()``: aarch64 in a Grace image, also under QEMU). cuDNN
-is recorded twice, on purpose: packages.cudnn is torch's cuDNN wheel (the pin), or where the base image brings
-cuDNN without one (NGC) the release torch loads; environment.cudnn is what torch loads in
-this process (cudnnGetVersion()), also on a CPU run, so a second cuDNN taking the wheel's place shows.
+/proc/driver/nvidia/version), the C compiler's from gcc itself, the platform from Python
+(``platform.machine()``: aarch64 in a Grace image, also under QEMU). cuDNN is recorded twice, on purpose:
+packages.cudnn is torch's cuDNN wheel (the pin), or where the base image brings cuDNN without one (NGC) the release
+torch loads; environment.cudnn is what torch loads in this process (cudnnGetVersion()), also on a CPU run, so a
+second cuDNN taking the wheel's place shows.
 """
 
 from __future__ import annotations
