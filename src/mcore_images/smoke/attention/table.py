@@ -40,7 +40,7 @@ def result(backend: str, case: str, status: str, *, selected: str | None = None,
 
 
 def failure_line(res: dict[str, Any]) -> str:
-    """``flash (FlashAttention 4.0.0b36) × sbhd MHA d128: out 3.92 > 0.0312, dq …`` — names backend and case."""
+    """``flash (FlashAttention 4.x) × sbhd MHA d128: out 3.92 > 0.0865, dq …`` — names backend and case."""
     who = res["backend"] + (f" ({res['selected']})" if res.get("selected") else "")
     worst = [f"{n} {t['error']:.3g} > {t['limit']:.3g}" for n, t in res["tensors"].items() if not t["ok"]]
     return f"{who} × {res['case']}: " + (", ".join(worst) if worst else (res.get("reason") or "failed"))
