@@ -13,11 +13,17 @@
 #   .ci/image-env-replica.sh run DIR CMD…       (GPU host) CMD under `env -i` with the image's variables, PATH =
 #                                               $REPLICA/bin only, PIP_CONSTRAINT = the image's file, this
 #                                               checkout's src/ and the installed wheels first on
-#                                               PYTHONPATH, over the host's torch
+#                                               PYTHONPATH, over the host's torch; the site's .pth files are
+#                                               processed as the image's interpreter processes its site-packages
+#                                               ($REPLICA/startup/sitecustomize.py calls site.addsitedir on it:
+#                                               nvidia-cutlass-dsl puts its cutlass package on sys.path so)
+#   .ci/image-env-replica.sh differences DIR    (GPU host) every remaining difference from the image, one a line
+#                                               (install prints them too)
 #
 # What cannot be the image's is left visible, not hidden: the host's Python and torch build, its driver and
 # any host package the image lacks. The smoke's certificate lists what differs (environment.source) and calls
-# the run "machine's tree" unless every pinned version matches.
+# the run "machine's tree" unless every pinned version matches. nvidia-smi is linked in as the NVIDIA container
+# runtime injects it into a container; the driver version is read from /proc/driver/nvidia/version where it is not.
 set -euo pipefail
 REPLICA="${REPLICA:-/tmp/mcore-images-replica}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -83,12 +89,42 @@ install() {
     [[ -n "$path" ]] && ln -sf "$path" "$REPLICA/bin/$tool"
   done <"$dir/path-tools.txt"
   [[ -x "$REPLICA/site/bin/ninja" ]] && ln -sf "$REPLICA/site/bin/ninja" "$REPLICA/bin/ninja"
+  # The NVIDIA container runtime injects nvidia-smi into every GPU container; the image's own PATH list lacks it.
+  path="$(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin command -v nvidia-smi || true)"
+  [[ -n "$path" ]] && ln -sf "$path" "$REPLICA/bin/nvidia-smi"
+  # pip --target skips .pth files; the image's interpreter processes them in its site-packages. The site's path
+  # reaches this file as data (MCORE_IMAGES_REPLICA_SITE, set by `run`).
+  mkdir -p "$REPLICA/startup"
+  cat >"$REPLICA/startup/sitecustomize.py" <<'PY'
+"""The replica's site(s), processed as the image's interpreter processes its site-packages (.pth files run)."""
+import os
+import site
+
+for folder in filter(None, os.environ.get("MCORE_IMAGES_REPLICA_SITE", "").split(os.pathsep)):
+    site.addsitedir(folder)
+PY
   # A wrapper, not a link: a linked venv interpreter would lose its venv (and the host's torch).
   printf '#!/bin/sh\nexec %s "$@"\n' "$py" >"$REPLICA/bin/python"
   chmod +x "$REPLICA/bin/python"
   ln -sf python "$REPLICA/bin/python3"
   printf '[replica] %s wheels in %s; %s commands in %s\n' "$(find "$REPLICA/wheels" -name '*.whl' | wc -l)" "$REPLICA/site" \
     "$(find "$REPLICA/bin" -mindepth 1 | wc -l)" "$REPLICA/bin"
+  differences "$dir"
+}
+
+differences() {
+  local dir="$1" tool
+  printf '[replica] differences from the image:\n'
+  # The host's interpreter and every pinned version that is not the image's (the smoke's own comparison).
+  ( run "$dir" python -c 'from mcore_images.smoke.kit import envinfo
+for line in envinfo.source()["differences"]:
+    print("[replica]   " + line)
+print("[replica]   interpreter: the host'"'"'s Python (the image'"'"'s own is not carried)")' )
+  while read -r tool; do
+    [[ -z "$tool" || "$tool" == python* || -e "$REPLICA/bin/$tool" ]] && continue
+    printf '[replica]   command %s: on the image'"'"'s PATH, not on this host\n' "$tool"
+  done <"$dir/path-tools.txt"
+  printf '[replica]   variables: PATH is %s/bin, VIRTUAL_ENV is unset (the image'"'"'s are replaced)\n' "$REPLICA"
 }
 
 run() {
@@ -106,7 +142,8 @@ for item in json.load(open(sys.argv[1])):
   # driver's libraries stay where the host keeps them (a container runtime injects them into the image too).
   exec env -i HOME="${HOME:-/root}" TERM=dumb "${vars[@]}" \
     PATH="$REPLICA/bin" PIP_CONSTRAINT="$dir/constraints.txt" MCORE_IMAGES_ROOT="$ROOT" \
-    PYTHONPATH="$ROOT/src:$REPLICA/site" CUDNN_HOME="$torch_dir/nvidia/cudnn" \
+    PYTHONPATH="$REPLICA/startup:$ROOT/src:$REPLICA/site" MCORE_IMAGES_REPLICA_SITE="$REPLICA/site" \
+    CUDNN_HOME="$torch_dir/nvidia/cudnn" \
     LD_LIBRARY_PATH="$torch_dir/nvidia/cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"
 }
 
@@ -115,5 +152,6 @@ case "${1:-}" in
   stash) shift; [[ $# -ge 1 ]] || die "usage: $0 stash FILE…"; stash "$@" ;;
   install) shift; [[ $# -eq 1 ]] || die "usage: $0 install DIR"; install "$@" ;;
   run) shift; [[ $# -ge 2 ]] || die "usage: $0 run DIR CMD…"; run "$@" ;;
-  *) die "usage: $0 export IMAGE DIR | stash FILE… | install DIR | run DIR CMD…" ;;
+  differences) shift; [[ $# -eq 1 ]] || die "usage: $0 differences DIR"; differences "$@" ;;
+  *) die "usage: $0 export IMAGE DIR | stash FILE… | install DIR | run DIR CMD… | differences DIR" ;;
 esac

@@ -17,8 +17,9 @@ Sources (read from each release's own files):
   ``cute.core.ThrMma``, which nvidia-cutlass-dsl removed in 4.6.0 ("module 'cutlass.cute.core' has no attribute
   'ThrMma'"); b16 and newer use ``cute.ThrMma``. b20 to b26 require nvidia-cutlass-dsl==4.6.0.dev0. From 4.6.0
   nvidia-cutlass-dsl always installs its CUDA 12 libraries; its ``cu13`` extra adds the CUDA 13 ones.
-  Measured: b36 with nvidia-cutlass-dsl 4.8.1 ran forward and backward under TE 2.20 on an H200; TE's own
-  install hint, ``flash-attn-4==4.0.0b11 nvidia-cutlass-dsl[cu13]``, resolves to 4.8.1 and fails to import.
+  Measured: b36 with nvidia-cutlass-dsl 4.8.1 ran forward and backward under TE 2.20 on an H200, and its output
+  was wrong (``MEASURED``); TE's own install hint, ``flash-attn-4==4.0.0b11 nvidia-cutlass-dsl[cu13]``, resolves to
+  4.8.1 and fails to import.
 - FlashAttention 4 has no dropout (TE then falls back to another backend or has none), serves forward on sm80 to
   sm120 and backward on sm90 to sm120 only.
 
@@ -172,3 +173,65 @@ def flash_usable(view: FlashView, te: str, sm: int | None, training: bool = True
             not training or sm >= 90))):
         usable.append(f"FlashAttention {view.fa4}")
     return usable
+
+
+WRONG = "wrong"
+RIGHT = "right"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One FlashAttention 4 pair (flash-attn-4 + nvidia-cutlass-dsl) checked against a reference on one GPU
+    architecture: forward and backward outputs compared with an attention computed another way."""
+
+    fa4: str
+    cutlass: str
+    te: str | None
+    """The TE release that selected it; None where FlashAttention 4 was called directly (then the verdict holds
+    under every TE). A verdict under TE holds for that TE's release line (``TE_LINES``): the line is where TE's
+    FlashAttention integration changes."""
+    sm: int
+    verdict: str
+    """``WRONG`` or ``RIGHT``."""
+    max_abs_error: Mapping[str, float]
+    """Case → the largest |backend − reference| over the output."""
+    reference: str
+    control: str
+    """What else ran on the same inputs to tell the pair from its surroundings ("not run" where nothing did)."""
+    measured: str
+    """When and on what, e.g. "2026-12-05, one H200"."""
+    note: str = ""
+
+
+MEASURED: tuple[Measurement, ...] = (
+    Measurement(
+        fa4="4.0.0b36", cutlass="4.8.1", te="2.20.2", sm=90, verdict=WRONG,
+        max_abs_error={"MHA sbhd 2x4096x16x128 causal": 3.92, "GQA 32/8 sbhd causal": 4.28,
+                       "thd, three packed sequences, causal": 3.70, "GQA thd causal": 3.23},
+        reference="torch.nn.functional.scaled_dot_product_attention on the same bf16 inputs (outputs of that size: "
+                  "the result has nothing to do with attention)",
+        control="not run (cuDNN fused attention on the same inputs, FlashAttention 4 called directly, TE 2.16: the "
+                "machine was withdrawn)",
+        measured="2026-12-05, one H200, the debian runtime replicated (torch 2.11.0+cu130), "
+                 "NVTE_FLASH_ATTN=1 NVTE_FUSED_ATTN=0 NVTE_UNFUSED_ATTN=0",
+        note="cutlass-dsl printed `Argument aux_data (position 17) cannot be converted to a JitArgument` for "
+             "flash_fwd_sm90 and flash_bwd_sm90",
+    ),
+)
+"""Every FlashAttention 4 pair measured against a reference on a GPU, oldest first."""
+
+
+def _same_te(measured: str | None, te: str | None) -> bool:
+    if measured is None:
+        return True
+    if te is None:
+        return False
+    line, ours = te_line(measured), te_line(te)
+    return line is not None and line == ours
+
+
+def measured_wrong(fa4: str, cutlass: str | None, te: str | None, sms: set[int]) -> list[Measurement]:
+    """The measurements that found flash-attn-4 ``fa4`` on nvidia-cutlass-dsl ``cutlass`` wrong under TE ``te`` (or
+    called directly) on one of the architectures ``sms``."""
+    return [m for m in MEASURED if m.verdict == WRONG and Version(m.fa4) == Version(fa4) and cutlass is not None
+            and Version(m.cutlass) == Version(cutlass) and _same_te(m.te, te) and m.sm in sms]

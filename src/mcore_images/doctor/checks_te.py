@@ -3,6 +3,7 @@ attention backend megatron-core will be told to use has one TE can run."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -193,11 +194,16 @@ FLASH_VIEW = "transformer_engine.pytorch.attention.dot_product_attention.utils"
 """Where TE keeps what it found when it looked for FlashAttention (FlashAttentionUtils, set on import)."""
 
 ATTENTION_FIX = (
-    "install a FlashAttention this TE accepts (e.g. pip install flash-attn-4==4.0.0b36 nvidia-cutlass-dsl==4.8.1, "
-    "sm90 or newer), or let TE use cuDNN's fused attention: attention_backend=fused (verl: "
+    "use cuDNN's fused attention: attention_backend=fused (verl: "
     "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=fused; Megatron-LM: "
-    "--attention-backend fused)"
+    "--attention-backend fused); a FlashAttention only where one is measured right on this GPU "
+    "(catalogue/flash_attention.py MEASURED)"
 )
+PROBE = ("-m", "mcore_images.smoke.attention", "--probe", "--json")
+"""The smoke's attention check, one small case: the doctor runs it as a child process (it never imports the
+smoke), so the numerics of both live in one place."""
+PROBE_TIMEOUT_S = 300.0
+"""Imports, one reference and the backend's first compile (FlashAttention 4 compiles for ~20 s on an H200)."""
 
 
 def te_flash_view(ctx: Context) -> flash_attention.FlashView:
@@ -232,10 +238,13 @@ def te_attention(ctx: Context) -> Outcome:
     gpus, why = probes.torch_gpus(ctx)
     details = {"request": asked.source, "flash_attention": view.__dict__, "te": te,
                "gpus": [f"{g.name} (sm_{g.cc})" for g in gpus] or why}
+    where = sorted({g.cc for g in gpus}) or [None]
+    if flash and view.fa4 and (wrong := _measured_wrong(view.fa4, te, where)):
+        return trip(f"{asked.source} lets TE select FlashAttention {view.fa4}, whose pair was measured wrong: {wrong}",
+                    **details)
     if fused or unfused:
         allowed = [name for name, on in (("flash", flash), ("fused", fused), ("unfused", unfused)) if on]
-        return ok(f"{asked.source}: TE may choose among {', '.join(allowed)} attention", **details)
-    where = sorted({g.cc for g in gpus}) or [None]
+        return _probed(ctx, f"{asked.source}: TE may choose among {', '.join(allowed)} attention", gpus, details)
     lacking = [sm for sm in where if not flash_attention.flash_usable(view, te, sm)]
     if lacking:
         on = "this machine (no GPU visible: judged by what is installed)" if lacking == [None] else \
@@ -243,7 +252,50 @@ def te_attention(ctx: Context) -> Outcome:
         installed = ", ".join(f"{k} {v}" for k, v in view.__dict__.items() if v) or "none"
         return trip(f"{asked.source} leaves TE FlashAttention alone, and it has none it can run for training on "
                     f"{on} (TE {te} sees: {installed}): the first forward raises \"No dot product attention "
-                    "backend is available\"", **details)
+                    "backend is available\"; cuDNN's fused attention (attention_backend=fused) is the one to use",
+                    **details)
     usable = flash_attention.flash_usable(view, te, where[0])
-    return ok(f"{asked.source}: TE can run {', '.join(usable)}" + (
-        "" if where != [None] else " (no GPU visible: judged by what is installed)"), **details)
+    return _probed(ctx, f"{asked.source}: TE can run {', '.join(usable)}" + (
+        "" if where != [None] else " (no GPU visible: judged by what is installed)"), gpus, details)
+
+
+def _measured_wrong(fa4: str, te: str, where: list[int | None]) -> str | None:
+    """The measurement that found this FlashAttention pair wrong on one of these GPUs (catalogue), as a clause."""
+    cutlass = probes.dist_version(flash_attention.CUTLASS_DSL)
+    sms = {sm for sm in where if sm is not None} or {90, 100}  # no GPU visible: the GPUs FA4 trains on
+    found = flash_attention.measured_wrong(fa4, cutlass[1] if cutlass else None, te, sms)
+    if not found:
+        return None
+    m = found[0]
+    return (f"with {flash_attention.CUTLASS_DSL} {m.cutlass} under TE {m.te or 'any'} on sm_{m.sm} ({m.measured}; "
+            f"max |output - reference| up to {max(m.max_abs_error.values()):g})")
+
+
+def _probed(ctx: Context, judged: str, gpus: tuple[probes.Gpu, ...], details: dict) -> Outcome:
+    """On a GPU, the smoke's attention check on one small case under the backend judged: what TE selects there must
+    match an fp32 reference. Without a GPU, the judgment as it stands."""
+    if not gpus:
+        return ok(judged, **details)
+    backend = ctx.environ.get(flash_attention.ASKED) or "as-set"
+    code, out = ctx.run_program([*PROBE, "--backends", backend], ctx.environ, PROBE_TIMEOUT_S)
+    try:
+        section = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+    except ValueError:
+        section = None
+    if code is None or not isinstance(section, dict):
+        why = f"ran past {PROBE_TIMEOUT_S:.0f} s" if code is None else f"exited {code} without its result"
+        return warn(f"{judged}; the attention probe (python {' '.join(PROBE)}) {why}, so its numbers are not "
+                    "checked", "run python -m mcore_images.smoke.attention --probe to see why", **details)
+    details["probe"] = section.get("results")
+    ran = [r for r in section.get("results", []) if r.get("status") in ("passed", "failed")]
+    if section.get("status") == "failed":
+        return trip(f"{judged}, but the backend TE selects is wrong against an fp32 reference: "
+                    f"{'; '.join(section.get('failed') or [str(section.get('error'))])}", **details)
+    if not ran:
+        reasons = "; ".join(str(r.get("reason")) for r in section.get("results", [])) or section.get("error")
+        return trip(f"{judged}, but TE ran no backend on the probe's case: {reasons}", **details)
+    first = ran[0]
+    out_t = first["tensors"].get("out", {})
+    return ok(f"{judged}; probe: {first.get('selected')} matches an fp32 reference on {first['case']} (out error "
+              f"{out_t.get('error', float('nan')):.1e} ≤ {out_t.get('limit', float('nan')):.1e}, dq/dk/dv too)",
+              **details)

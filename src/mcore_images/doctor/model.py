@@ -79,6 +79,10 @@ class Context:
     load_library: Callable[[str], str | None] = field(default=lambda name: _load_error(name))
     """Try to load a shared library by name: None when it loads, else the loader's error."""
     hf_config: Path | None = None
+    run_program: Callable[[Sequence[str], Mapping[str, str], float], tuple[int | None, str]] = field(
+        default=lambda argv, env, timeout: _run_program(argv, env, timeout))
+    """Run a Python program of this interpreter (``python -m …``): (exit code, stdout); exit None when it ran past
+    ``timeout`` seconds."""
     memo: dict[str, Any] = field(default_factory=dict)
     watch: Callable[[str, bool], None] | None = None
     """Told (key, True) before a fact is computed and (key, False) after: the worker reports it, so a
@@ -99,6 +103,17 @@ class Context:
         if not good:
             raise value
         return value
+
+
+def _run_program(argv: Sequence[str], env: Mapping[str, str], timeout: float) -> tuple[int | None, str]:
+    import subprocess
+
+    try:
+        done = subprocess.run([sys.executable, *argv], env=dict(env), capture_output=True, text=True,
+                              timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return None, ""
+    return done.returncode, done.stdout
 
 
 def _load_error(name: str) -> str | None:

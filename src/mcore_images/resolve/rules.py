@@ -192,6 +192,27 @@ def _flash_attn_archs(s: Stack) -> Iterator[tuple[str, str]]:
              "flash_attn='none'")
 
 
+@rule("flash-attn-measured",
+      'no stack ships a FlashAttention 4 pair (with its nvidia-cutlass-dsl, under its TE) measured wrong against a '
+      'reference on a GPU architecture the stack claims (flash_attention.MEASURED)')
+def _flash_attn_measured(s: Stack) -> Iterator[tuple[str, str]]:
+    # TE selects FlashAttention under attention_backend=flash (verl's default); a wrong one trains on while the loss
+    # still falls, so nothing but a reference sees it. Policy: none ships unless it is not known to be wrong.
+    if not s.has("flash_attn"):
+        return
+    pinned = [spec.version for spec in constraint_on(s, flash_attention.CUTLASS_DSL) if spec.operator == "=="]
+    sms = {n for a in gpu_archs.parse(s.cuda_archs) if (n := gpu_archs.number(a)) is not None}
+    for m in flash_attention.measured_wrong(s.flash_attn, pinned[0] if len(pinned) == 1 else None,
+                                            s.te if s.has("te") else None, sms):
+        under = f"under TE {m.te}'s line" if m.te else "called directly"
+        worst = max(m.max_abs_error.values())
+        yield (f"flash-attn-4 {m.fa4} on {flash_attention.CUTLASS_DSL} {m.cutlass} {under} was measured wrong on "
+               f"sm_{m.sm}, which the stack claims ({m.measured}: max |output - reference| up to {worst:g}); TE "
+               "selects it under attention_backend=flash"), \
+            ("set flash_attn='none' (attention_backend=fused then serves training on cuDNN), or pin a pair measured "
+             "right there (src/mcore_images/catalogue/flash_attention.py MEASURED)")
+
+
 @rule("te-cuda", "a transformer-engine-cuXX wheel exists for the stack's CUDA major (cu13 from TE 2.9)")
 def _te_cuda(s: Stack) -> Iterator[tuple[str, str]]:
     if s.te_source not in ("build", "pypi"):

@@ -6,12 +6,15 @@
 (src/mcore_images/smoke/bridge/);
 - ``python -m mcore_images.smoke.bench``: training throughput of reference models, gated
 (src/mcore_images/smoke/bench/);
+- ``python -m mcore_images.smoke.attention``: every attention backend against an fp32 reference, forward and backward
+(src/mcore_images/smoke/attention/; the smoke's launcher runs it after the runs, the doctor its probe);
 - ``smoke.kit``: what all three stand on (bootstrap, the one GPT builder, tolerances, seeds, environment facts).
 
 They import torch, megatron-core (TE and the bridges when present), the standard library and, from the
-tooling, only its standard-library data modules (``mcore_images.catalogue.components``, ``mcore_images.schemas``).
-The pure modules (layouts, shards, judge, certificate, kit.errors, kit.numerics, kit.seeds, kit.gpt_builder,
-bridge.spec, bench.model, bench.gate) import without torch, so host tests and ``--dry-run`` work anywhere.
+tooling, only its standard-library data modules (``mcore_images.catalogue.components``, ``gpu_archs``, ``platforms``,
+``flash_attention``, ``mcore_images.schemas``). The pure modules (layouts, shards, judge, certificate, kit.errors,
+kit.numerics, kit.seeds, kit.gpt_builder, bridge.spec, bench.model, bench.gate, attention.cases, attention.table)
+import without torch, so host tests and ``--dry-run`` work anywhere.
 """
 
 __version__ = "0.2.0"

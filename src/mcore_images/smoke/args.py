@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint-dir", metavar="DIR",
                         help="the folder the round trips save in: each makes a new folder inside it and removes "
                         "only that; every rank must see it (default: OUT/checkpoint, else the temporary folder)")
+    parser.add_argument("--attention", action=argparse.BooleanOptionalAction, default=True,
+                        help="after the runs, check every attention backend the image offers against an fp32 "
+                        "reference (python -m mcore_images.smoke.attention; default: on)")
     parser.add_argument("--seed", type=int, default=seeds.DEFAULT_SEED,
                         help="base seed of the name-seeded global model and the batch")
     parser.add_argument("--lr", type=float, default=3e-3, help=argparse.SUPPRESS)

@@ -13,6 +13,7 @@ from typing import Any
 
 from mcore_images import schemas
 from mcore_images.catalogue import components, gpu_archs
+from mcore_images.smoke.attention import table as attention_table
 
 SCHEMA = schemas.CERTIFICATE
 STATUSES = ("passed", "failed", "could-not-run", "running")
@@ -85,6 +86,8 @@ def validate(cert: dict[str, Any]) -> list[str]:
             problems.append("checkpoint section is not an object with a pairs list")
         elif section.get("verdict") not in ("passed", "failed", "skipped"):
             problems.append(f"checkpoint verdict {section.get('verdict')!r} not one of passed/failed/skipped")
+    if "attention" in cert:  # added by the launcher: smoke.attention's table
+        problems += attention_table.shape_problems(cert["attention"])
     if "bench" in cert and not isinstance(cert["bench"], dict):
         problems.append("bench section is not an object")
     if "bridge" in cert:  # optional section added by `python -m mcore_images.smoke.bridge --certificate FILE`
@@ -185,6 +188,8 @@ def render_markdown(cert: dict[str, Any]) -> str:
         )
     if cert.get("checkpoint"):
         lines += render_checkpoint(cert["checkpoint"])
+    if cert.get("attention"):
+        lines += attention_table.markdown(cert["attention"])
     failed = [(run["id"], c) for run in cert["runs"] for c in run["checks"] if not c.get("ok")]
     failed += [(f"checkpoint {p['id']}", c) for p in (cert.get("checkpoint") or {}).get("pairs", [])
                for c in p["checks"] if not c.get("ok")]

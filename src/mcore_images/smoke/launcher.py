@@ -24,6 +24,7 @@ from typing import Any
 from mcore_images import PACKAGE
 from mcore_images.smoke import args as cli_args
 from mcore_images.smoke import certificate, layouts
+from mcore_images.smoke.attention import table as attention_table
 from mcore_images.smoke.kit import errors, folders
 
 GRACE_S = 30.0
@@ -186,7 +187,7 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
         stale.unlink(missing_ok=True)
     if args.ray:
         return _finish(args, argv, out, state, launched, checkpoints, made,
-                       *_run_under_ray(args, the_plan.world, worker_argv(argv, out), env))
+                       *_run_under_ray(args, the_plan.world, worker_argv(argv, out), env), env=env)
     cmd = [
         # One node: rendezvous on loopback, so a container without a network (or whose hostname does
         # not resolve) starts as fast as any other.
@@ -211,7 +212,7 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
         if made:
             folders.remove_if_empty(checkpoints)
         raise
-    return _finish(args, argv, out, state, launched, checkpoints, made, rc, fired, None)
+    return _finish(args, argv, out, state, launched, checkpoints, made, rc, fired, None, env=env)
 
 
 def _run_under_ray(args: argparse.Namespace, world: int, ranks_argv: list[str], env: dict[str, str]) -> tuple[
@@ -224,14 +225,54 @@ def _run_under_ray(args: argparse.Namespace, world: int, ranks_argv: list[str], 
     return on_ray.run_ranks(world, ranks_argv, {**shared, "SMOKE_LAUNCHER": "ray"}, args.watchdog + GRACE_S, args.cpu)
 
 
+ATTENTION_FILE = "attention.json"
+"""The attention check's section, beside the certificate, before the launcher adds it there."""
+
+
+def run_attention(args: argparse.Namespace, out: Path, env: dict[str, str]) -> dict[str, Any] | None:
+    """The attention check (smoke.attention) as a process of its own once the ranks are gone (the GPU is free, and
+    the NVTE variables it sets and FlashAttention's compiles touch no run); its section, or None with --no-attention."""
+    if not args.attention:
+        return None
+    path = out / ATTENTION_FILE
+    path.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "mcore_images.smoke.attention", "--out", str(path), *(["--cpu"] if args.cpu else [])]
+    print("[smoke] attention check: " + " ".join(cmd), flush=True)
+    try:
+        rc = subprocess.run(cmd, env=env, timeout=args.watchdog, check=False).returncode
+    except subprocess.TimeoutExpired:
+        return attention_table.failed_to_finish(f"the attention check did not finish within {args.watchdog:.0f} s "
+                                                "(--watchdog)")
+    try:
+        section = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return attention_table.failed_to_finish(f"the attention check exited {rc} without writing its section")
+    path.unlink(missing_ok=True)
+    return section if isinstance(section, dict) else attention_table.failed_to_finish("its section is not an object")
+
+
+def with_attention(code: int, error: str | None, attention: dict[str, Any] | None) -> tuple[int, str | None]:
+    """The run's exit code and error once the attention check is counted: a wrong (or crashed) backend fails a run
+    that passed; a check that could not run makes it could-not-run (the certificate cannot claim it)."""
+    if attention is None or attention.get("status") == "passed":
+        return code, error
+    line = f"attention check: {attention.get('error')}"
+    if attention.get("status") == "failed":
+        return errors.FAILED if code == errors.PASSED else code, f"{error}; {line}" if error else line
+    return (errors.COULD_NOT_RUN, line) if code == errors.PASSED else (code, error)
+
+
 def _finish(args: argparse.Namespace, argv: list[str], out: Path, state: Path, launched: float, checkpoints: Path,
-            made: bool, rc: int | None, fired: bool, ray_record: dict[str, Any] | None) -> int:
-    """Classify the run from the ranks' results, complete rank 0's certificate and write it."""
+            made: bool, rc: int | None, fired: bool, ray_record: dict[str, Any] | None,
+            env: dict[str, str] | None = None) -> int:
+    """Classify the run from the ranks' results, run the attention check, complete rank 0's certificate and write
+    it."""
     exited = time.time()
+    attention = None if fired else run_attention(args, out, env if env is not None else dict(os.environ))
     cert_path = out / "certificate.json"
     cert = json.loads(cert_path.read_text()) if cert_path.exists() else None
     states = _rank_states(state)
-    code, error = classify(rc, cert, states, fired)
+    code, error = with_attention(*classify(rc, cert, states, fired), attention)
     shutil.rmtree(state, ignore_errors=True)
     if made:
         folders.remove_if_empty(checkpoints)
@@ -252,9 +293,13 @@ def _finish(args: argparse.Namespace, argv: list[str], out: Path, state: Path, l
     done = [s["done_t"] for s in states if "done_t" in s]
     if done:  # of that, torchrun's own exit once every rank had torn down
         timing["torchrun_exit_s"] = exited - max(done)
+    if attention is not None:
+        timing["attention_s"] = time.time() - exited
     timing["wall_s"] = time.time() - launched
     if ray_record is not None:
         cert.setdefault("settings", {})["ray"] = ray_record
+    if attention is not None:
+        cert["attention"] = attention
     certificate.write(cert, out)
     print(certificate.render_markdown(cert), flush=True)
     print(f"[smoke] certificate: {cert_path} ({cert['status']}, exit {code})", flush=True)

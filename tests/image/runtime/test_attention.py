@@ -1,7 +1,8 @@
-"""verl's default attention setting has a backend in the image: megatron-core's attention_backend=flash leaves TE
-FlashAttention alone (NVTE_FLASH_ATTN=1 NVTE_FUSED_ATTN=0 NVTE_UNFUSED_ATTN=0), and the doctor's te.attention,
-which reads TE's own view of the installed FlashAttention, passes. A negative image without FlashAttention 4 fails
-it, and the kernels layer's check of TE's view with it."""
+"""verl's default attention setting, megatron-core's attention_backend=flash (NVTE_FLASH_ATTN=1 NVTE_FUSED_ATTN=0
+NVTE_UNFUSED_ATTN=0), as the doctor's te.attention judges it from TE's own view of the installed FlashAttention: where
+the stack pins one, it passes, and a negative image without FlashAttention 4 fails it (and the kernels layer's check
+of TE's view); where the stack pins none (none is known right on its GPUs), it fails in one line naming
+attention_backend=fused."""
 
 from __future__ import annotations
 
@@ -23,9 +24,25 @@ def _pinned(labels: dict[str, str]) -> str:
     return labels.get(components.BY_KEY["flash_attn"].oci_label, "none")
 
 
+def test_without_flash_attention_the_doctor_names_fused_for_attention_backend_flash(labels: dict[str, str],
+                                                                                     host: Any) -> None:
+    """A stack that ships no FlashAttention (none is known right on its GPUs: rule flash-attn-measured): under
+    attention_backend=flash the doctor fails in one line that says the first forward has no backend and names
+    attention_backend=fused (cuDNN). Its negative is test_the_doctor_finds_a_backend_for_attention_backend_flash,
+    which fails here."""
+    if _pinned(labels) != "none" or labels.get(components.BY_KEY["te"].oci_label) in (None, "none"):
+        pytest.skip("the stack pins a FlashAttention (or has no TE)")
+    result = host.run(DOCTOR)
+    finding = json.loads(result.stdout)["findings"][0]
+    assert result.rc == 1 and finding["status"] == "fail", finding
+    assert "No dot product attention backend is available" in finding["finding"], finding
+    assert "attention_backend=fused" in finding["finding"] and "attention_backend=fused" in finding["fix"], finding
+
+
 def test_the_doctor_finds_a_backend_for_attention_backend_flash(labels: dict[str, str], host: Any) -> None:
     if _pinned(labels) == "none":
-        pytest.skip("the stack pins no FlashAttention: attention_backend=flash has no backend here (env/needs.json)")
+        pytest.skip("the stack pins no FlashAttention: attention_backend=flash has no backend here (rule "
+                    "flash-attn-measured; the doctor names attention_backend=fused)")
     result = host.run(DOCTOR)
     finding = json.loads(result.stdout)["findings"][0]
     assert result.rc == 0 and finding["status"] == "ok", finding

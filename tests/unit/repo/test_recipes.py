@@ -225,7 +225,7 @@ PURE = ("mcore_images.smoke.layouts", "mcore_images.smoke.shards", "mcore_images
         "mcore_images.smoke.certificate", "mcore_images.smoke.kit.errors",
         "mcore_images.smoke.kit.numerics", "mcore_images.smoke.kit.seeds", "mcore_images.smoke.kit.gpt_builder",
         "mcore_images.smoke.bridge.spec", "mcore_images.smoke.bench.model",
-        "mcore_images.smoke.bench.gate")
+        "mcore_images.smoke.bench.gate", "mcore_images.smoke.attention.cases", "mcore_images.smoke.attention.table")
 
 
 def test_the_pure_modules_import_without_torch() -> None:
@@ -242,16 +242,23 @@ def test_the_pure_modules_import_without_torch() -> None:
 
 
 def test_smoke_imports_only_the_toolings_data_modules() -> None:
+    # flash_attention: the NVTE variables megatron-core sets per attention_backend (standard library and packaging,
+    # which pip vendors where the image lacks it).
     allowed = {"mcore_images", "mcore_images.catalogue", "mcore_images.catalogue.components", "mcore_images.schemas",
-               "mcore_images.catalogue.gpu_archs", "mcore_images.catalogue.platforms"}
+               "mcore_images.catalogue.gpu_archs", "mcore_images.catalogue.platforms",
+               "mcore_images.catalogue.flash_attention"}
     offenders = []
-    smoke = ROOT / "src" / "mcore_images" / "smoke"
+    src = ROOT / "src"
+    smoke = src / "mcore_images" / "smoke"
     for path in sorted(smoke.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            if isinstance(node, ast.ImportFrom) and node.module == "mcore_images":  # PACKAGE, SOURCE_TREE: its face
-                names = [f"mcore_images.{a.name}" if (smoke.parent / f"{a.name}.py").is_file() else "mcore_images"
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mcore_images"):
+                # `from mcore_images.catalogue import stacks` imports the module stacks: name it, not its package
+                # (`from mcore_images import PACKAGE` names the package's face)
+                folder = src.joinpath(*(node.module or "").split("."))
+                names = [f"{node.module}.{a.name}" if (folder / f"{a.name}.py").is_file() else node.module or ""
                          for a in node.names]
             offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "mcore_images"
                           and n not in allowed and not n.startswith("mcore_images.smoke")]

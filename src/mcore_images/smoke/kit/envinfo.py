@@ -2,11 +2,12 @@
 
 Which packages are recorded comes from the component catalogue (mcore_images.catalogue.components, standard
 library only). Versions come from installed distributions (importlib.metadata), so reading them imports nothing;
-CUDA, NCCL, cuDNN and GPU facts come from torch, the driver version from nvidia-smi, the C compiler's from
-gcc itself, the platform from Python (``platform.machine()``: aarch64 in a Grace image, also under QEMU). cuDNN
-is recorded twice, on purpose: packages.cudnn is torch's cuDNN wheel (the pin), or where the base image brings
-cuDNN without one (NGC) the release torch loads; environment.cudnn is what torch loads in
-this process (cudnnGetVersion()), also on a CPU run, so a second cuDNN taking the wheel's place shows.
+CUDA, NCCL, cuDNN and GPU facts come from torch, the driver version from nvidia-smi (else the kernel module's
+/proc/driver/nvidia/version), the C compiler's from gcc itself, the platform from Python
+(``platform.machine()``: aarch64 in a Grace image, also under QEMU). cuDNN is recorded twice, on purpose:
+packages.cudnn is torch's cuDNN wheel (the pin), or where the base image brings cuDNN without one (NGC) the release
+torch loads; environment.cudnn is what torch loads in this process (cudnnGetVersion()), also on a CPU run, so a
+second cuDNN taking the wheel's place shows.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -150,18 +152,29 @@ def packages() -> dict[str, str | None]:
     return {key: package_version(key) for key in components.certificate_packages()}
 
 
-def driver_version() -> str | None:
-    """NVIDIA driver version from nvidia-smi, None where there is none."""
-    if not shutil.which("nvidia-smi"):
-        return None
+DRIVER_PROC = Path("/proc/driver/nvidia/version")
+"""The loaded kernel module's version line ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  …"):
+there wherever the driver is, also in a container or a replica whose PATH has no nvidia-smi."""
+
+
+def driver_version(proc: Path = DRIVER_PROC) -> str | None:
+    """NVIDIA driver version from nvidia-smi, else from the kernel module's /proc file; None where there is none."""
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=20, check=True,
+            ).stdout
+            if out.strip():
+                return out.splitlines()[0].strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
+        text = proc.read_text(errors="replace")
+    except OSError:
         return None
-    return out.splitlines()[0].strip() if out.strip() else None
+    found = re.search(r"Kernel Module(?: for \S+)?\s+([0-9]+\.[0-9]+(?:\.[0-9]+)?)", text)
+    return found.group(1) if found else None
 
 
 def collect(world: int, nodes: int, cpu: bool) -> dict[str, Any]:

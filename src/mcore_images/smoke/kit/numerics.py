@@ -134,6 +134,37 @@ def bridge(m: Math) -> Tolerance:
     return Tolerance(m.math, {"logits_rtol": logits, "loss_rtol": loss}, why)
 
 
+ATTENTION_RATIO = 2.0
+"""How many times the error of a plain bf16 PyTorch attention a backend may make (flash-attention's tests: rtol=2)."""
+ATTENTION_FLOOR_ULPS = 2.0
+"""The floor, in bf16 ulps (2**-7) of the largest reference value (flash-attention's sm90 checks: 2·eps·|ref|)."""
+
+
+def attention_limit(bf16_error: float, reference_max: float) -> float:
+    """The largest |backend − reference| one tensor (output, dq, dk or dv) of an attention backend may show: see
+    ``attention``. inf never: a NaN in either input makes the limit NaN, which no error passes."""
+    return ATTENTION_RATIO * bf16_error + ATTENTION_FLOOR_ULPS * 2 * UNIT_ROUNDOFF["bf16"] * reference_max
+
+
+def attention() -> Tolerance:
+    """The attention check's tolerance: a backend (FlashAttention, cuDNN fused, TE unfused, megatron-core's own)
+    computes bf16 attention, forward and backward, on bf16 inputs; the reference computes the same attention on
+    the same inputs in fp32 (TF32 off). A plain bf16 PyTorch attention on those inputs (scaled q·kᵀ, causal mask,
+    softmax and p·v, each rounded to bf16, and its autograd backward) makes an error against that reference which
+    is what bf16 itself costs on this case. Each of out, dq, dk and dv may be off by at most twice that error plus
+    a floor of 2 bf16 ulps of the tensor's largest reference value: flash-attention's own tests judge its kernels
+    so (``diff <= 2 * diff_pt + atol``, atol two roundings of the reference to bf16). Measured scale: a kernel
+    whose output had nothing to do with attention (FlashAttention 4 under TE on an H200, catalogue.flash_attention
+    MEASURED) was off by 3.2 to 4.3. Measured on CPU (bf16, the CPU cases): megatron-core's own attention and
+    torch's SDPA were off by 7e-3 to 4.3e-2 against limits of 6.3e-2 to 1.7e-1; planted faults failed every case
+    they touched: the causal mask dropped by 2.1 to 6.8, the output perturbed by 5 % of its largest value by 0.57
+    to 0.95 (its gradients, untouched, passed)."""
+    why = (f"bf16 attention vs an fp32 reference on the same inputs: each of out, dq, dk, dv within "
+           f"{ATTENTION_RATIO:g} × the error of a plain bf16 PyTorch attention + {ATTENTION_FLOOR_ULPS:g} bf16 ulps "
+           "of the tensor's largest reference value (flash-attention's own rule)")
+    return Tolerance("bf16", {"ratio": ATTENTION_RATIO, "floor_ulps": ATTENTION_FLOOR_ULPS}, why)
+
+
 def guarded_ratio(num: float, den: float) -> float:
     """num / den for comparisons against a tolerance: inf when either is not finite (a NaN never
     passes), 0 for 0/0, inf for x/0."""

@@ -68,7 +68,16 @@ class World:
             cgroup=self.tmp / "cgroup",
             etc=self.tmp / "etc",
             hf_config=getattr(self, "hf_config", None),
+            run_program=self.program,
         )
+
+    def program(self, argv: Any, env: Any, timeout: float) -> tuple[int | None, str]:
+        """The child programs a check runs (the attention probe): what ``self.programs`` answers, in order; a
+        program nobody expected fails the test."""
+        self.ran = [*getattr(self, "ran", []), list(argv)]
+        answers = getattr(self, "programs", [])
+        assert answers, f"unexpected child program {argv}"
+        return answers.pop(0)
 
     def unhide(self, dotted: str) -> None:
         parts = dotted.split(".")
@@ -856,12 +865,60 @@ def test_te_attention_flash_without_flash_attention_fails(world: World) -> None:
     assert "sm_90" in found.finding and "attention_backend=fused" in found.fix
 
 
-def test_te_attention_flash_with_flash_attention_4_on_hopper(world: World) -> None:
+def probe_answer(errors: dict[str, tuple[float, float, float]] | None, status: str = "",
+                 reason: str | None = None) -> tuple[int, str]:
+    """What `python -m mcore_images.smoke.attention --probe --json` prints, built by the smoke's own table."""
+    from mcore_images.smoke.attention import table
+
+    res = table.result("flash", "sbhd GQA 8/2 d128", status, selected="FlashAttention 4.0.0b40", reason=reason,
+                       errors=errors)
+    sec = table.section([res], backends=[], cases=[], environment={}, tolerance={}, wall_s=21.0)
+    return {"passed": 0, "failed": 1}.get(sec["status"], 2), "[attention] …\n" + json.dumps(sec) + "\n"
+
+
+RIGHT = {"out": (0.011, 0.012, 4.0), "dq": (0.02, 0.015, 3.0), "dk": (0.02, 0.02, 3.0), "dv": (0.03, 0.03, 5.0)}
+
+
+def test_te_attention_flash_with_flash_attention_4_on_hopper_runs_the_probe(world: World) -> None:
     world.torch(ccs=(90, 90))
-    fake_te_flash(world, fa4="4.0.0b36")
+    fake_te_flash(world, fa4="4.0.0b40")
+    world.environ.update({flash_attention.ASKED: "flash"})
+    world.programs = [probe_answer(RIGHT)]
+    found = world.run("te.attention")
+    assert found.status == Status.OK and "FlashAttention 4.0.0b40" in found.finding
+    assert "probe: FlashAttention 4.0.0b40 matches an fp32 reference" in found.finding
+    assert world.ran == [["-m", "mcore_images.smoke.attention", "--probe", "--json", "--backends", "flash"]]
+
+
+def test_te_attention_fails_when_the_probe_finds_the_selected_backend_wrong(world: World) -> None:
+    world.torch(ccs=(90,))
+    fake_te_flash(world, fa4="4.0.0b40")
+    world.environ.update(MEGATRON_FLASH)
+    world.programs = [probe_answer({**RIGHT, "out": (3.92, 0.012, 4.0)})]
+    found = world.run("te.attention")
+    assert found.status == Status.FAIL and "wrong against an fp32 reference" in found.finding
+    assert "flash (FlashAttention 4.0.0b40) × sbhd GQA 8/2 d128: out 3.92 > 0.0865" in found.finding
+    assert "attention_backend=fused" in found.fix and world.ran[0][-1] == "as-set"
+
+
+def test_te_attention_probe_that_cannot_finish_is_a_warning(world: World) -> None:
+    world.torch(ccs=(90,))
+    fake_te_flash(world)
+    world.environ.update({flash_attention.ASKED: "fused"})
+    world.programs = [(None, "")]
+    found = world.run("te.attention")
+    assert found.status == Status.WARN and "ran past 300 s" in found.finding
+
+
+def test_te_attention_flash_measured_wrong_fails_without_running_it(world: World) -> None:
+    """flash-attn-4 4.0.0b36 on nvidia-cutlass-dsl 4.8.1 under TE 2.20.2 was measured wrong on an H200."""
+    world.torch(ccs=(90,))
+    fake_te_flash(world, te="2.20.2", fa4="4.0.0b36")
+    world.dist("nvidia-cutlass-dsl", "4.8.1")
     world.environ.update({flash_attention.ASKED: "flash"})
     found = world.run("te.attention")
-    assert found.status == Status.OK and "FlashAttention 4.0.0b36" in found.finding
+    assert found.status == Status.FAIL and "measured wrong" in found.finding and "sm_90" in found.finding
+    assert "attention_backend=fused" in found.fix and not getattr(world, "ran", [])
 
 
 def test_te_attention_flash_4_cannot_train_on_an_a100(world: World) -> None:
@@ -876,6 +933,7 @@ def test_te_attention_flash_4_cannot_train_on_an_a100(world: World) -> None:
 def test_te_attention_other_backends_and_megatrons_assertion(world: World) -> None:
     world.torch(ccs=(90,))
     fake_te_flash(world)
+    world.programs = [probe_answer(RIGHT)]
     assert status(world, "te.attention") == Status.OK  # nothing set: TE may fall back to fused or unfused
     world.environ.update({flash_attention.ASKED: "local"})
     assert status(world, "te.attention") == Status.OK

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from mcore_images.catalogue import gpu_archs
@@ -50,10 +52,13 @@ BAD = [
     ("te-archs", "verl-mcore013", {"te": "1.13.0", "cuda_archs": "90;100"}),
     ("te-flash-attn", "verl-mcore013", {"flash_attn": "4.0.0b36", "constraints": ("nvidia-cutlass-dsl==4.8.1",
                                                                                   "transformers<5")}),
-    ("flash-attn-cutlass", "debian", {"constraints": ("transformers<5",)}),
+    ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b37", "constraints": ("transformers<5",)}),
     ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b11"}),  # TE's own install hint, on cutlass-dsl 4.8.1
     ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b24"}),
     ("flash-attn-archs", "debian-verl", {"cuda_archs": "80;90;100"}),
+    # the pair measured wrong on an H200 under TE 2.20.2 (flash_attention.MEASURED), shipped where sm_90 is claimed
+    ("flash-attn-measured", "debian", {"flash_attn": "4.0.0b36"}),
+    ("flash-attn-measured", "debian-mcore019", {"flash_attn": "4.0.0b36", "cuda_archs": "90a"}),
     ("verl-requirements", "cuda", {"substitutes": {}}),  # verl 0.9.1 names megatron-bridge 0.5.2: not on PyPI
     ("verl-requirements", "ngc", {"substitutes": {"megatron-bridge": "not on PyPI"}}),  # and NGC's own torch
     # a substitute is for what no stack can follow, not for a release PyPI has
@@ -182,5 +187,33 @@ def test_flash_attention_4_pairs_with_the_cutlass_dsl_its_code_needs(stacks: dic
 
 def test_te_2_20_serves_flash_attention_4_from_hopper_only(stacks: dict[str, Stack]) -> None:
     """TE 2.20 leaves sm80 to another backend, so an sm80 stack with FlashAttention 4 still trains there."""
-    stack = variant(stacks["debian"], cuda_archs="80;90;100")
+    stack = variant(stacks["debian"], flash_attn="4.0.0b37", cuda_archs="80;90;100")
     assert not [v for v in rules.check(stack) if v.rule == "flash-attn-archs"]
+
+
+@pytest.mark.parametrize(("changes", "refused"), [
+    ({"flash_attn": "4.0.0b36"}, True),  # the measured triple on a stack claiming sm_90
+    ({"flash_attn": "4.0.0b36", "te": "2.20.5"}, True),  # the same TE line: its FlashAttention integration
+    ({"flash_attn": "4.0.0b36", "cuda_archs": "100"}, False),  # measured on sm_90 only
+    ({"flash_attn": "4.0.0b36", "constraints": ("nvidia-cutlass-dsl==4.8.0", "transformers<5")}, False),
+    ({"flash_attn": "4.0.0b37"}, False),  # another release: not measured
+    ({"flash_attn": "4.0.0b36", "te": "2.16.0", "te_source": "build"}, False),  # another TE line: not measured
+])
+def test_flash_attention_measured_wrong_is_refused_where_it_was_measured(
+        stacks: dict[str, Stack], changes: dict, refused: bool) -> None:
+    """The rule holds what was measured (pair, TE line, architecture), no more: a measurement under TE holds for
+    that TE's release line, where its FlashAttention integration lives."""
+    lines = [str(v) for v in rules.check(variant(stacks["debian"], **changes)) if v.rule == "flash-attn-measured"]
+    assert bool(lines) == refused, lines
+    if refused:
+        assert "sm_90" in lines[0] and "flash_attn='none'" in lines[0] and "attention_backend=fused" in lines[0]
+
+
+def test_a_pair_called_directly_and_measured_wrong_is_refused_under_every_te(stacks: dict[str, Stack],
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcore_images.catalogue import flash_attention
+
+    direct = dataclasses.replace(flash_attention.MEASURED[0], te=None)
+    monkeypatch.setattr(flash_attention, "MEASURED", (direct,))
+    stack = variant(stacks["debian"], flash_attn="4.0.0b36", te="2.16.0", te_source="build")
+    assert [v for v in rules.check(stack) if v.rule == "flash-attn-measured"]

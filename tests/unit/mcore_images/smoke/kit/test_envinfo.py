@@ -118,3 +118,20 @@ def test_the_declared_gpu_architectures_come_from_the_images_stack(tmp_path: Pat
                                            "gpus": "sm_90 H100/H200/GH200; sm_100 B200/GB200; sm_103 B300/GB300"}
     assert envinfo.declared_archs({**env, "MCORE_IMAGES_STACK": "other"}) is None
     assert envinfo.declared_archs({"MCORE_IMAGES_STACK": "cuda"}) is None
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 06:54:38 UTC 2025\n", "580.65.06"),
+    ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.172.08  Release Build  (dvs-builder@U16)\n",
+     "570.172.08"),
+    ("GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n", None),
+])
+def test_the_driver_version_is_read_without_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str,
+                                                       found: str | None) -> None:
+    """A replica's PATH (or a container's without the NVIDIA runtime's tools) has no nvidia-smi: the kernel module's
+    /proc file still says which driver runs (the certificate read "driver None" there)."""
+    monkeypatch.setattr(envinfo.shutil, "which", lambda name: None)
+    proc = tmp_path / "version"
+    proc.write_text(text)
+    assert envinfo.driver_version(proc) == found
+    assert envinfo.driver_version(tmp_path / "absent") is None
