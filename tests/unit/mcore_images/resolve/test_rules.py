@@ -184,3 +184,16 @@ def test_te_2_20_serves_flash_attention_4_from_hopper_only(stacks: dict[str, Sta
     """TE 2.20 leaves sm80 to another backend, so an sm80 stack with FlashAttention 4 still trains there."""
     stack = variant(stacks["debian"], cuda_archs="80;90;100")
     assert not [v for v in rules.check(stack) if v.rule == "flash-attn-archs"]
+
+
+def test_verl_0_9_needs_a_bridge_and_on_python_3_11_has_none(stacks: dict[str, Stack]) -> None:
+    """verl 0.9's Megatron engine asserts use_mbridge. On Python 3.11 (debian-verl's) Megatron-Bridge does not
+    install and mbridge 0.15.1, the newest, cannot read transformers 5's configs, which verl 0.9.1 requires: no
+    stack of verl 0.9.1 on Python 3.11 passes the rules."""
+    bare = variant(stacks["cuda"], megatron_bridge="none")
+    assert [v.rule for v in rules.check(bare) if v.rule == "verl-bridge"] == ["verl-bridge"]
+    assert not [v for v in rules.check(stacks["cuda"]) if v.rule == "verl-bridge"]
+    on_311 = variant(stacks["debian-verl"], verl="0.9.1", constraints=("packaging<26",))
+    assert "mbridge-transformers" in {v.rule for v in rules.check(on_311)}
+    with_cap = variant(stacks["debian-verl"], verl="0.9.1")  # transformers<5 keeps mbridge reading its configs
+    assert any(v.rule == "verl-requirements" and "transformers" in v.message for v in rules.check(with_cap))
