@@ -562,7 +562,7 @@ def _override_problems(stack: Stack, root: Path | None, machine: str) -> list[st
     texts = {layer: path.read_text() if path.is_file() else "" for layer, path in paths.items()}
     held = held_by_layer(stack, texts)
     fix = f"run `mcore-images lock --stack {stack.name}`"
-    problems = [f"{_shown(paths[layer], root)}: {found[0]}; {fix}"
+    problems = [f"{_shown(paths[layer], root)}: {'; '.join(found)}; {fix}"
                 for layer, found in declared_overrides.problems(stack, held, texts).items()
                 if stack.layer_stack(layer) == stack.name]
     problems += [f"stack '{stack.name}': override {o.pin} pins a distribution no lock of the stack holds, so it is not "
