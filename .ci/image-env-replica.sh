@@ -138,7 +138,9 @@ for layer in ("kernels", "runtime", "app"):
         carry.write_text("\n".join(keep) + "\n")
         stem = re.sub(r"[-_.]+", "[-_.]", name)
         sdist = next(f for f in pypi.index_files(name) if re.fullmatch(f"(?i){stem}-{re.escape(version)}\\.tar\\.gz",
-                                                                        f["filename"]))
+                                                                        f["filename"]), None)
+        if sdist is None:
+            sys.exit(f"[replica] {name} {version}: no wheel for Python {python} on x86_64 and no sdist on the index")
         data = urllib.request.urlopen(sdist["url"], timeout=600).read()
         if hashlib.sha256(data).hexdigest() not in hashes:
             sys.exit(f"[replica] {sdist['filename']}: sha256 not among the lock's hashes")
