@@ -247,8 +247,9 @@ ENV CUDA_DEVICE_MAX_CONNECTIONS=1 \
     MCORE_IMAGES_ROOT=/opt/mcore-images
 RUN --mount=type=bind,from=tooling-build,source=/tooling,target=/tooling \
     --mount=type=bind,from=install-scripts,target=/mnt/install \
+    --mount=type=bind,from=locks,source=${STACK}/runtime.txt,target=/mnt/lock.txt \
     sh /mnt/install/pip.sh install --no-deps --no-index --no-cache-dir /tooling/*.whl \
- && python /mnt/install/pip-check.py \
+ && python /mnt/install/pip-check.py /mnt/lock.txt \
  && mkdir -p /opt/mcore-images \
  && python -m mcore_images.catalogue.constraints > /opt/mcore-images/constraints.txt
 COPY env/stacks.json env/stacks.schema.json env/bench-baselines.json /opt/mcore-images/env/

@@ -5,6 +5,14 @@
 #   .ci/image-env-replica.sh export IMAGE DIR   (where Docker runs) DIR/image-env.json: the image config's Env;
 #                                               DIR/constraints.txt: its PIP_CONSTRAINT file; DIR/path-tools.txt:
 #                                               every command on the image's PATH
+#   .ci/image-env-replica.sh locks STACK DIR [FREEZE]
+#                                               (where PyPI is reachable) the same DIR from a stack's locks
+#                                               instead of a built image (a release stack whose base cannot be
+#                                               pulled here): the kernels, runtime and app locks' wheels, hash-
+#                                               checked, less what FREEZE (`pip freeze` of the GPU host) already
+#                                               has at the locked version (the base layer is the host's torch),
+#                                               TE's extension sdist, in DIR/parts of 58 MB to carry
+#                                               (.ci/replica-stack-gpu.sh runs it there)
 #   .ci/image-env-replica.sh stash FILE…        (GPU host) keep carried files under $REPLICA/parts across calls
 #   .ci/image-env-replica.sh install DIR        (GPU host) join the parts, install every wheel in one
 #                                               `pip install --no-deps --target $REPLICA/site`, compile TE's
@@ -45,6 +53,117 @@ export_image() {
     "$(grep -c '==' "$dir/constraints.txt")" "$(wc -l <"$dir/path-tools.txt")"
 }
 
+# A stack's locks as the replica's input, for a stack no machine here can build (its base is on a registry these
+# machines cannot reach). The image's variables are the runtime stage's ENV lines of the Dockerfile; its
+# PIP_CONSTRAINT file is what the runtime image writes (mcore_images.catalogue.constraints over the locked
+# versions); its PATH cannot be listed without the image, so path-tools.txt names the run-time toolchain the
+# runtime stage installs (docker/install-toolchain.sh) and the commands a launcher calls.
+from_locks() {
+  local stack="$1" dir="$2" freeze="${3:-}"
+  mkdir -p "$dir/wheels" "$dir/parts"
+  PYTHONPATH="$ROOT/src" python3 - "$stack" "$dir" "$freeze" <<'PY'
+import json, re, sys
+from pathlib import Path
+from mcore_images.catalogue import constraints
+from mcore_images.catalogue.stacks import get_stack
+from mcore_images.resolve import lock
+
+stack, out, freeze = get_stack(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+have = {}
+for line in (Path(freeze).read_text().splitlines() if freeze else []):
+    name, sep, version = line.partition("==")
+    if sep:
+        have[re.sub(r"[-_.]+", "-", name).lower()] = version.strip()
+installed, carried = {}, []
+for layer in ("base", "kernels", "runtime", "app"):
+    path = lock.lock_path(stack, layer)
+    text = path.read_text() if path.is_file() else ""
+    installed.update(lock.pins(text))
+    if layer == "base":
+        continue  # the host's torch and its CUDA wheels
+    keep, block = [], []
+    for line in text.splitlines():
+        match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==(\S+)", line)
+        if match or not line.startswith(" "):
+            if block:
+                keep += block
+            block = []
+            if match and have.get(re.sub(r"[-_.]+", "-", match[1]).lower()) != match[3]:
+                block = [line]
+                carried.append(f"{match[1]}=={match[3]}")
+        elif block and line.strip().startswith("--hash"):
+            block.append(line)
+    keep += block
+    (out / f"{layer}.carry.txt").write_text("\n".join(keep) + "\n")
+(out / "constraints.txt").write_text("\n".join(constraints.constraints(installed)) + "\n")
+env, stage = [], False
+for line in (lock.repo_root() / "Dockerfile").read_text().replace("\\\n", " ").splitlines():
+    if line.startswith("FROM "):
+        stage = line.rstrip().endswith(" AS runtime")
+    elif stage and line.startswith("ENV "):
+        env += [item.replace("${STACK}", stack.name) for item in line[4:].split()]
+(out / "image-env.json").write_text(json.dumps(env) + "\n")
+(out / "path-tools.txt").write_text("\n".join(["bash", "cat", "cc", "c++", "env", "g++", "gcc", "git", "ls", "make",
+                                              "nvidia-smi", "python3-config", "sh", "uname", "which"]) + "\n")
+print(f"[replica] {stack.name}: {len(carried)} wheels to carry, {len(env)} image variables")
+PY
+  local python
+  python="$(PYTHONPATH="$ROOT/src" python3 -c 'import sys; from mcore_images.catalogue.stacks import get_stack; print(get_stack(sys.argv[1]).python)' "$stack")"
+  # Wheels for the stack's Python and platform, hash-checked; a release with no wheel (fast-hadamard-transform)
+  # comes as its sdist, fetched by its index URL and checked against the lock's hashes (building its metadata
+  # here would need torch), and is built on the GPU host.
+  PYTHONPATH="$ROOT/src" python3 - "$dir" "$python" <<'PY'
+import hashlib, re, subprocess, sys, urllib.request
+from pathlib import Path
+from mcore_images.resolve import pypi
+
+out, python = Path(sys.argv[1]), sys.argv[2]
+tags = [*pypi.wheel_platforms("x86_64"), "--platform", "linux_x86_64", "--platform", "any"]  # every manylinux tag
+for layer in ("kernels", "runtime", "app"):
+    carry = out / f"{layer}.carry.txt"
+    for _ in range(20):
+        if not carry.read_text().strip():
+            break
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--require-hashes",
+                               "--only-binary", ":all:", "--dest", str(out / "wheels"), "--python-version", python,
+                               "--implementation", "cp", *tags, "-r", str(carry)], capture_output=True, text=True)
+        if done.returncode == 0:
+            break
+        missing = re.search(r"No matching distribution found for ([A-Za-z0-9._-]+)==(\S+)", done.stderr)
+        if not missing:
+            sys.exit(f"[replica] pip download failed: {done.stderr.strip().splitlines()[-1]}")
+        name, version = missing[1], missing[2]
+        lines, keep, hashes, skipping = carry.read_text().splitlines(), [], [], False
+        for line in lines:
+            if re.match(r"^[A-Za-z0-9]", line):
+                skipping = line.split("==")[0].lower() == name.lower()
+            if skipping:
+                hashes += re.findall(r"sha256:([0-9a-f]{64})", line)
+            else:
+                keep.append(line)
+        carry.write_text("\n".join(keep) + "\n")
+        stem = re.sub(r"[-_.]+", "[-_.]", name)
+        sdist = next(f for f in pypi.index_files(name) if re.fullmatch(f"(?i){stem}-{re.escape(version)}\\.tar\\.gz",
+                                                                        f["filename"]), None)
+        if sdist is None:
+            sys.exit(f"[replica] {name} {version}: no wheel for Python {python} on x86_64 and no sdist on the index")
+        data = urllib.request.urlopen(sdist["url"], timeout=600).read()
+        if hashlib.sha256(data).hexdigest() not in hashes:
+            sys.exit(f"[replica] {sdist['filename']}: sha256 not among the lock's hashes")
+        (out / "parts" / sdist["filename"]).write_bytes(data)
+        print(f"[replica] {name} {version}: no wheel, its sdist is carried (built on the GPU host)")
+PY
+  local te
+  te="$(PYTHONPATH="$ROOT/src" python3 -c 'import sys; from mcore_images.catalogue.stacks import get_stack; print(get_stack(sys.argv[1]).te)' "$stack")"
+  python3 -m pip download -q --no-deps --no-binary :all: --dest "$dir/wheels" "transformer-engine-torch==$te"
+  mv "$dir"/wheels/transformer_engine_torch-*.tar.gz "$dir/parts/"
+  tar -C "$dir/wheels" -cf "$dir/$stack-wheels.tar" .
+  split -b 58m -d -a 3 "$dir/$stack-wheels.tar" "$dir/parts/$stack-wheels.tar.part."
+  rm "$dir/$stack-wheels.tar"
+  printf '[replica] %s: %s in %s parts under %s/parts\n' "$stack" "$(du -sh "$dir/wheels" | cut -f1)" \
+    "$(find "$dir/parts" -name '*.part.*' | wc -l)" "$dir"
+}
+
 stash() {
   mkdir -p "$REPLICA/parts"
   local f
@@ -81,6 +200,11 @@ install() {
       NVTE_PYTORCH_FORCE_BUILD=TRUE NVTE_NO_LOCAL_VERSION=1 \
       "$py" -m pip wheel -q --no-build-isolation --no-deps -w "$REPLICA/wheels" "$sdist"
   fi
+  local other
+  for other in "$REPLICA"/parts/*.tar.gz; do  # a locked release with no wheel (carried by `locks`)
+    [[ -e "$other" && "$other" != "$sdist" ]] || continue
+    MAX_JOBS="${MAX_JOBS:-16}" "$py" -m pip wheel -q --no-build-isolation --no-deps -w "$REPLICA/wheels" "$other"
+  done
   "$py" -m pip install -q --no-deps --target "$REPLICA/site" "$REPLICA"/wheels/*.whl
   local tool path
   while read -r tool; do
@@ -149,9 +273,10 @@ for item in json.load(open(sys.argv[1])):
 
 case "${1:-}" in
   export) shift; [[ $# -eq 2 ]] || die "usage: $0 export IMAGE DIR"; export_image "$@" ;;
+  locks) shift; [[ $# -ge 2 && $# -le 3 ]] || die "usage: $0 locks STACK DIR [FREEZE]"; from_locks "$@" ;;
   stash) shift; [[ $# -ge 1 ]] || die "usage: $0 stash FILE…"; stash "$@" ;;
   install) shift; [[ $# -eq 1 ]] || die "usage: $0 install DIR"; install "$@" ;;
   run) shift; [[ $# -ge 2 ]] || die "usage: $0 run DIR CMD…"; run "$@" ;;
   differences) shift; [[ $# -eq 1 ]] || die "usage: $0 differences DIR"; differences "$@" ;;
-  *) die "usage: $0 export IMAGE DIR | stash FILE… | install DIR | run DIR CMD… | differences DIR" ;;
+  *) die "usage: $0 export IMAGE DIR | locks STACK DIR [FREEZE] | stash FILE… | install DIR | run DIR CMD… | differences DIR" ;;
 esac

@@ -3,7 +3,7 @@
 # with --no-deps, then the wheels this build compiled (optional second argument: a folder).
 # A lock is a complete closure computed ahead of time, so nothing is resolved here and no
 # package installed by a lower layer (torch above all) can be replaced. pip check ends it, judged by
-# pip-check.py (mounted beside this script).
+# pip-check.py (mounted beside this script) with the lock's declared overrides.
 set -eu
 lock="$1"
 wheels="${2:-}"
@@ -21,4 +21,5 @@ if [ -n "$wheels" ] && ls "$wheels"/*.whl >/dev/null 2>&1; then
   echo "install-lock: local wheels:" "$wheels"/*.whl
   sh "$here/pip.sh" install --no-deps --no-index --no-cache-dir "$wheels"/*.whl
 fi
-python "$here/pip-check.py" || { echo "install-lock: pip check found broken requirements (above)" >&2; exit 1; }
+# The lock's header names the stack's declared overrides: pip-check.py excepts those requirements alone.
+python "$here/pip-check.py" "$lock" || { echo "install-lock: pip check found broken requirements (above)" >&2; exit 1; }

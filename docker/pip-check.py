@@ -3,10 +3,14 @@
 pip check reports two things: broken requirements, and installed wheels whose own WHEEL file declares
 tags this interpreter does not support. NVIDIA declares some aarch64 wheels "manylinux2014_sbsa" there
 (nvidia-cusparselt-cu13's; SBSA is Arm's server architecture) while the file is named, chosen and
-hash-checked as manylinux2014_aarch64. On aarch64 that line is the vendor's naming, not a broken install;
-every other line fails the layer.
+hash-checked as manylinux2014_aarch64. On aarch64 that line is the vendor's naming, not a broken install.
+A stack's declared override (env/stacks.json) breaks one requirement on purpose: the lock's header names it
+("# Override: PIN over PACKAGE's own requirement", src/mcore_images/resolve/declared_overrides.py), and that
+requirement of that package, met by that release, is accepted. Every other line fails the layer.
 
-    python pip-check.py     run `pip check` in this interpreter; exit 0 when the layer is sound, 1 otherwise
+    python pip-check.py [LOCK ...] [--override PACKAGE:PIN ...]
+        run `pip check` in this interpreter; exit 0 when the layer is sound, 1 otherwise. The overrides are read
+        from each LOCK's header, or given as PACKAGE:PIN (megatron-bridge:flashinfer-python==0.6.12).
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from collections.abc import Callable
 from importlib import metadata
 
 UNSUPPORTED = re.compile(r"^(?P<name>\S+) (?P<version>\S+) is not supported on this platform$")
+BROKEN = re.compile(r"^(?P<requirer>\S+) (?P<at>\S+) has requirement (?P<requirement>.+), but you have "
+                    r"(?P<name>\S+) (?P<version>\S+)\.$")
+OVERRIDE_LINE = re.compile(r"^# Override: (?P<pin>\S+) over (?P<over>\S+)'s own requirement")
 # Platform tags that name aarch64 under another word: NVIDIA's wheels say sbsa for Arm servers.
 ALIASES = {"aarch64": ("_sbsa",)}
 
@@ -32,8 +39,33 @@ def wheel_tags(name: str) -> list[str]:
     return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:")]
 
 
-def judge(report: str, machine: str, tags_of: Callable[[str], list[str]] | None = None) -> tuple[list[str], list[str]]:
-    """Split pip check's report into (failures, accepted notes) for this machine."""
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+Override = tuple[str, str, str]
+"""(package whose requirement is overridden, overriding distribution, its release), names canonical."""
+
+
+def override(over: str, pin: str) -> Override:
+    name, _, version = pin.partition("==")
+    return canonical(over), canonical(name.split("[", 1)[0]), version
+
+
+def declared(lock_text: str) -> list[Override]:
+    """The overrides a lock's header names (its leading comment lines)."""
+    out = []
+    for line in lock_text.splitlines():
+        if not line.startswith("#"):
+            break
+        if found := OVERRIDE_LINE.match(line):
+            out.append(override(found["over"], found["pin"]))
+    return out
+
+
+def judge(report: str, machine: str, tags_of: Callable[[str], list[str]] | None = None,
+          overrides: list[Override] | tuple[Override, ...] = ()) -> tuple[list[str], list[str]]:
+    """Split pip check's report into (failures, accepted notes) for this machine and these declared overrides."""
     failures: list[str] = []
     accepted: list[str] = []
     tags_of = tags_of or wheel_tags
@@ -44,18 +76,39 @@ def judge(report: str, machine: str, tags_of: Callable[[str], list[str]] | None 
             continue
         found = UNSUPPORTED.match(line)
         tags = tags_of(found["name"]) if found else []
+        broken = BROKEN.match(line)
         if found and suffixes and tags and all(t.endswith(suffixes) for t in tags):
             accepted.append(f"{found['name']} {found['version']}: its WHEEL declares {', '.join(tags)}, "
                             f"another name for {machine}; installed from its {machine} wheel")
+        elif broken and (canonical(broken["requirer"]), canonical(broken["name"]), broken["version"]) in overrides:
+            accepted.append(f"{broken['requirer']} {broken['at']}'s requirement {broken['requirement']}: overridden "
+                            f"by the stack's declared override {broken['name']}=={broken['version']}")
         else:
             failures.append(line)
     return failures, accepted
 
 
-def main() -> int:
+def arguments(argv: list[str]) -> list[Override]:
+    """The declared overrides named on the command line: LOCK paths and --override PACKAGE:PIN."""
+    out: list[Override] = []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--override":
+            over, _, pin = next(args, "").partition(":")
+            if "==" not in pin:
+                raise SystemExit(f"pip-check: --override takes PACKAGE:NAME==VERSION, got {over}:{pin}")
+            out.append(override(over, pin))
+        else:
+            with open(arg, encoding="utf-8") as lock:
+                out += declared(lock.read())
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    overrides = arguments(sys.argv[1:] if argv is None else argv)
     done = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, check=False)
     report = done.stdout + done.stderr
-    failures, accepted = judge(report, platform.machine())
+    failures, accepted = judge(report, platform.machine(), overrides=overrides)
     for note in accepted:
         print(f"pip-check: accepted: {note}")
     if failures:

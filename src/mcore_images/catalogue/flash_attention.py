@@ -188,8 +188,10 @@ class Measurement:
     cutlass: str
     te: str | None
     """The TE release that selected it; None where FlashAttention 4 was called directly (then the verdict holds
-    under every TE). A verdict under TE holds for that TE's release line (``TE_LINES``): the line is where TE's
-    FlashAttention integration changes."""
+    under every TE). A right verdict under TE holds for that TE's release line (``TE_LINES``), where TE's
+    FlashAttention integration changes; so does a wrong one once FlashAttention 4 called directly on the same inputs
+    was right (``direct``), which puts the fault in TE. Until then a wrong verdict holds under every TE: the pair's
+    own kernels are the likelier cause."""
     sm: int
     verdict: str
     """``WRONG`` or ``RIGHT``."""
@@ -201,6 +203,8 @@ class Measurement:
     measured: str
     """When and on what, e.g. "2026-12-05, one H200"."""
     note: str = ""
+    direct: str | None = None
+    """The verdict of FlashAttention 4 called directly (flash_attn.cute.interface) on the same inputs; None: not run."""
 
 
 MEASURED: tuple[Measurement, ...] = (
@@ -221,17 +225,18 @@ MEASURED: tuple[Measurement, ...] = (
 """Every FlashAttention 4 pair measured against a reference on a GPU, oldest first."""
 
 
-def _same_te(measured: str | None, te: str | None) -> bool:
-    if measured is None:
+def _holds_under(m: Measurement, te: str | None) -> bool:
+    """Whether measurement ``m`` speaks for a stack with TE ``te`` (see ``Measurement.te``)."""
+    if m.te is None or (m.verdict == WRONG and m.direct != RIGHT):
         return True
     if te is None:
         return False
-    line, ours = te_line(measured), te_line(te)
+    line, ours = te_line(m.te), te_line(te)
     return line is not None and line == ours
 
 
 def measured_wrong(fa4: str, cutlass: str | None, te: str | None, sms: set[int]) -> list[Measurement]:
-    """The measurements that found flash-attn-4 ``fa4`` on nvidia-cutlass-dsl ``cutlass`` wrong under TE ``te`` (or
-    called directly) on one of the architectures ``sms``."""
+    """The measurements that found flash-attn-4 ``fa4`` on nvidia-cutlass-dsl ``cutlass`` wrong on one of the
+    architectures ``sms``, and speak for TE ``te`` (``Measurement.te``)."""
     return [m for m in MEASURED if m.verdict == WRONG and Version(m.fa4) == Version(fa4) and cutlass is not None
-            and Version(m.cutlass) == Version(cutlass) and _same_te(m.te, te) and m.sm in sms]
+            and Version(m.cutlass) == Version(cutlass) and _holds_under(m, te) and m.sm in sms]

@@ -26,7 +26,7 @@ from mcore_images.catalogue.versions import InvalidRequirement, InvalidVersion, 
 from mcore_images.errors import InputError, shown
 from mcore_images.jsonfiles import schema_problem
 
-__all__ = ["LAYERS", "NONE", "Stack", "get_stack", "groups", "load_stacks", "repo_root", "stacks_file"]
+__all__ = ["LAYERS", "NONE", "Override", "Stack", "get_stack", "groups", "load_stacks", "repo_root", "stacks_file"]
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _MAJOR_MINOR = re.compile(r"^\d+\.\d+$")
@@ -37,6 +37,37 @@ SETTING_LOCK_LAYER: dict[str, str | None] = {
     "base_image": "base", "base_digest": "base", "debian_suite": "base", "torch_source": "base",
     "te_source": "builder", "cuda_archs": None, "description": None, "notes": None, "layers_from": "base",
 }
+
+
+def canonical(name: str) -> str:
+    """A distribution name as PEP 503 compares it (``Flashinfer_Python`` -> ``flashinfer-python``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass(frozen=True)
+class Override:
+    """A declared override: the lock takes ``pin`` over the requirement ``over`` (a package) itself declares on the
+    same distribution, where no joint lock exists without it (uv's ``--override``). The lock proves it needed by
+    resolving without it, and the image's pip check excepts that one broken requirement and no other."""
+
+    pin: str
+    """The exact pin the lock takes (``flashinfer-python==0.6.12``; extras as the install needs them)."""
+    over: str
+    """The package whose own requirement on the pinned distribution is overridden (``megatron-bridge``)."""
+    why: str
+    """Why it is needed and safe to run."""
+
+    @property
+    def name(self) -> str:
+        """The pinned distribution, canonical (``nvidia-cutlass-dsl`` for ``nvidia-cutlass-dsl[cu13]==4.5.2``)."""
+        return canonical(Requirement(self.pin).name)
+
+    @property
+    def version(self) -> str:
+        return self.pin.rsplit("==", 1)[1]
+
+    def to_entry(self) -> dict[str, str]:
+        return {"pin": self.pin, "over": self.over, "why": self.why}
 
 
 INSTALLED_DATA = PACKAGE / "data"
@@ -104,6 +135,9 @@ class Stack:
     substitutes: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Distribution → why the stack pins another release of it than its verl's own extras name, where PyPI does not
     have the one verl names (the rule verl-requirements accepts nothing else)."""
+    overrides: tuple[Override, ...] = ()
+    """Declared overrides every lock of the stack is resolved with (the rule overrides judges their form; `lock`
+    proves each needed)."""
 
     def __getattr__(self, name: str) -> str:
         """A component's pin by its key: ``stack.mcore``."""
@@ -164,11 +198,14 @@ class Stack:
         """The stack as env/stacks.json writes it (settings, then pins)."""
         entry: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                                  if f.name != "pins" and not (f.name == "layers_from" and not self.layers_from)
-                                 and not (f.name == "substitutes" and not self.substitutes)}
+                                 and not (f.name == "substitutes" and not self.substitutes)
+                                 and not (f.name == "overrides" and not self.overrides)}
         entry.update(constraints=list(self.constraints), platforms=list(self.platforms), groups=list(self.groups),
                      size_budget_gb=dict(self.size_budget_gb), **self.pins)
         if self.substitutes:
             entry["substitutes"] = dict(self.substitutes)
+        if self.overrides:
+            entry["overrides"] = [o.to_entry() for o in self.overrides]
         return entry
 
 
@@ -243,8 +280,15 @@ def _parse(path: Path, entry: dict[str, Any]) -> Stack:
         raise InputError(f"{path}: stack '{name}': env/locks/{name}/ holds the {name} locks of every stack; rename the "
                          "stack")
     settings = {k: entry.get(k, "") for k in SETTINGS}
-    settings.update(substitutes=dict(entry.get("substitutes") or {}), groups=tuple(entry["groups"]),
-                    constraints=tuple(entry["constraints"]),
+    overrides = tuple(Override(**item) for item in entry.get("overrides") or [])
+    for override in overrides:
+        try:
+            Requirement(override.pin)
+        except InvalidRequirement:
+            raise InputError(f"{path}: stack '{name}': override pin {override.pin!r} is not a requirement; write one "
+                             "such as 'flashinfer-python==0.6.12'") from None
+    settings.update(substitutes=dict(entry.get("substitutes") or {}), overrides=overrides,
+                    groups=tuple(entry["groups"]), constraints=tuple(entry["constraints"]),
                     platforms=tuple(entry["platforms"]),
                     size_budget_gb=dict(entry["size_budget_gb"]))
     return Stack(**settings, pins={c.key: pins[c.key] for c in components.CATALOGUE})

@@ -6,7 +6,9 @@ The host fetches the sdist from PyPI (checked against the index's sha256) and th
 and pytest-asyncio, which the image does not carry), and the tests run in a container with no network, the
 image's own verl installed where they import it from. The counts, and each failure with its first line, go into
 the image's certificate (``framework_tests``). A release's sdist carries part of the repository's tests (verl
-of the 0.8 line: 13 of the 50 ``*_on_cpu.py`` files at its tag); those are what PyPI lets CI run.
+of the 0.8 line: 13 of the 50 ``*_on_cpu.py`` files at its tag;
+the 0.9 line's sdist: 30); those are what PyPI lets CI run. The release is the image's own (its label, which the image
+tests hold to what is installed), so an image of another verl runs that release's tests.
 
 A failure that is the image's is fixed in the image; one that is the tests' own setup (a model folder to
 download, a file of the repository that the sdist leaves out) is listed in ``KNOWN`` with why, and counted apart.

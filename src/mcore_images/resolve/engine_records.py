@@ -21,7 +21,7 @@ from mcore_images.resolve import bridge_imports, engines, pypi
 def read_candidates(stack: Stack, root: Path | None = None) -> list[str]:
     """Read from the index what env/engines.json has not recorded for this stack's versions (an engine's torch
     requirement, verl's requirements, Megatron-Bridge's imports), so that a candidate version given by `--set`
-    or found by `outdated` is judged by its own metadata; returns what was read ("vllm 0.24.0")."""
+    or found by `outdated` is judged by its own metadata; returns what was read ("vllm 0.26.0")."""
     missing = engines.unrecorded(stack, root)
     _read(stack, engines.CANDIDATES, missing)
     return [f"{c.key} {stack.pins[c.key]}" for c in missing]

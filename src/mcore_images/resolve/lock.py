@@ -32,11 +32,11 @@ from pathlib import Path
 
 from mcore_images.catalogue import components, platforms, tags
 from mcore_images.catalogue.components import LOCK_LAYERS
-from mcore_images.catalogue.stacks import Stack, checkout_root, get_stack, load_stacks, repo_root
+from mcore_images.catalogue.stacks import Override, Stack, checkout_root, get_stack, load_stacks, repo_root
 from mcore_images.catalogue.versions import Requirement, at_least
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
-from mcore_images.resolve import engine_records, engines, pypi, rules
+from mcore_images.resolve import declared_overrides, engine_records, engines, pypi, rules
 from mcore_images.resolve.pypi import resolver_environment
 
 # Layers that branch off the chain: built FROM base, but nothing above them inherits their packages.
@@ -195,18 +195,41 @@ def _uv() -> str:
 
 
 def uv_reason(stderr: str) -> str:
-    """The line of uv's explanation that says why: its conclusion ("… are unsatisfiable"), not a hint after it."""
+    """The lines of uv's explanation that say why: the first step of its chain (it names the conflicting
+    requirements) and its conclusion ("… are unsatisfiable"), not a hint after it."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    return (next((line for line in reversed(lines) if "unsatisfiable" in line), None)
-            or next((line for line in reversed(lines) if not line.startswith("hint:")), None) or "no output")
+    conclusion = next((line for line in reversed(lines) if "unsatisfiable" in line), None)
+    if conclusion is None:
+        return next((line for line in reversed(lines) if not line.startswith("hint:")), None) or "no output"
+    first = next((line for line in lines if "Because" in line), conclusion)
+    first = first[first.index("Because"):] if "Because" in first else first
+    return conclusion if first == conclusion or first in conclusion else f"{first} … {conclusion}"
 
 
 def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
                   constraints: dict[str, str] | None = None, machine: str = DEFAULT_MACHINE,
                   preferred: str = "") -> str:
-    """Resolve requirements with uv at the given versions, without re-emitting the layers below. ``preferred``
-    (lock text, e.g. the committed lock of an overridden layer) is given to uv as its existing output file, whose
-    pins uv keeps wherever the requirements allow: an override moves what it must and nothing else."""
+    """Resolve requirements with uv at the given versions, without re-emitting the layers below, under the stack's
+    declared overrides. ``preferred`` (lock text, e.g. the committed lock of an overridden layer) is given to uv as
+    its existing output file, whose pins uv keeps wherever the requirements allow: an override moves what it must
+    and nothing else."""
+    result, text, cmd = _uv_compile(stack, requirements, below, constraints, machine, preferred, stack.overrides)
+    if result.returncode != 0:
+        log = repo_root() / "build" / f"lock-{stack.name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        pinned = {**(constraints or {}), **below}
+        log.write_text(f"$ {' '.join(cmd)}\n# requirements: {requirements}\n# constraints: {pinned}\n" + result.stderr)
+        raise InputError(f"uv could not resolve a layer of stack '{stack.name}' ({log} has uv's reasoning): "
+                         f"{uv_reason(result.stderr).strip()}")
+    if stack.torch_source == "base":
+        text = _drop_base_provided(text)
+    return text
+
+
+def _uv_compile(stack: Stack, requirements: list[str], below: dict[str, str], constraints: dict[str, str] | None,
+                machine: str, preferred: str,
+                overrides: tuple[Override, ...]) -> tuple[subprocess.CompletedProcess[str], str, list[str]]:
+    """One `uv pip compile` of the stack's Python and platform: (uv's result, the lock text, the command)."""
     with tempfile.TemporaryDirectory() as tmp:
         req = Path(tmp) / "requirements.in"
         req.write_text("\n".join(requirements) + "\n")
@@ -216,9 +239,15 @@ def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
                        + "".join(f"{c}\n" for c in stack.constraints if Requirement(c).name.lower() not in pinned))
         # Relative names (uv runs in the folder): the "# via -c constraints.txt" notes stay the same
         # from one resolution to the next, so an unchanged layer resolves to the same bytes.
+        # --python: the interpreter uv runs builds with (this one), so it does not search the host for one of the
+        # stack's Python (seconds per resolution, and host-dependent); the target is --python-version.
         cmd = [_uv(), "pip", "compile", req.name, "--constraint", con.name, "--generate-hashes",
+               "--python", sys.executable,
                "--python-version", stack.python, "--python-platform", platform(stack, machine), "--no-header",
                "--quiet", "--index-url", f"{pypi.PYPI_SIMPLE}/"]
+        if overrides:
+            (Path(tmp) / "overrides.txt").write_text("".join(f"{o.pin}\n" for o in overrides))
+            cmd += ["--override", "overrides.txt"]
         for name in below:
             cmd += ["--no-emit-package", name]
         out = Path(tmp) / "resolved.txt"
@@ -227,18 +256,35 @@ def compile_layer(stack: Stack, requirements: list[str], below: dict[str, str],
             cmd += ["--output-file", out.name]
         result = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp,
                                 env=resolver_environment())
-        if result.returncode != 0:
-            log = repo_root() / "build" / f"lock-{stack.name}.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
-            log.write_text(f"$ {' '.join(cmd)}\n# requirements: {requirements}\n# constraints: {pinned}\n"
-                           + result.stderr)
-            last = uv_reason(result.stderr)
-            raise InputError(f"uv could not resolve a layer of stack '{stack.name}' ({log} has uv's reasoning): "
-                             f"{last.strip()}")
-        text = out.read_text() if preferred else result.stdout
-    if stack.torch_source == "base":
-        text = _drop_base_provided(text)
-    return text
+        text = out.read_text() if preferred and result.returncode == 0 else result.stdout
+    return result, text, cmd
+
+
+NO_SOLUTION = "No solution found"
+"""How uv begins its answer when the requirements conflict (not when the index cannot be read)."""
+
+
+def prove_overrides(stack: Stack, inputs: dict[str, list[str]], machine: str = DEFAULT_MACHINE) -> None:
+    """Before a stack with declared overrides is locked: each is needed (its whole chain resolves without none of
+    them), and none overrides more than the one requirement it names (declared_overrides.hidden). InputError
+    naming the fix otherwise; nothing is written."""
+    if not stack.overrides:
+        return
+    chain = [req for layer in LOCK_LAYERS if layer not in SIDE_LAYERS for req in inputs[layer]]
+
+    def resolve(overrides: tuple[Override, ...]) -> tuple[bool, str]:
+        result, _, _ = _uv_compile(stack, chain, {}, None, machine, "", overrides)
+        if result.returncode and NO_SOLUTION not in result.stderr:
+            raise InputError(f"uv could not read the index for stack '{stack.name}': {uv_reason(result.stderr)}")
+        return result.returncode == 0, uv_reason(result.stderr)
+
+    declared_overrides.prove_needed(stack, resolve)
+    result, text, _ = _uv_compile(stack, chain, {}, None, machine, "", stack.overrides)
+    if result.returncode:
+        raise InputError(f"uv could not resolve stack '{stack.name}' with its overrides: {uv_reason(result.stderr)}")
+    hidden = declared_overrides.hidden(stack, text)
+    if hidden:
+        raise InputError(hidden[0])
 
 
 def _drop_base_provided(text: str) -> str:
@@ -305,7 +351,32 @@ def stale_layers(stack: Stack, inputs: dict[str, list[str]], folder: Path,
             continue
         if not text.startswith(header(stack, layer, inputs[layer], machine)):
             stale.append(layer)
-    return stale
+    texts = {layer: (folder / f"{layer}.txt").read_text() if (folder / f"{layer}.txt").is_file() else ""
+             for layer in LOCK_LAYERS}
+    held = held_by_layer(stack, texts)
+    stale += [layer for layer in declared_overrides.problems(stack, held, texts)
+              if layer in own_layers(stack) and layer not in stale]
+    if declared_overrides.unheld(stack, held.get("app", {})) and own_layers(stack)[-1] not in stale:
+        stale.append(own_layers(stack)[-1])  # `lock` then proves it needed, or refuses it
+    return sorted(stale, key=LOCK_LAYERS.index)
+
+
+def held_by_layer(stack: Stack, texts: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Each lock layer -> {distribution: version} it and the layers below it install (a side layer: with the base
+    alone), from the lock texts given (a layer of ``layers_from`` read where it is when not given)."""
+    chain: dict[str, str] = {}
+    out = {}
+    for layer in LOCK_LAYERS:
+        text = texts.get(layer) or ""
+        if not text and stack.layer_stack(layer) != stack.name and lock_path(stack, layer).is_file():
+            text = lock_path(stack, layer).read_text()
+        mine = pins(text)
+        if layer in SIDE_LAYERS:
+            out[layer] = {**pins(texts.get("base") or ""), **mine}
+            continue
+        chain.update(mine)
+        out[layer] = dict(chain)
+    return out
 
 
 def write_side_lock(stack: Stack, layer: str, inputs: dict[str, list[str]], folder: Path,
@@ -320,7 +391,8 @@ def write_side_lock(stack: Stack, layer: str, inputs: dict[str, list[str]], fold
     requirements = inputs["base"] + inputs[layer]
     text = compile_layer(stack, requirements, below, constraints=agreed, machine=machine) if inputs[layer] else ""
     path = folder / f"{layer}.txt"
-    path.write_text(header(stack, layer, inputs[layer], machine) + text)
+    path.write_text(header(stack, layer, inputs[layer], machine)
+                    + declared_overrides.header_lines(stack, {**below, **pins(text)}) + text)
     return path
 
 
@@ -378,6 +450,8 @@ def write_locks(stack: Stack, root: Path | None = None, keep_below: str | None =
     given).
     """
     inputs = resolved_inputs(stack)
+    if machine == DEFAULT_MACHINE:  # another machine's locks follow x86_64's, where the overrides were proved
+        prove_overrides(stack, inputs, machine)
     folder = folder or lock_dir(stack, root, machine)
     agreed = default_pins(stack, machine, root, agree_with)
     folder.mkdir(parents=True, exist_ok=True)
@@ -407,7 +481,9 @@ def write_locks(stack: Stack, root: Path | None = None, keep_below: str | None =
         text = (compile_layer(stack, requirements, below, constraints={**agreed, **joint}, machine=machine,
                               preferred=committed[layer])
                 if inputs[layer] else "")
-        path.write_text(header(stack, layer, inputs[layer], machine) + text)
+        held = {**below, **pins(text)}
+        path.write_text(header(stack, layer, inputs[layer], machine) + declared_overrides.header_lines(stack, held)
+                        + text)
         if layer not in SIDE_LAYERS:
             # The builder is a side branch (its toolchain never reaches kernels or runtime).
             chain = requirements
@@ -470,12 +546,28 @@ def _check_machine(stack: Stack, root: Path | None, machine: str) -> list[str]:
         if len(lines) < 2 or not lines[1].startswith(resolution_line(resolved_as, machine)):
             problems.append(f"{shown} was not resolved for {resolution_line(stack, machine)[2:]} "
                             f"run `mcore-images lock --stack {stack.name}`")
+    problems += _override_problems(stack, root, machine)
     if stack.mcore != components.NONE and not problems:
         absent = [name for name in UNDECLARED_RUNTIME if name not in seen]
         if absent:
             problems.append(f"{_shown(lock_dir(stack, root, machine), root)}: {', '.join(absent)} missing from the "
                             f"locks ({UNDECLARED_RUNTIME[absent[0]]}); run `mcore-images lock --stack {stack.name} "
                             "--from-layer runtime`")
+    return problems
+
+
+def _override_problems(stack: Stack, root: Path | None, machine: str) -> list[str]:
+    """Where the committed locks disagree with the stack's declared overrides (offline)."""
+    paths = {layer: lock_path(stack, layer, root, machine) for layer in LOCK_LAYERS}
+    texts = {layer: path.read_text() if path.is_file() else "" for layer, path in paths.items()}
+    held = held_by_layer(stack, texts)
+    fix = f"run `mcore-images lock --stack {stack.name}`"
+    problems = [f"{_shown(paths[layer], root)}: {'; '.join(found)}; {fix}"
+                for layer, found in declared_overrides.problems(stack, held, texts).items()
+                if stack.layer_stack(layer) == stack.name]
+    problems += [f"stack '{stack.name}': override {o.pin} pins a distribution no lock of the stack holds, so it is not "
+                 f"needed; remove it from the stack's overrides, or {fix}"
+                 for o in declared_overrides.unheld(stack, held["app"])]
     return problems
 
 

@@ -108,6 +108,12 @@ def render_markdown(plans: list[StackPlan]) -> str:
                  *(c.short(s.pins[c.key]) for c in components.CATALOGUE), drivers.min_driver(s.cuda) or "?",
                  gpu_archs.serves(s.cuda_archs), platforms.short(s.platforms), ", ".join(s.groups) or "—"]
         rows.append("| " + " | ".join(cells) + " |")
+    declared = [f"- `{p.stack.name}`: {o.pin} over {o.over}'s own requirement. {o.why}"
+                for p in plans for o in p.stack.overrides]
+    if declared:
+        rows += ["", "Declared overrides (env/stacks.json: the lock takes these pins over the requirement of the "
+                 "package named, where no lock exists without them; `mcore-images lock` proves each needed, and the "
+                 "image's pip check excepts exactly that requirement):", "", *declared]
     known = needs.summary([p.stack for p in plans], needs.load())
     if known:
         rows += ["", "Known needs of models and recipes (env/needs.json; `mcore-images plan` tells each stack):", "",

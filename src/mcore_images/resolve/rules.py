@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from mcore_images.catalogue import components, flash_attention, gpu_archs, platforms, tags
 from mcore_images.catalogue.components import FROM_BASE
-from mcore_images.catalogue.stacks import NONE, Stack
+from mcore_images.catalogue.stacks import NONE, Stack, canonical
 from mcore_images.catalogue.versions import (
     Requirement,
     SpecifierSet,
@@ -140,6 +140,21 @@ def constraint_on(s: Stack, name: str) -> SpecifierSet:
     return found
 
 
+VERL_ENGINE_BRIDGE = "0.9"
+"""verl's Megatron engine from this release on asserts use_mbridge: it builds models through Megatron-Bridge (the
+default) or mbridge (vanilla_mbridge=True, deprecated), never megatron-core alone (verl 0.9.1:
+verl/workers/engine/megatron/transformer_impl.py)."""
+
+
+@rule("verl-bridge", "verl 0.9 and newer build Megatron models only through a bridge: Megatron-Bridge or mbridge")
+def _verl_bridge(s: Stack) -> Iterator[tuple[str, str]]:
+    if s.has("verl") and s.has("mcore") and at_least(s.verl, VERL_ENGINE_BRIDGE) and not (
+            s.has("megatron_bridge") or s.has("mbridge")):
+        yield (f"verl {s.verl}'s Megatron engine builds models only through Megatron-Bridge or mbridge "
+               "(it asserts use_mbridge), and the stack carries neither",
+               "pin megatron_bridge (it needs Python >= 3.12), or mbridge with a transformers it reads")
+
+
 @rule("mbridge-transformers", 'mbridge up to 0.15.1 needs transformers < 5 (it reads config.rope_theta)')
 def _mbridge_transformers(s: Stack) -> Iterator[tuple[str, str]]:
     # mbridge <= 0.15.1 reads hf_config.rope_theta; transformers 5 moved it to rope_parameters.
@@ -204,7 +219,8 @@ def _flash_attn_measured(s: Stack) -> Iterator[tuple[str, str]]:
     sms = {n for a in gpu_archs.parse(s.cuda_archs) if (n := gpu_archs.number(a)) is not None}
     for m in flash_attention.measured_wrong(s.flash_attn, pinned[0] if len(pinned) == 1 else None,
                                             s.te if s.has("te") else None, sms):
-        under = f"under TE {m.te}'s line" if m.te else "called directly"
+        under = f"under TE {m.te} (which holds for every TE until it is called directly and found right)" \
+            if m.te else "called directly"
         worst = max(m.max_abs_error.values())
         yield (f"flash-attn-4 {m.fa4} on {flash_attention.CUTLASS_DSL} {m.cutlass} {under} was measured wrong on "
                f"sm_{m.sm}, which the stack claims ({m.measured}: max |output - reference| up to {worst:g}); TE "
@@ -476,6 +492,35 @@ def _verl_requirements(s: Stack) -> Iterator[tuple[str, str]]:
         elif name in constraints and requirement.specifier and not can_meet(requirement.specifier, constraints[name]):
             yield (f"verl {s.verl} requires {requirement.name}{requirement.specifier}, the stack's constraints say "
                    f"{name}{constraints[name]}", "change the constraint, or pick a verl release that fits it")
+
+
+@rule("overrides",
+      "a declared override pins one release of a package that is no component of the stack, over another package's "
+      "requirement it names, and says why; `lock` proves each needed (docs/stacks.md lists them)")
+def _overrides(s: Stack) -> Iterator[tuple[str, str]]:
+    # uv's --override replaces every requirement on the distribution. What an override may be is judged here,
+    # offline; that it is needed (uv finds no lock without it) and hides no other requirement, `lock` proves with
+    # uv before it writes the locks (declared_overrides.py), and `lock --check` holds the locks to it.
+    by_dist = {d: c for c in components.CATALOGUE for d in c.distributions}
+    constrained = {Requirement(c).name.lower().replace("_", "-") for c in s.constraints}
+    seen: set[str] = set()
+    for override in s.overrides:
+        name = override.name
+        if not override.why.strip():
+            yield f"override {override.pin} says no why", "say in 'why' which requirement it overrides and why it runs"
+        if canonical(override.over) == name:
+            yield (f"override {override.pin} names {override.over} as the package it overrides, itself",
+                   "name in 'over' the package whose own requirement on it the override replaces")
+        if name in by_dist:
+            comp = by_dist[name]
+            yield (f"override {override.pin} pins {comp.title}, a component of the stack",
+                   f"pin {comp.title} in the stack's '{comp.key}' field instead")
+        if name in constrained:
+            yield (f"override {override.pin} and a constraint of the stack both pin {name}",
+                   "keep one: the override when another package's requirement must give way, else the constraint")
+        if name in seen:
+            yield f"two overrides pin {name}", "keep one override per package"
+        seen.add(name)
 
 
 OCI_TAG_MAX = 128

@@ -6,6 +6,8 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[3] / "docker" / "pip-check.py"
 SBSA = "nvidia-cusparselt-cu13 0.8.0 is not supported on this platform"
 
@@ -62,7 +64,7 @@ def _run_main(monkeypatch, report: str, returncode: int, machine: str) -> int:
     monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: done)
     monkeypatch.setattr(module.platform, "machine", lambda: machine)
     monkeypatch.setattr(module, "wheel_tags", _tags)
-    return module.main()
+    return module.main([])
 
 
 def test_main_exits_0_on_a_clean_check(monkeypatch, capsys) -> None:
@@ -79,3 +81,53 @@ def test_main_accepts_sbsa_on_aarch64_and_fails_it_elsewhere(monkeypatch, capsys
 
 def test_main_fails_a_failed_check_it_cannot_read(monkeypatch) -> None:
     assert _run_main(monkeypatch, "", 1, "aarch64") == 1
+
+
+BRIDGE = "megatron-bridge 0.6.2 has requirement flashinfer-python==0.6.8.post1, but you have flashinfer-python 0.6.12."
+DECLARED = [("megatron-bridge", "flashinfer-python", "0.6.12")]
+
+
+def test_the_requirement_a_declared_override_breaks_is_accepted_and_said() -> None:
+    failures, accepted = _module().judge(BRIDGE, "x86_64", _tags, DECLARED)
+    assert failures == [] and "declared override flashinfer-python==0.6.12" in accepted[0]
+
+
+@pytest.mark.parametrize("line", [
+    # Only by name: another package's requirement on the same release, and another release, both fail.
+    "quack-kernels 0.6.5 has requirement flashinfer-python<0.6, but you have flashinfer-python 0.6.12.",
+    "megatron-bridge 0.6.2 has requirement flashinfer-python==0.6.8.post1, but you have flashinfer-python 0.6.13.",
+    "megatron-bridge 0.6.2 has requirement flashinfer-cubin==0.6.8.post1, but you have flashinfer-cubin 0.6.12.",
+])
+def test_a_broken_requirement_the_override_does_not_name_fails(line: str) -> None:
+    assert _module().judge(line, "x86_64", _tags, DECLARED) == ([line], [])
+
+
+def test_without_the_lock_the_overridden_requirement_fails() -> None:
+    assert _module().judge(BRIDGE, "x86_64", _tags) == ([BRIDGE], [])
+
+
+def test_the_lock_header_the_tooling_writes_is_the_one_pip_check_reads(tmp_path) -> None:
+    from mcore_images.catalogue.stacks import Override, load_stacks
+    from mcore_images.resolve import declared_overrides
+    from tests.unit.conftest import variant
+
+    stack = variant(load_stacks()["debian"], overrides=(Override("flashinfer-python==0.6.12", "Megatron_Bridge", "w"),
+                                                        Override("nvidia-cutlass-dsl[cu13]==4.5.2", "x", "w")))
+    header = declared_overrides.header_lines(stack, {"flashinfer-python": "0.6.12", "nvidia-cutlass-dsl": "4.5.2"})
+    lock = tmp_path / "runtime.txt"
+    lock.write_text("# Lock of layer 'runtime'\n# Python 3.12\n" + header + "flashinfer-python==0.6.12 \\\n")
+    assert _module().arguments([str(lock)]) == [*DECLARED, ("x", "nvidia-cutlass-dsl", "4.5.2")]
+    assert _module().arguments(["--override", "megatron-bridge:flashinfer-python==0.6.12"]) == DECLARED
+
+
+def test_main_reads_the_overrides_of_the_lock_it_is_given(monkeypatch, capsys, tmp_path) -> None:
+    import subprocess
+
+    module = _module()
+    lock = tmp_path / "runtime.txt"
+    lock.write_text("# Override: flashinfer-python==0.6.12 over megatron-bridge's own requirement on it.\n")
+    monkeypatch.setattr(module.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess([], 1, BRIDGE, ""))
+    monkeypatch.setattr(module.platform, "machine", lambda: "x86_64")
+    assert module.main([str(lock)]) == 0
+    assert "accepted: megatron-bridge 0.6.2's requirement" in capsys.readouterr().out
+    assert module.main([]) == 1

@@ -46,7 +46,7 @@ def test_an_unrecorded_engine_release_names_the_fix() -> None:
 def test_the_app_tag_names_the_engine() -> None:
     stack = next(s for s in load_stacks().values() if s.has("vllm"))
     assert f"-vllm{stack.vllm}-mcore" in tags.layer_tag("app", stack)
-    assert "vllm" not in tags.layer_tag("app", load_stacks()["cuda"])
+    assert "vllm" not in tags.layer_tag("app", load_stacks()["ngc"])
 
 
 def test_a_candidate_engine_release_is_judged_by_its_own_metadata_and_env_is_not_written(

@@ -36,10 +36,21 @@ def test_verls_gpt_oss_need_is_told_to_the_verl_stacks_below_it(stacks: dict[str
 def test_plan_tells_the_need_and_still_passes_the_stack(capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["plan", "--stack", "debian-verl"]) == 0
     notes = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("NOTE")]
-    assert len(notes) == 1 and GPT_OSS in notes[0]
+    assert any(GPT_OSS in note for note in notes)
     assert cli.main(["plan", "--stack", "debian-verl", "--json"]) == 0
     found = json.loads(capsys.readouterr().out)[0]
-    assert found["violations"] == [] and len(found["needs"]) == 1 and found["needs"][0].startswith(GPT_OSS)
+    assert found["violations"] == [] and any(need.startswith(GPT_OSS) for need in found["needs"])
+
+
+def test_verl_before_0_9_1_is_told_its_megatron_engine_needs_flash_attention_2(stacks: dict[str, Stack]) -> None:
+    """verl <= 0.9.0 imports flash_attn.bert_padding with no fallback on its Megatron path; 0.9.1 falls back to
+    torch (read in the wheels). No image carries FlashAttention 2, so a stack with an older verl is told."""
+    padding = next(n for n in needs.load() if n.name == "verl-megatron-padding")
+    assert (padding.component, padding.requires, padding.with_) == ("verl", ">=0.9.1", ("verl",))
+    assert "pins verl 0.8.0" in (padding.line(stacks["debian-verl"]) or "")
+    assert padding.line(variant(stacks["debian-verl"], verl="0.9.0")) is not None
+    assert padding.line(stacks["cuda"]) is None  # verl 0.9.1
+    assert padding.line(stacks["debian"]) is None  # no verl
 
 
 def test_the_readme_lists_each_need_with_the_stacks_below_it(stacks: dict[str, Stack]) -> None:

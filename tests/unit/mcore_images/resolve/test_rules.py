@@ -55,7 +55,7 @@ BAD = [
     ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b37", "constraints": ("transformers<5",)}),
     ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b11"}),  # TE's own install hint, on cutlass-dsl 4.8.1
     ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b24"}),
-    ("flash-attn-archs", "debian-verl", {"cuda_archs": "80;90;100"}),
+    ("flash-attn-archs", "debian-verl", {"cuda_archs": "80;90;100", "flash_attn": "4.0.0b37"}),
     # the pair measured wrong on an H200 under TE 2.20.2 (flash_attention.MEASURED), shipped where sm_90 is claimed
     ("flash-attn-measured", "debian", {"flash_attn": "4.0.0b36"}),
     ("flash-attn-measured", "debian-mcore019", {"flash_attn": "4.0.0b36", "cuda_archs": "90a"}),
@@ -197,16 +197,28 @@ def test_te_2_20_serves_flash_attention_4_from_hopper_only(stacks: dict[str, Sta
     ({"flash_attn": "4.0.0b36", "cuda_archs": "100"}, False),  # measured on sm_90 only
     ({"flash_attn": "4.0.0b36", "constraints": ("nvidia-cutlass-dsl==4.8.0", "transformers<5")}, False),
     ({"flash_attn": "4.0.0b37"}, False),  # another release: not measured
-    ({"flash_attn": "4.0.0b36", "te": "2.16.0", "te_source": "build"}, False),  # another TE line: not measured
+    ({"flash_attn": "4.0.0b36", "te": "2.16.0", "te_source": "build"}, True),  # another TE: the pair's kernels
 ])
 def test_flash_attention_measured_wrong_is_refused_where_it_was_measured(
         stacks: dict[str, Stack], changes: dict, refused: bool) -> None:
-    """The rule holds what was measured (pair, TE line, architecture), no more: a measurement under TE holds for
-    that TE's release line, where its FlashAttention integration lives."""
+    """The rule holds what was measured (pair, architecture), and a wrong verdict under one TE for every TE until
+    FlashAttention 4 called directly is found right (then the fault is TE's integration, and its line alone is
+    refused)."""
     lines = [str(v) for v in rules.check(variant(stacks["debian"], **changes)) if v.rule == "flash-attn-measured"]
     assert bool(lines) == refused, lines
     if refused:
         assert "sm_90" in lines[0] and "flash_attn='none'" in lines[0] and "attention_backend=fused" in lines[0]
+
+
+def test_a_wrong_verdict_blamed_on_te_holds_for_its_line_alone(stacks: dict[str, Stack],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcore_images.catalogue import flash_attention
+
+    blamed = dataclasses.replace(flash_attention.MEASURED[0], direct=flash_attention.RIGHT)
+    monkeypatch.setattr(flash_attention, "MEASURED", (blamed,))
+    other = variant(stacks["debian"], flash_attn="4.0.0b36", te="2.16.0", te_source="build")
+    assert not [v for v in rules.check(other) if v.rule == "flash-attn-measured"]
+    assert [v for v in rules.check(variant(stacks["debian"], flash_attn="4.0.0b36")) if v.rule == "flash-attn-measured"]
 
 
 def test_a_pair_called_directly_and_measured_wrong_is_refused_under_every_te(stacks: dict[str, Stack],
@@ -217,3 +229,16 @@ def test_a_pair_called_directly_and_measured_wrong_is_refused_under_every_te(sta
     monkeypatch.setattr(flash_attention, "MEASURED", (direct,))
     stack = variant(stacks["debian"], flash_attn="4.0.0b36", te="2.16.0", te_source="build")
     assert [v for v in rules.check(stack) if v.rule == "flash-attn-measured"]
+
+
+def test_verl_0_9_needs_a_bridge_and_on_python_3_11_has_none(stacks: dict[str, Stack]) -> None:
+    """verl 0.9's Megatron engine asserts use_mbridge. On Python 3.11 (debian-verl's) Megatron-Bridge does not
+    install and mbridge 0.15.1, the newest, cannot read transformers 5's configs, which verl 0.9.1 requires: no
+    stack of verl 0.9.1 on Python 3.11 passes the rules."""
+    bare = variant(stacks["cuda"], megatron_bridge="none")
+    assert [v.rule for v in rules.check(bare) if v.rule == "verl-bridge"] == ["verl-bridge"]
+    assert not [v for v in rules.check(stacks["cuda"]) if v.rule == "verl-bridge"]
+    on_311 = variant(stacks["debian-verl"], verl="0.9.1", constraints=("packaging<26",))
+    assert "mbridge-transformers" in {v.rule for v in rules.check(on_311)}
+    with_cap = variant(stacks["debian-verl"], verl="0.9.1")  # transformers<5 keeps mbridge reading its configs
+    assert any(v.rule == "verl-requirements" and "transformers" in v.message for v in rules.check(with_cap))

@@ -1,0 +1,142 @@
+"""A stack's declared overrides (env/stacks.json ``overrides``) in its locks: how each lock's header names them, what
+`lock --check` holds offline, and what `lock` proves with uv before it writes anything.
+
+uv's ``--override`` replaces every requirement on the overridden distribution, not only the one the stack means to
+override. So an override is accepted only when (1) without it uv finds no joint lock (it is needed), and (2) every
+other package in the lock that requires the distribution accepts the overriding release (it hides nothing but the
+one requirement it names). The image's pip check then excepts exactly that requirement: docker/pip-check.py reads
+the header lines written here (tests/unit/docker/test_pip_check.py holds the two formats together).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from mcore_images.catalogue.stacks import Override, Stack, canonical
+from mcore_images.catalogue.versions import Requirement
+from mcore_images.errors import InputError
+from mcore_images.resolve import pypi
+
+LINE = "# Override: {pin} over {over}'s own requirement on it (env/stacks.json says why).\n"
+"""How a lock's header names a declared override (docker/pip-check.py parses it)."""
+_LINE = re.compile(r"^# Override: (?P<pin>\S+) over (?P<over>\S+)'s own requirement")
+_BLOCK = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(\S+)")
+
+
+def header_lines(stack: Stack, held: Iterable[str]) -> str:
+    """The header lines of a lock whose layer (with the layers below it) holds the distributions ``held``: one per
+    override of a distribution held there, so that each layer's pip check knows every override installed so far."""
+    names = {canonical(n) for n in held}
+    return "".join(LINE.format(pin=o.pin, over=o.over) for o in stack.overrides if o.name in names)
+
+
+def named(text: str) -> list[tuple[str, str]]:
+    """(pin, over) of every override line in a lock's header."""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        if match := _LINE.match(line):
+            out.append((match["pin"], match["over"]))
+    return out
+
+
+def problems(stack: Stack, held_by_layer: Mapping[str, Mapping[str, str]],
+             texts: Mapping[str, str]) -> dict[str, list[str]]:
+    """Offline, for each lock layer: what its header or pins disagree with the stack's overrides on. ``held_by_layer``
+    maps a layer to {distribution: version} of it and the layers below it (its pip check sees them all), ``texts``
+    to its lock's text. A layer with a problem is stale: `lock` re-resolves it."""
+    out: dict[str, list[str]] = {}
+    for layer, held in held_by_layer.items():
+        found: list[str] = []
+        wanted = [(o.pin, o.over) for o in stack.overrides if o.name in held]
+        if named(texts.get(layer, "")) != wanted:
+            found.append(f"its header names overrides {named(texts.get(layer, ''))}, the stack declares {wanted}")
+        found += [f"it pins {o.name} {held[o.name]}, the stack's override {o.pin}" for o in stack.overrides
+                  if o.name in held and held[o.name] != o.version]
+        if found:
+            out[layer] = found
+    return out
+
+
+def unheld(stack: Stack, held: Iterable[str]) -> list[Override]:
+    """Overrides of a distribution no lock of the stack holds: not needed (the lock would have held it)."""
+    names = {canonical(n) for n in held}
+    return [o for o in stack.overrides if o.name not in names]
+
+
+Resolve = Callable[[tuple[Override, ...]], tuple[bool, str]]
+"""Resolve the stack's whole chain with these overrides: (resolved, uv's conclusion when it did not)."""
+
+
+def prove_needed(stack: Stack, resolve: Resolve) -> dict[str, str]:
+    """Each override is needed: without it (the others kept) uv finds no lock. Returns pin -> uv's conclusion
+    without it; InputError, naming the fix, for one the lock does without."""
+    proofs = {}
+    for override in stack.overrides:
+        resolved, reason = resolve(tuple(o for o in stack.overrides if o is not override))
+        if resolved:
+            raise InputError(f"stack '{stack.name}': override {override.pin} (over {override.over}) is not needed: "
+                             "its locks resolve without it; remove it from the stack's overrides in env/stacks.json")
+        proofs[override.pin] = reason
+    return proofs
+
+
+def requirers(lock_text: str, name: str) -> dict[str, str]:
+    """The packages a uv lock text says require ``name`` (its ``# via`` notes), with their locked versions."""
+    versions: dict[str, str] = {}
+    via: dict[str, list[str]] = {}
+    current = None
+    for line in lock_text.splitlines():
+        if match := _BLOCK.match(line):
+            current = canonical(match[1])
+            versions[current] = match[2]
+            via[current] = []
+        elif not line.startswith(" "):  # a comment of the file's own (uv's list of packages left out)
+            current = None
+        elif current and (stripped := line.strip().lstrip("#").strip()):
+            entry = stripped.removeprefix("via").strip()
+            if entry and not entry.startswith("-") and _BLOCK.match(f"{entry}==0"):
+                via[current].append(canonical(entry))
+    return {r: versions[r] for r in via.get(canonical(name), []) if r in versions}
+
+
+Metadata = Callable[[str, str, str], Mapping[str, Any]]
+
+
+def hidden(stack: Stack, lock_text: str, metadata: Metadata | None = None) -> list[str]:
+    """What each override would override beyond the one requirement it names: a requirement on the overridden
+    distribution, by another package of the joint lock ``lock_text``, that the overriding release does not meet
+    (under any of its markers' extras: the lock may install them). One line per requirement, naming the fix."""
+    read = metadata or _metadata
+    out = []
+    for override in stack.overrides:
+        for package, version in sorted(requirers(lock_text, override.name).items()):
+            if package == canonical(override.over):
+                continue
+            for text in read(package, version, stack.python).get("requires_dist") or []:
+                requirement = Requirement(text)
+                if canonical(requirement.name) != override.name or not _applies(requirement, stack.python):
+                    continue
+                if not requirement.specifier.contains(override.version, prereleases=True):
+                    out.append(f"stack '{stack.name}': override {override.pin} also overrides {package} {version}'s "
+                               f"requirement {text}; hold {package} to a release that accepts {override.version} in "
+                               "the stack's constraints")
+    return out
+
+
+@functools.cache
+def _metadata(name: str, version: str, python: str) -> Mapping[str, Any]:
+    return pypi.read_metadata(name, version, python)
+
+
+def _applies(requirement: Requirement, python: str) -> bool:
+    """Whether the requirement holds in an image of this Python, for the package itself or any of its extras."""
+    if requirement.marker is None:
+        return True
+    env = {**pypi.MARKER_ENV, "python_version": python, "python_full_version": f"{python}.0"}
+    extras = re.findall(r"""extra\s*==\s*["']([^"']+)["']""", str(requirement.marker))
+    return any(requirement.marker.evaluate({**env, "extra": extra}) for extra in ("", *extras))
