@@ -12,7 +12,7 @@
 #                                               checked, less what FREEZE (`pip freeze` of the GPU host) already
 #                                               has at the locked version (the base layer is the host's torch),
 #                                               TE's extension sdist, in DIR/parts of 58 MB to carry
-#                                               (.ci/replica-stack-gpu.sh runs it there)
+#                                               (.ci/gpu/replica-stack.sh runs it there)
 #   .ci/image-env-replica.sh stash FILE…        (GPU host) keep carried files under $REPLICA/parts across calls
 #   .ci/image-env-replica.sh install DIR        (GPU host) join the parts, install every wheel in one
 #                                               `pip install --no-deps --target $REPLICA/site`, compile TE's

@@ -4,10 +4,10 @@
 # that stack's. Prepared on the CPU machine, run on a lent GPU:
 #
 #   here:   .ci/image-env-replica.sh locks cuda build/replica-cuda build/replica-cuda/host-freeze.txt
-#           (host-freeze.txt: what `.ci/replica-stack-gpu.sh freeze` printed there; without it every wheel goes)
-#   there:  .ci/replica-stack-gpu.sh freeze                          `pip freeze` of the host, to plan the carry
+#           (host-freeze.txt: what `.ci/gpu/replica-stack.sh freeze` printed there; without it every wheel goes)
+#   there:  .ci/gpu/replica-stack.sh freeze                          `pip freeze` of the host, to plan the carry
 #           .ci/image-env-replica.sh stash build/replica-cuda/parts/<part>   one call per part, back to back
-#           .ci/replica-stack-gpu.sh all build/replica-cuda "$OUT"   install, then each check below, logs in $OUT
+#           .ci/gpu/replica-stack.sh all build/replica-cuda "$OUT"   install, then each check below, logs in $OUT
 #
 # Checks, each in the replica (`image-env-replica.sh run`: the image's variables and PATH, the carried site over
 # the host's torch), each with its own log and exit status in $OUT/summary.txt; one failing does not stop the next:
