@@ -168,7 +168,9 @@ def _commit(output: Output, work: Path) -> None:
     try:  # the folder may have changed while the work ran
         now = claim(output.path, output.command, output.option, working=work.name if in_place else None)
     except InputError as exc:
-        raise InputError(f"{exc}; the new output is in {work}") from None
+        # Built inside the folder (its parent is read-only): not left there among what the command did not write.
+        kept = _moved_out(work) if in_place else work
+        raise InputError(f"{exc}; the new output is in {kept}") from None
     if not output.path.exists():
         os.rename(work, output.path)
         return
@@ -191,6 +193,16 @@ def _commit(output: Output, work: Path) -> None:
     for name in [*entries, MARKER]:
         shutil.move(str(work / name), str(output.path / name))
     work.rmdir()
+
+
+def _moved_out(work: Path) -> Path:
+    """``work``'s entries moved into a new temporary folder (copied where it is on another file system), and
+    ``work`` removed; that folder."""
+    kept = Path(tempfile.mkdtemp(prefix=f"{TOOL}-{work.name.strip('.')}-"))
+    for name in os.listdir(work):
+        shutil.move(str(work / name), str(kept / name))
+    work.rmdir()
+    return kept
 
 
 def _remove(folder: Path, listed: tuple[str, ...]) -> None:
