@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from mcore_images.errors import InputError
-from mcore_images.options import OneLineParser
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -49,8 +48,12 @@ class RunInstead(Exception):
         self.argv = argv
 
 
-class Parser(OneLineParser):
+class Parser(argparse.ArgumentParser):
     """argparse with the contract's error shape: one line naming the fix, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {message}; see `{self.prog} --help`", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def configure(parser: argparse.ArgumentParser, command: Command) -> None:

@@ -56,8 +56,10 @@ def number(low: float | None = None, high: float | None = None, *, above: bool =
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line on stderr naming the fix, with exit code 2, instead of a usage block.
-    ``prefix`` leads the line (default ``error: PROG: ``; the smoke's ``smoke: could not run: ``)."""
+    """argparse whose errors are one line on stderr naming the fix, with exit code 2, instead of a usage block:
+    the parser of each program that runs inside the images, ``prefix`` leading the line (``smoke: could not run:
+    ``). The tool's own commands have command.Parser, of the same shape (command.py is one of the few files the
+    Dockerfile's compile steps mount, so it is left as it is: an edit there would compile them again)."""
 
     def __init__(self, *args: Any, prefix: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
