@@ -158,7 +158,7 @@ def _plain_mode(full: int) -> int:
 
 def _commit(output: Output, work: Path) -> None:
     """Mark ``work`` and put it where ``output.path`` is, removing only what the old marker listed."""
-    entries = sorted(os.listdir(work))
+    entries = sorted(set(os.listdir(work)) - {MARKER})  # a program run into it (the smoke) may have marked it
     (work / MARKER).write_text(json.dumps({
         "tool": TOOL, "command": output.command, "entries": entries,
         "note": f"written by `{TOOL} {output.command}`, which replaces this folder only while it holds nothing "
