@@ -224,8 +224,8 @@ def test_a_program_that_marked_the_work_folder_does_not_make_the_marker_list_its
     marker must list what was written, not the smoke's marker, or the next certify into it is refused."""
     site = tmp_path / "cert"
     for _ in range(2):
-        with create_only.writing(create_only.claim(site, "certify")) as work:
-            with create_only.filled(create_only.claim(work, "smoke")) as filled:
-                (filled / "certificate.json").write_text("{}")
+        with create_only.writing(create_only.claim(site, "certify")) as work, \
+                create_only.filled(create_only.claim(work, "smoke")) as filled:
+            (filled / "certificate.json").write_text("{}")
     marker = json.loads((site / create_only.MARKER).read_text())
     assert marker["command"] == "certify" and marker["entries"] == ["certificate.json"]
