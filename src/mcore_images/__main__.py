@@ -1,5 +1,43 @@
-"""`python -m mcore_images` is the same as the `mcore-images` command."""
+"""`python -m mcore_images` and the `mcore-images` command (pyproject's entry point): Ctrl-C is one line and exit
+130, from the first moment the tool's own code runs.
 
-from mcore_images.cli import main
+The command table (cli.py) imports every package of the tool, which takes a good part of a second: a
+KeyboardInterrupt raised inside that import would end in a traceback. So SIGINT is handled here first, before that
+import, and ends the program at once with the line; once the commands run, Ctrl-C is a KeyboardInterrupt again
+(what a command was writing is cleaned up on its way out) and ends with the same line. Standard library only, so
+that nothing is imported before the handler is in place.
+"""
 
-raise SystemExit(main())
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+
+INTERRUPTED = 130
+"""The exit code of a command stopped by Ctrl-C (SIGINT), as a shell reports one: 128 + 2."""
+INTERRUPTED_LINE = "interrupted (Ctrl-C): stopped; what it was writing is left unfinished, not replaced"
+
+
+def _interrupted_while_starting(signum: int, frame: FrameType | None) -> None:
+    print(f"\n{INTERRUPTED_LINE}", file=sys.stderr)
+    raise SystemExit(INTERRUPTED)  # unwinds the half-done import quietly: nothing was started or written yet
+
+
+def main() -> int:
+    own = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # not where the caller ignores SIGINT
+    if own:
+        signal.signal(signal.SIGINT, _interrupted_while_starting)
+    try:
+        from mcore_images import cli  # the command table: every package
+
+        if own:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        return cli.main()
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; programs it started got the signal too
+        print(f"\n{INTERRUPTED_LINE}", file=sys.stderr)
+        return INTERRUPTED
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

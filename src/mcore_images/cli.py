@@ -42,16 +42,11 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-INTERRUPTED = 130
-"""The exit code of a command stopped by Ctrl-C (SIGINT), as a shell reports one: 128 + 2."""
-
-
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; Ctrl-C (a KeyboardInterrupt) goes on to the entry point, __main__.py, which says so in one
+    line and exits 130."""
     try:
         return dispatch(parser(), list(sys.argv[1:] if argv is None else argv))
-    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; programs it started got the signal too
-        print("\ninterrupted (Ctrl-C): stopped; what it was writing is left unfinished, not replaced", file=sys.stderr)
-        return INTERRUPTED
     except BrokenPipeError:  # the reader went away (`… | head`): stop quietly, as a shell tool does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return 141

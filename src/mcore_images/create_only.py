@@ -12,7 +12,8 @@ ones moved in. A replaced folder keeps its mode (the setgid bit included), owner
 mode a plain ``mkdir`` would (the umask's), not ``mkdtemp``'s 0700.
 
 A folder a program fills in place (the smoke's ``--out``, mounted into a container) is claimed the same way
-and marked when the program ends (``filled``). A single file (``claim_file``, ``write_file``) is a JSON
+and marked when the program ends (``filled``); one that wrote nothing (it refused its arguments) leaves no folder and
+no marker behind. A single file (``claim_file``, ``write_file``) is a JSON
 document whose own ``written_by`` field is the marker: an existing file is replaced only when that field
 names the same command; it is written next to itself and renamed into place.
 """
@@ -157,7 +158,7 @@ def _plain_mode(full: int) -> int:
 
 def _commit(output: Output, work: Path) -> None:
     """Mark ``work`` and put it where ``output.path`` is, removing only what the old marker listed."""
-    entries = sorted(os.listdir(work))
+    entries = sorted(set(os.listdir(work)) - {MARKER})  # a program run into it (the smoke) may have marked it
     (work / MARKER).write_text(json.dumps({
         "tool": TOOL, "command": output.command, "entries": entries,
         "note": f"written by `{TOOL} {output.command}`, which replaces this folder only while it holds nothing "
@@ -167,7 +168,9 @@ def _commit(output: Output, work: Path) -> None:
     try:  # the folder may have changed while the work ran
         now = claim(output.path, output.command, output.option, working=work.name if in_place else None)
     except InputError as exc:
-        raise InputError(f"{exc}; the new output is in {work}") from None
+        # Built inside the folder (its parent is read-only): not left there among what the command did not write.
+        kept = _moved_out(work) if in_place else work
+        raise InputError(f"{exc}; the new output is in {kept}") from None
     if not output.path.exists():
         os.rename(work, output.path)
         return
@@ -192,6 +195,16 @@ def _commit(output: Output, work: Path) -> None:
     work.rmdir()
 
 
+def _moved_out(work: Path) -> Path:
+    """``work``'s entries moved into a new temporary folder (copied where it is on another file system), and
+    ``work`` removed; that folder."""
+    kept = Path(tempfile.mkdtemp(prefix=f"{TOOL}-{work.name.strip('.')}-"))
+    for name in os.listdir(work):
+        shutil.move(str(work / name), str(kept / name))
+    work.rmdir()
+    return kept
+
+
 def _remove(folder: Path, listed: tuple[str, ...]) -> None:
     """Remove the entries a marker listed, and the marker: nothing else."""
     for name in [*listed, MARKER]:
@@ -206,7 +219,10 @@ def _remove(folder: Path, listed: tuple[str, ...]) -> None:
 def filled(output: Output) -> Iterator[Path]:
     """The claimed folder itself, for a program that writes into it in place (mounted into a container): made
     when missing (as ``mkdir -p`` would) and marked, with every entry it then holds, when the block ends,
-    whether the program passed or failed."""
+    whether the program passed or failed. A program that wrote nothing (it refused its arguments) leaves the
+    folder as it found it: unmarked, and the folders made here removed again."""
+    made = [p for p in (output.path, *output.path.parents) if not p.exists()]  # the deepest first
+    had_marker = (output.path / MARKER).exists()
     try:
         output.path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -216,11 +232,16 @@ def filled(output: Output) -> Iterator[Path]:
         yield output.path
     finally:
         entries = sorted(set(os.listdir(output.path)) - {MARKER})
-        (output.path / MARKER).write_text(json.dumps({
-            "tool": TOOL, "command": output.command, "entries": entries,
-            "note": f"written by `{TOOL} {output.command}`, which writes into this folder again only while it "
-                    "holds nothing but these entries",
-        }, indent=2) + "\n")
+        if entries or had_marker:
+            (output.path / MARKER).write_text(json.dumps({
+                "tool": TOOL, "command": output.command, "entries": entries,
+                "note": f"written by `{TOOL} {output.command}`, which writes into this folder again only while it "
+                        "holds nothing but these entries",
+            }, indent=2) + "\n")
+        else:
+            for folder in made:
+                with suppress(OSError):  # something else appeared in it: not ours to remove
+                    folder.rmdir()
 
 
 def claim_file(path: Path, command: str, option: str = "--out") -> Path:

@@ -278,6 +278,8 @@ def preflight(request: BuildRequest) -> Preflight:
     """Every check a build makes before it acts (inputs, rules, locks, job counts, platform, the Debian
     mirror): InputError (one line) or what to build. Reads files and package indexes; changes nothing."""
     request.validate()
+    if request.candidate:  # what reaches bake from the environment, as judge() does the arguments after --
+        bake_args.judge_environment(os.environ, checkout_root("build"))
     stacks = load_stacks()
     changes = overrides.parse(list(request.sets))
     group = None if request.stack else (request.group or "default")

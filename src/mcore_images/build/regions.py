@@ -191,10 +191,14 @@ def _update(args: argparse.Namespace) -> int:
 
 
 def validation_problems(root: Path) -> list[str]:
-    """Every derived file out of step with its source (env/stacks.json is read, so its schema is checked), and the
-    Dockerfile's build args and version checks out of step with the catalogue."""
-    problems = stale(root) + dockerfile.problems(root)
-    for stack in load_stacks(stacks_file(root)).values():
+    """Every stack that breaks a compatibility rule (what `plan` and `build` refuse: a stack can be locked and its
+    files regenerated and still break one), every derived file out of step with its source (env/stacks.json is
+    read, so its schema is checked), and the Dockerfile's build args and version checks out of step with the
+    catalogue. The rules first: they are the cause of what follows from them."""
+    stacks = load_stacks(stacks_file(root))
+    problems = [str(v) for p in plan.make_plan(list(stacks.values()), every=stacks) for v in p.violations]
+    problems += stale(root) + dockerfile.problems(root)
+    for stack in stacks.values():
         problems += lock.check_locks(stack, root)
     return problems
 
@@ -207,9 +211,9 @@ def _validate(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         if not problems:
-            print("generated files current: the stacks and rules pages, docker-bake.hcl components, tag scheme, GPU "
-                  "architectures and platforms, locks of every platform; the Dockerfile's build args and version "
-                  "checks follow the catalogue")
+            print("every stack keeps the compatibility rules; generated files current: the stacks and rules pages, "
+                  "docker-bake.hcl components, tag scheme, GPU architectures and platforms, locks of every platform; "
+                  "the Dockerfile's build args and version checks follow the catalogue")
     return 1 if problems else 0
 
 
@@ -217,7 +221,7 @@ COMMANDS = (
     Command("update", "rewrite every generated file from its source: the stacks and rules pages, bake components, tag "
             "scheme, GPU architectures and platforms, locks of every platform",
             _update_arguments, _update, prints_data=True),
-    Command("validate", "check every generated file against its source, and the Dockerfile's build args against "
-            "the catalogue (exit 1 when one is out of step)",
+    Command("validate", "check the stacks against the compatibility rules, every generated file against its "
+            "source, and the Dockerfile's build args against the catalogue (exit 1 when one is out of step)",
             lambda p: None, _validate, prints_data=True),
 )

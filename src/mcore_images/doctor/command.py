@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mcore_images.catalogue import flash_attention
-from mcore_images.command import Command, fail, standalone
+from mcore_images.command import Command, standalone
 from mcore_images.doctor import (
     checks_apex,
     checks_bridge,
@@ -35,6 +35,7 @@ from mcore_images.doctor.model import (
     to_json,
     to_table,
 )
+from mcore_images.options import number
 
 CHECK_MODULES = (checks_stack, checks_megatron, checks_bridge, checks_te, checks_apex, checks_nccl, checks_env,
                  checks_cluster, checks_build)
@@ -83,7 +84,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list the checks and exit")
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=number(0, above=True, example=f"{DEFAULT_TIMEOUT_S:g}"),
         default=DEFAULT_TIMEOUT_S,
         metavar="SECONDS",
         help=f"stop a worker check that runs longer, report it as crashed, go on (default {DEFAULT_TIMEOUT_S:g})",
@@ -134,8 +135,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"{item.id:28} {item.severity.value:5} {'worker' if item.isolated else 'here':6} {item.summary}")
         return 0
     timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_S)
-    if not timeout > 0:  # also NaN
-        fail(f"--timeout {timeout:g} is not a positive number of seconds; pass e.g. --timeout {DEFAULT_TIMEOUT_S:g}")
     hf_config = getattr(args, "hf_config", None)
     if hf_config is not None and not (hf_config.is_file() or (hf_config / "config.json").is_file()):
         print(

@@ -162,8 +162,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.adopt and not images.is_digest(args.adopt):
         raise InputError(f"--adopt {args.adopt!r} is not a digest: give the ledger's sha256:<64 hex>, or no value to "
                          "adopt the one the registry holds")
-    for option, key in (("--key", args.key), ("--refresh", args.refresh)):
-        if key and (problem := registry.key_problem(key, option)):
+    for option, key, private in (("--key", args.key, False), ("--refresh", args.refresh, True)):
+        if key and (problem := registry.key_problem(key, option, private)):
             raise InputError(problem)
     now = dt.datetime.now(dt.timezone.utc)
     if args.adopt is not None:

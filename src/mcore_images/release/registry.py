@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -64,21 +65,51 @@ KMS_SCHEMES = ("awskms://", "gcpkms://", "azurekms://", "hashivault://", "k8s://
 be a key file here."""
 
 
-def key_problem(key: str, option: str = "--key") -> str | None:
-    """Why a cosign key cannot be used, checked before any registry call: a file that is missing, not a
-    file, unreadable or not PEM; None for a readable key file or a KMS reference."""
+PEM_LABEL = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----")
+PUBLIC_LABEL = b"PUBLIC KEY"
+"""The label of a public key as cosign writes it (cosign.pub); a private key's label ends in PRIVATE KEY
+(``ENCRYPTED SIGSTORE PRIVATE KEY`` in cosign.key)."""
+
+FILE_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a pipe"),
+              (stat.S_ISSOCK, "a socket"))
+
+
+def key_problem(key: str, option: str = "--key", private: bool = False) -> str | None:
+    """Why a cosign key cannot be used, checked before any registry call: a file that is missing, a folder, not a
+    regular file, unreadable, not PEM, or the wrong half of the pair (``private``: the key cosign signs with; else
+    the public key it verifies with); None for the right kind of key file, or a KMS reference."""
     if key.startswith(KMS_SCHEMES):
         return None
-    path = Path(key)
-    if not path.is_file():
-        what = "is a folder" if path.is_dir() else "does not exist"
-        return f"{option} {key} {what}: give the cosign key file (cosign generate-key-pair) or a KMS URI (awskms://…)"
+    wanted = ("the cosign private key (cosign.key, from cosign generate-key-pair) or a KMS URI (awskms://…)" if private
+              else "the cosign public key (cosign.pub, from cosign generate-key-pair) or a KMS URI (awskms://…)")
     try:
-        head = path.read_bytes()[:4096]
+        mode = os.stat(key).st_mode
+    except FileNotFoundError:
+        return f"{option} {key} does not exist: give {wanted}"
     except OSError as exc:
         return f"{option} {key} cannot be read ({exc.strerror}): fix its permissions or give another key"
-    if b"-----BEGIN " not in head:
-        return f"{option} {key} is not a PEM key: give the cosign.pub / cosign.key that cosign generate-key-pair wrote"
+    if stat.S_ISDIR(mode):
+        return f"{option} {key} is a folder: give {wanted}"
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in FILE_KINDS if test(mode)), "not a file")
+        return f"{option} {key} is {kind}, not a regular file: give {wanted}"
+    try:
+        with open(key, "rb") as handle:
+            head = handle.read(4096)
+    except OSError as exc:
+        return f"{option} {key} cannot be read ({exc.strerror}): fix its permissions or give another key"
+    found = PEM_LABEL.search(head)
+    if found is None:
+        return f"{option} {key} is not a PEM key: give {wanted}"
+    label = found.group(1)
+    if private and not label.endswith(b"PRIVATE KEY"):
+        return (f"{option} {key} is a PEM {label.decode()}, not a private key: give the private half of the pair, "
+                "cosign.key (with COSIGN_PASSWORD in the environment), or a KMS URI")
+    if not private and label.endswith(b"PRIVATE KEY"):
+        return (f"{option} {key} is a private key: give its public half, cosign.pub (cosign generate-key-pair writes "
+                f"it beside the private one; `cosign public-key --key {key}` prints it)")
+    if not private and label != PUBLIC_LABEL:
+        return f"{option} {key} is a PEM {label.decode()}, not a public key: give {wanted}"
     return None
 
 

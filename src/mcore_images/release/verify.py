@@ -24,6 +24,7 @@ from mcore_images.catalogue.images import ImageRef
 from mcore_images.catalogue.stacks import load_stacks
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
+from mcore_images.options import number
 from mcore_images.release import ledger, policy, registry
 from mcore_images.release.registry import Runner
 
@@ -292,19 +293,9 @@ def _arguments(p: argparse.ArgumentParser) -> None:
                    "requires GPUs; ci accepts CPU certificates)")
     p.add_argument("--policy-file", type=Path, metavar="FILE",
                    help="read the policies from FILE instead of the ones mcore-images ships")
-    p.add_argument("--max-age", type=_days, metavar="DAYS",
+    p.add_argument("--max-age", type=number(0, above=True, example="7"), metavar="DAYS",
                    help="refuse a certificate older than this; default: the policy's age for a moving tag, none "
                    "for a digest or an immutable tag (their certificate stays what it was)")
-
-
-def _days(text: str) -> float:
-    try:
-        days = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
-    if not (0 < days < float("inf")):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of days")
-    return days
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -7,10 +7,14 @@ input (fixed hash salt, no date).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import io
 import math
+import os
 import re
+import shutil
+import tempfile
 from typing import Any
 
 from mcore_images.errors import InputError
@@ -28,7 +32,14 @@ STYLE = {
 @functools.cache
 def pyplot() -> Any:
     """matplotlib's pyplot on its file backend, imported when a chart is drawn (not with every command: the
-    import takes time and writes a font cache under the user's home)."""
+    import takes time). matplotlib keeps a configuration folder and a font cache, under the user's home
+    (~/.config/matplotlib, ~/.cache/matplotlib) unless MPLCONFIGDIR names one: the report writes nothing outside
+    its output, so they go to a temporary folder of its own, removed when it exits (an MPLCONFIGDIR the user set
+    is theirs, and kept)."""
+    if not os.environ.get("MPLCONFIGDIR"):
+        own = tempfile.mkdtemp(prefix="mcore-images-matplotlib-")
+        atexit.register(shutil.rmtree, own, ignore_errors=True)
+        os.environ["MPLCONFIGDIR"] = own
     try:
         import matplotlib
 

@@ -7,6 +7,7 @@ The thresholds are facts about upstream packages; the source of each is given be
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -434,6 +435,11 @@ def _requirement(text: str) -> Requirement:
 
 
 @functools.cache
+def _distribution(name: str) -> str:
+    """A distribution name as the catalogue and the index compare it (PEP 503, lower case, '-' for '_' and '.')."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _applies(requirement: Requirement, python: str, extras: frozenset[str]) -> bool:
     """Whether a requirement of verl's applies to a stack: its marker under the stack's Python, for verl itself
     or one of the extras the stack carries."""
@@ -446,12 +452,15 @@ def _applies(requirement: Requirement, python: str, extras: frozenset[str]) -> b
 @rule("verl-requirements",
       "the stack keeps to what its verl release declares (Python, its own and its extras' requirements, the "
       "constraints); a release PyPI lacks or the base image brings is named in the stack's substitutes, "
-      'with why')
+      'with why, and each substitute stands in for such a release')
 def _verl_requirements(s: Stack) -> Iterator[tuple[str, str]]:
     # What the stack's verl release declares (env/engines.json, read from its metadata by `lock`): its Python,
     # its own requirements and those of the extras the stack carries (mcore; the rollout engine's).
 
     if not s.has("verl"):
+        if s.substitutes:
+            yield (f"substitutes names {', '.join(sorted(s.substitutes))}, but the stack has no verl, whose "
+                   "requirements they stand in for", "drop substitutes from the stack")
         return
     declared = engines.verl_requirements(s)
     if declared is None:
@@ -464,13 +473,15 @@ def _verl_requirements(s: Stack) -> Iterator[tuple[str, str]]:
     # verl's Megatron extra is "mcore" up to 0.8 and "megatron" from 0.9; a rollout engine's is its own name.
     extras = frozenset({"mcore", "megatron"} | {e.key for e in engines.ENGINES if s.has(e.key)})
     absent = set(declared.get("absent_from_pypi") or [])
-    by_dist = {d: c for c in components.CATALOGUE for d in c.distributions}
+    by_dist = {_distribution(d): c for c in components.CATALOGUE for d in c.distributions}
     constraints = {Requirement(c).name.lower(): Requirement(c).specifier for c in s.constraints}
+    substitutes = {_distribution(n): n for n in s.substitutes}
+    excused: set[str] = set()
     for text in declared["requires_dist"]:
         requirement = _requirement(text)
         if not _applies(requirement, s.python, extras):
             continue
-        name = requirement.name.lower().replace("_", "-")
+        name = _distribution(requirement.name)
         comp = by_dist.get(name)
         if comp is not None and s.has(comp.key) and requirement.specifier and not requirement.specifier.contains(
                 s.pins[comp.key], prereleases=True):
@@ -479,7 +490,8 @@ def _verl_requirements(s: Stack) -> Iterator[tuple[str, str]]:
             cannot = ("which PyPI does not have" if f"{name}{requirement.specifier}" in absent else
                       f"and the stack's {comp.title} comes with its base image" if comp.source and
                       getattr(s, comp.source) == FROM_BASE else None)
-            if cannot and name in s.substitutes:
+            if cannot and name in substitutes:
+                excused.add(name)
                 continue
             if cannot:
                 yield (f"verl {s.verl} requires {requirement.name}{requirement.specifier}, {cannot}; the stack pins "
@@ -492,6 +504,14 @@ def _verl_requirements(s: Stack) -> Iterator[tuple[str, str]]:
         elif name in constraints and requirement.specifier and not can_meet(requirement.specifier, constraints[name]):
             yield (f"verl {s.verl} requires {requirement.name}{requirement.specifier}, the stack's constraints say "
                    f"{name}{constraints[name]}", "change the constraint, or pick a verl release that fits it")
+    for name in sorted(set(substitutes) - excused):  # an entry that excuses nothing says something untrue
+        comp = by_dist.get(name)
+        why = (f"no component of the catalogue is {name!r}" if comp is None
+               else f"the stack carries no {comp.title}" if not s.has(comp.key)
+               else f"verl {s.verl} admits {comp.title} {s.pins[comp.key]}, or PyPI has the release it names")
+        yield (f"substitutes names {substitutes[name]!r}, which stands in for nothing: {why}",
+               f"drop {substitutes[name]!r} from the stack's substitutes, or name the distribution the stack pins "
+               "another release of")
 
 
 @rule("overrides",

@@ -4,18 +4,24 @@ the launcher, the ranks (worker.py) and the Ray driver (on_ray.py) all read the 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import tempfile
 from pathlib import Path
 
+from mcore_images.options import OneLineParser, number
 from mcore_images.smoke import faults, layouts
 from mcore_images.smoke.kit import errors, folders, seeds
 
+COULD_NOT_RUN = "smoke: could not run: "
+"""How every line the smoke refuses to run with begins."""
+OUTPUT_OWNER = "smoke"
+"""The command the --out folder's marker names (create_only.py): the wrapper's, `mcore-images smoke`, so that a folder
+either of them wrote may be written again by the other."""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m mcore_images.smoke",
+    parser = OneLineParser(
+        prog="python -m mcore_images.smoke", prefix=COULD_NOT_RUN,
         description="Train a small dense GPT and MoE with megatron-core on every parallel layout that fits, "
         "check loss, grads, rank agreement and cross-layout parity, and write a certificate. "
         "Exit 0 passed, 1 failed, 2 could not run.",
@@ -40,9 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=None,
                         help="deterministic settings (TE, cuBLAS, NCCL, torch) and each dp baseline run twice, "
                         "its losses and grad norms compared bitwise (default: on for GPUs, off with --cpu)")
-    parser.add_argument("--timeout", type=float, default=60.0,
+    parser.add_argument("--timeout", type=number(0, above=True, example="60"), default=60.0,
                         help="seconds a collective may take before its rank gives up and the run fails")
-    parser.add_argument("--watchdog", type=float, default=900.0, help="seconds the whole run may take")
+    parser.add_argument("--watchdog", type=number(0, above=True, example="900"), default=900.0,
+                        help="seconds the whole run may take")
     parser.add_argument("--out", help="folder for certificate.json and certificate.md")
     parser.add_argument("--checkpoint", action=argparse.BooleanOptionalAction, default=True,
                         help="run the checkpoint round trips: save in one layout, resume in another (default: on)")
@@ -54,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "reference (python -m mcore_images.smoke.attention; default: on)")
     parser.add_argument("--seed", type=int, default=seeds.DEFAULT_SEED,
                         help="base seed of the name-seeded global model and the batch")
-    parser.add_argument("--lr", type=float, default=3e-3, help=argparse.SUPPRESS)
+    parser.add_argument("--lr", type=number(0, above=True, example="3e-3"), default=3e-3, help=argparse.SUPPRESS)
     parser.add_argument("--dry-run", action="store_true",
                         help="print the plan and its projected wall time, and exit (needs no GPU, torch or "
                         "megatron-core)")
@@ -75,11 +82,6 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
     args.models = models
     if args.steps < 2:
         raise errors.CouldNotRun(f"--steps {args.steps} is too few: use >= 2 so the loss can fall")
-    for flag, value in (("--timeout", args.timeout), ("--watchdog", args.watchdog)):
-        if not (math.isfinite(value) and value > 0):
-            raise errors.CouldNotRun(f"{flag} {value} is not a positive number of seconds: give one, e.g. {flag} 60")
-    if not (math.isfinite(args.lr) and args.lr > 0):
-        raise errors.CouldNotRun(f"--lr {args.lr} is not a positive learning rate: give one, e.g. --lr 3e-3")
     if problem := seeds.seed_problem(args.seed):
         raise errors.CouldNotRun(problem)
     if args.nproc is not None and args.nproc < 1:

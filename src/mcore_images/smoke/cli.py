@@ -8,8 +8,10 @@ import signal
 import sys
 from pathlib import Path
 
+from mcore_images import create_only
+from mcore_images.errors import InputError
 from mcore_images.smoke import layouts, projection
-from mcore_images.smoke.args import build_parser, normalise
+from mcore_images.smoke.args import COULD_NOT_RUN, OUTPUT_OWNER, build_parser, normalise
 from mcore_images.smoke.kit import errors, lifetime
 
 
@@ -68,13 +70,16 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(code)
         from mcore_images.smoke.launcher import launch
 
+        # --out follows the wrapper's rule (`mcore-images smoke --out`): a new or empty folder, or one the smoke
+        # wrote before, judged before anything runs; the ranks write into it and it is marked when the run ends.
+        target = create_only.claim(Path(args.out), OUTPUT_OWNER) if args.out else None
         # SIGTERM (docker stop, Slurm, a timeout) and Ctrl-C stop the ranks before this process leaves: they run
         # in a session of their own, which no signal sent to this process reaches.
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, errors.raise_stopped)
-        return launch(args, argv)
-    except errors.CouldNotRun as exc:
-        print(f"smoke: could not run: {exc}", file=sys.stderr)
+        return launch(args, argv, target)
+    except (errors.CouldNotRun, InputError) as exc:
+        print(f"{COULD_NOT_RUN}{exc}", file=sys.stderr)
         return errors.COULD_NOT_RUN
     except (errors.Stopped, KeyboardInterrupt) as exc:
         stopped = exc if isinstance(exc, errors.Stopped) else errors.Stopped(signal.SIGINT)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcore_images import PACKAGE
+from mcore_images import PACKAGE, create_only
 from mcore_images.smoke import args as cli_args
 from mcore_images.smoke import certificate, layouts
 from mcore_images.smoke.attention import table as attention_table
@@ -153,9 +153,17 @@ def worker_argv(argv: list[str], out: Path) -> list[str]:
     return [*result, "--out", str(out)]
 
 
-def launch(args: argparse.Namespace, argv: list[str]) -> int:
+def launch(args: argparse.Namespace, argv: list[str], target: create_only.Output | None = None) -> int:
     """Plan, run the ranks (under torchrun, or as Ray actors with --ray), then write the final certificate;
-    returns the exit code."""
+    returns the exit code. ``target``: the claimed --out folder, made when missing and marked when the run ends
+    (left unmade when nothing was written into it); None: a new temporary folder."""
+    if target is None:
+        return _launch(args, argv, None)
+    with create_only.filled(target) as out:
+        return _launch(args, argv, out)
+
+
+def _launch(args: argparse.Namespace, argv: list[str], out_folder: Path | None) -> int:
     launched = time.time()
     available = args.nproc if args.nproc is not None else (2 if args.cpu else count_gpus())
     the_plan = plan_from_args(args, available)
@@ -163,8 +171,8 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
         raise errors.CouldNotRun(f"--fault-rank {args.fault_rank}: the run has ranks 0 … {the_plan.world - 1}")
     # A folder the user named is checked before anything starts; the default one, inside a new temporary
     # --out, is made by rank 0.
-    checkpoints = cli_args.checkpoint_dir(args, Path(args.out) if args.out else None)
-    named = bool(the_plan.round_trips and (args.checkpoint_dir or args.out))
+    checkpoints = cli_args.checkpoint_dir(args, out_folder)
+    named = bool(the_plan.round_trips and (args.checkpoint_dir or out_folder))
     made = named and cli_args.prepare_checkpoint_dir(args, checkpoints)
     if importlib.util.find_spec("torch") is None:
         if made:
@@ -175,7 +183,7 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
             folders.remove_if_empty(checkpoints)
         raise errors.CouldNotRun("--ray needs ray, which is not installed here: run it in an app image (verl's "
                                  "images carry ray), or drop --ray")
-    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="smoke-out-"))
+    out = out_folder or Path(tempfile.mkdtemp(prefix="smoke-out-"))
     print(layouts.render_plan(the_plan), flush=True)
     state = Path(tempfile.mkdtemp(prefix="smoke-state-"))
     env = dict(os.environ)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from mcore_images import __main__ as entry_point
 from mcore_images import cli
 from mcore_images.catalogue import stacks
 from mcore_images.resolve.plan import make_plan
@@ -52,8 +53,58 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     lines = err.strip().splitlines()
-    assert proc.returncode == cli.INTERRUPTED and len(lines) == 1 and lines[0].startswith("interrupted"), err
+    assert proc.returncode == entry_point.INTERRUPTED and len(lines) == 1 and lines[0].startswith("interrupted"), err
     assert "Traceback" not in err and not list((root / "env" / "locks").rglob("*.new"))
+
+
+ENTRIES = {"python -m mcore_images": ["-m", "mcore_images"],
+           "the mcore-images script": ["-c", "import sys; from mcore_images.__main__ import main; sys.exit(main())"]}
+"""How the tool starts: ``-m``, and what pyproject's entry point (``mcore_images.__main__:main``) runs."""
+
+
+def interrupted_while_importing(entry: list[str], command: list[str], delay: float) -> tuple[int | None, str]:
+    """Start the tool, wait until it runs its own code (its first module of the tool imported, as ``-X importtime``
+    reports), wait ``delay`` more, send SIGINT; (exit code, stderr without the import times), or (None, …) when it
+    had finished before the signal was due."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.Popen([sys.executable, "-X", "importtime", *entry, *command], env=env, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:  # import times arrive as each import finishes
+        lines.append(line)
+        if line.split("|")[-1].strip() == "mcore_images.errors":  # the tool's own code runs from here
+            break
+    time.sleep(delay)
+    running = proc.poll() is None
+    if running:
+        proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    proc.wait(timeout=60)
+    said = "".join(line for line in [*lines, *rest.splitlines(keepends=True)] if not line.startswith("import time:"))
+    return (proc.returncode if running else None), said
+
+
+@pytest.mark.parametrize("entry", list(ENTRIES))
+@pytest.mark.parametrize("command", [["plan"], ["lock", "--check"]], ids=["plan", "lock --check"])
+def test_ctrl_c_while_the_tool_imports_is_one_line_and_exit_130(entry: str, command: list[str]) -> None:
+    """Before: Ctrl-C within the first quarter second of `plan` or `lock --check` (its imports: every package of the
+    tool) ended in `Traceback … KeyboardInterrupt`. The signal comes at several moments from there on, the first
+    at once: each is the CLI's one line and exit 130, or the command had finished (exit 0) before it came."""
+    landed = 0
+    for delay in (0.0, 0.01, 0.05, 0.1, 0.2, 0.3):
+        code, said = interrupted_while_importing(ENTRIES[entry], command, delay)
+        if code is None:
+            continue
+        landed += 1
+        assert code == entry_point.INTERRUPTED and said.strip().splitlines() == [entry_point.INTERRUPTED_LINE], \
+            f"SIGINT {delay} s after its first import: exit {code}\n{said}"
+    assert landed, "every run had finished before its signal: none was interrupted"
+
+
+def test_the_installed_command_starts_where_ctrl_c_is_handled_first() -> None:
+    text = (ROOT / "pyproject.toml").read_text()
+    assert 'mcore-images = "mcore_images.__main__:main"' in text
 
 
 def generated(count: int) -> tuple[dict[str, stacks.Stack], dict[str, str]]:

@@ -217,3 +217,15 @@ def test_a_file_output_is_created_replaced_only_when_its_own_and_keeps_its_mode(
     assert oct(path.stat().st_mode & 0o777) == "0o640" and os.listdir(path.parent) == ["t.json"]
     with pytest.raises(InputError, match="was written by `mcore-images build-timing`"):
         create_only.claim_file(path, "report")
+
+
+def test_a_program_that_marked_the_work_folder_does_not_make_the_marker_list_itself(tmp_path: Path) -> None:
+    """certify runs the smoke into its work folder, and the smoke now marks the folders it fills: the certify
+    marker must list what was written, not the smoke's marker, or the next certify into it is refused."""
+    site = tmp_path / "cert"
+    for _ in range(2):
+        with create_only.writing(create_only.claim(site, "certify")) as work, \
+                create_only.filled(create_only.claim(work, "smoke")) as filled:
+            (filled / "certificate.json").write_text("{}")
+    marker = json.loads((site / create_only.MARKER).read_text())
+    assert marker["command"] == "certify" and marker["entries"] == ["certificate.json"]

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import SOURCE_TREE
+from mcore_images import SOURCE_TREE, create_only
+from mcore_images.errors import InputError
+from mcore_images.options import OneLineParser, number
 from mcore_images.smoke.bench import data as bench_data
 from mcore_images.smoke.bench import gate as bench_gate
 from mcore_images.smoke.bench import model as bench_model
@@ -43,12 +45,17 @@ def default_baselines() -> Path:
     """env/bench-baselines.json of $MCORE_IMAGES_ROOT (images set it), else of the checkout holding smoke/."""
     root = os.environ.get("MCORE_IMAGES_ROOT") or SOURCE_TREE
     return Path(root) / "env" / "bench-baselines.json"
+COULD_NOT_RUN = "bench: could not run: "
+"""How every line the bench refuses to run with begins."""
+OUTPUT_OWNER = "bench"
+"""The command the --out folder's marker names (create_only.py): the wrapper's, `mcore-images bench`."""
 PROFILED_STEPS = 2
 FORMULA = "6·N·T + 12·L·h·s·T + 6·h·V·T (N: active matmul parameters of the layers; no causal halving)"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mcore_images.smoke.bench", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="python -m mcore_images.smoke.bench", description=__doc__.split("\n\n")[0],
+                      prefix=COULD_NOT_RUN)
     p.add_argument("--configs", default=",".join(bench_model.DEFAULT_CONFIGS),
                    help=f"comma-separated, of: {', '.join(bench_model.CONFIGS)}")
     p.add_argument("--specs", default="auto", help="auto (local, plus te when TE imports), local, te, or local,te")
@@ -80,14 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "and ungated)")
     p.add_argument("--baselines", default=None,
                    help="baselines file (default: env/bench-baselines.json of $MCORE_IMAGES_ROOT or of this checkout)")
-    p.add_argument("--max-drop-pct", type=float, default=None,
+    p.add_argument("--max-drop-pct", type=number(*bench_gate.MAX_DROP_RANGE, example="5"), default=None,
                    help=f"fail when TFLOP/s drops more than this %% below the baseline "
                         f"(default: the file's, else {bench_gate.DEFAULT_MAX_DROP_PCT:g})")
     p.add_argument("--out", help="folder for bench.json and bench.md")
     p.add_argument("--certificate", metavar="DIR", help="a smoke certificate folder to add the bench section to")
     p.add_argument("--seed", type=int, default=seeds.DEFAULT_SEED,
                    help="base seed of megatron's initialisation and the training tokens (the same for every row)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds before a collective gives up")
+    p.add_argument("--timeout", type=number(0, above=True, example="600"), default=600.0,
+                   help="seconds before a collective gives up")
     p.add_argument("--write-baselines", metavar="PATH",
                    help="store this run's results as baselines in PATH (merged; existing keys replaced)")
     p.add_argument("--cpu", action="store_true", help="gloo on CPU, fp32 (tests of this code; no numbers)")
@@ -136,6 +144,8 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
             args.baseline_data = bench_gate.load_baselines(Path(args.baselines))
         except ValueError as exc:
             raise errors.CouldNotRun(f"{exc}: fix the file or pass another --baselines") from exc
+    if args.out:  # the wrapper's rule (`mcore-images bench --out`): a new or empty folder, or one the bench wrote;
+        create_only.claim(Path(args.out), OUTPUT_OWNER)  # judged now, claimed again when the results are written
     if args.certificate and not (Path(args.certificate) / "certificate.json").is_file():
         raise errors.CouldNotRun(f"{args.certificate}/certificate.json not found: run `python -m mcore_images.smoke "
                                  f"--out {args.certificate}` first, or drop --certificate")
@@ -440,10 +450,9 @@ def write_outputs(bench: dict[str, Any], args: argparse.Namespace) -> None:
     text = bench_gate.render_markdown(bench)
     print(text, flush=True)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "bench.json").write_text(json.dumps(bench, indent=2, default=str) + "\n")
-        (out / "bench.md").write_text(text)
+        with create_only.filled(create_only.claim(Path(args.out), OUTPUT_OWNER)) as out:
+            (out / "bench.json").write_text(json.dumps(bench, indent=2, default=str) + "\n")
+            (out / "bench.md").write_text(text)
     if args.certificate:
         from mcore_images.smoke import certificate
 
@@ -465,8 +474,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             return dry_run(args)
         rank, bench = measure(args)
-    except errors.CouldNotRun as exc:
-        print(f"bench: could not run: {exc}", file=sys.stderr)
+    except (errors.CouldNotRun, InputError) as exc:
+        print(f"{COULD_NOT_RUN}{exc}", file=sys.stderr)
         return errors.COULD_NOT_RUN
     if rank == 0:
         write_outputs(bench, args)

@@ -24,13 +24,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mcore_images import SOURCE_TREE, schemas
+from mcore_images import SOURCE_TREE, options, schemas
 from mcore_images.catalogue import components
 from mcore_images.smoke.kit import envinfo
 
 SCHEMA = schemas.BENCH_BASELINES
 RESULT_SCHEMA = schemas.BENCH
 DEFAULT_MAX_DROP_PCT = 5.0
+MAX_DROP_RANGE = (0.0, 100.0)
+"""The drops a gate may allow, in percent: 0 (no drop at all) to 100 (any speed above zero)."""
 SHAPE_FIELDS = ("micro_batch", "micro_batches", "seq")
 """What a step is made of: rows of another shape time other work, so a baseline applies to its own shape only."""
 KEY_FIELDS = ("gpu", "stack", "config", "spec", "variant", "precision", "world_size", *SHAPE_FIELDS)
@@ -100,11 +102,20 @@ def load_baselines(path: Path) -> dict[str, Any]:
             raise ValueError(f"{path}: baselines[{i}] lacks {', '.join(missing)}")
         if not isinstance(entry[GATED_METRIC], int | float) or entry[GATED_METRIC] <= 0:
             raise ValueError(f"{path}: baselines[{i}].{GATED_METRIC} must be a positive number")
+    if "max_drop_pct" in data and (problem := _drop_problem(data["max_drop_pct"])):
+        raise ValueError(f"{path}: max_drop_pct {problem}")
     keys = [tuple(e[k] for k in KEY_FIELDS) for e in data["baselines"]]
     dupes = {k for k in keys if keys.count(k) > 1}
     if dupes:
         raise ValueError(f"{path}: more than one baseline for {sorted(dupes)[0]}")
     return data
+
+
+def _drop_problem(value: object) -> str | None:
+    """Why a file's max_drop_pct is not a percentage the gate can judge with (None: it is one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{value!r} is not a number: give one from {MAX_DROP_RANGE[0]:g} to {MAX_DROP_RANGE[1]:g}"
+    return options.problem(float(value), *MAX_DROP_RANGE)
 
 
 def shape(entry: dict[str, Any]) -> str:

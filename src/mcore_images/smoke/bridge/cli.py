@@ -22,13 +22,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mcore_images import create_only
+from mcore_images.errors import InputError
+from mcore_images.options import OneLineParser, number
 from mcore_images.smoke.bridge import spec
 from mcore_images.smoke.kit import errors, numerics, seeds
 
+COULD_NOT_RUN = "smoke.bridge: could not run: "
+"""How every line the bridge check refuses to run with begins."""
+OUTPUT_OWNER = "bridge"
+"""The command the --out folder's marker names (create_only.py): the wrapper's, `mcore-images bridge`."""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m mcore_images.smoke.bridge",
+    parser = OneLineParser(
+        prog="python -m mcore_images.smoke.bridge", prefix=COULD_NOT_RUN,
         description="Check the HF <-> Megatron-Core bridge(s) of this environment on tiny local models: exact "
         "weight round trip, logits vs transformers, forward-backward. JSON on stdout. "
         "Exit 0 passed, 1 failed, 2 could not run.",
@@ -48,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: TF32 off, fp32's tolerance)")
     parser.add_argument("--seed", type=int, default=seeds.DEFAULT_SEED,
                         help="base seed of the random weights and tokens")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds before a collective gives up")
+    parser.add_argument("--timeout", type=number(0, above=True, example="120"), default=120.0,
+                        help="seconds before a collective gives up")
     parser.add_argument("--out", metavar="DIR", help="also write DIR/bridge.json")
     parser.add_argument("--certificate", metavar="DIR",
                         help="a smoke certificate folder: add the report as the 'bridge' section of its "
@@ -142,8 +151,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--hf-config {args.hf_config} does not exist: give a config.json or its folder")
         if problem := seeds.seed_problem(args.seed):
             raise ValueError(problem)
-    except ValueError as exc:
-        print(f"smoke.bridge: could not run: {exc}", file=sys.stderr)
+        if args.out:  # the wrapper's rule (`mcore-images bridge --out`): a new or empty folder, or one it wrote
+            create_only.claim(Path(args.out), OUTPUT_OWNER)  # judged now, claimed again when the report is written
+    except (ValueError, InputError) as exc:
+        print(f"{COULD_NOT_RUN}{exc}", file=sys.stderr)
         return 2
     args.dtype = args.dtype or ("fp32" if args.cpu else "bf16")
     maths = numerics.settle(args.dtype, "cpu" if args.cpu else "cuda", args.allow_tf32)
@@ -173,11 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     report["status"], report["exit_code"] = spec.overall(report["architectures"], report["error"])
     report["seconds"] = round(time.perf_counter() - start, 2)
     if report["error"]:
-        print(f"smoke.bridge: could not run: {report['error']}", file=sys.stderr)
+        print(f"{COULD_NOT_RUN}{report['error']}", file=sys.stderr)
     text = json.dumps(report, indent=2, default=str)
     if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "bridge.json").write_text(text + "\n")
+        try:
+            with create_only.filled(create_only.claim(Path(args.out), OUTPUT_OWNER)) as out:
+                (out / "bridge.json").write_text(text + "\n")
+        except InputError as exc:
+            print(f"smoke.bridge: could not write --out: {exc}", file=sys.stderr)
+            report["exit_code"] = max(report["exit_code"], 2)
     if args.certificate:
         try:
             _attach_to_certificate(Path(args.certificate), report)

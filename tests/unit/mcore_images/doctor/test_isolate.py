@@ -176,8 +176,10 @@ def test_isolate_runs_every_check_in_a_fresh_worker(capsys: pytest.CaptureFixtur
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    (["--timeout", "0"], "--timeout 0 is not a positive number of seconds"),
-    (["--timeout", "soon"], "invalid float value"),
+    (["--timeout", "0"], "argument --timeout: 0 is out of range: give a number greater than 0, e.g. 120"),
+    (["--timeout", "soon"], "argument --timeout: 'soon' is not a number"),
+    (["--timeout", "inf"], "argument --timeout: inf is not a finite number"),  # before: accepted
+    (["--timeout", "nan"], "argument --timeout: nan is not a finite number"),
     (["--in-process", "--isolate"], "not allowed with argument"),
 ])
 def test_bad_run_options_are_one_line(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,7 @@ one line and exit 2, and nothing is asked of oras or cosign."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ def no_tools(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
         path = tmp_path / tool
         path.write_text(f"#!/bin/sh\necho {tool} \"$@\" >> {log}\nexit 1\n")
         path.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     return log
 
 
@@ -49,3 +50,56 @@ def test_kms_references_and_pem_files_pass(tmp_path: Path) -> None:
     pem.write_text("-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n")
     assert registry.key_problem(str(pem)) is None
     assert registry.key_problem("awskms:///arn:aws:kms:us-east-1:1:key/abc") is None
+
+
+PUBLIC = "-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n"
+PRIVATE = "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\neyJr\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n"
+
+
+@pytest.mark.parametrize(("argv", "wants_private"), [
+    (["verify", IMAGE, "--policy", "ci", "--key"], False),
+    (["promote", IMAGE, "--stack", "debian", "--policy", "ci", "--key"], False),
+    (["ledger", "127.0.0.1:5999/mcore-images", "--key"], False),
+    (["attach", IMAGE, "--certificate", ".", "--key"], True),
+    (["promote", IMAGE, "--stack", "debian", "--policy", "ci", "--key", "PUB", "--execute", "--sign-key"], True),
+    (["ledger", "127.0.0.1:5999/mcore-images", "--key", "PUB", "--refresh"], True),
+])
+def test_the_wrong_half_of_the_key_pair_is_refused_naming_the_right_one(argv: list[str], wants_private: bool,
+                                                                        tmp_path: Path, no_tools: Path,
+                                                                        capsys: pytest.CaptureFixture) -> None:
+    """Before: `verify REF --key cosign.key` (the private key) passed the key check and went to the registry."""
+    (tmp_path / "cosign.pub").write_text(PUBLIC)
+    (tmp_path / "cosign.key").write_text(PRIVATE)
+    wrong = tmp_path / ("cosign.pub" if wants_private else "cosign.key")
+    argv = [str(tmp_path / "cosign.pub") if a == "PUB" else a for a in argv]
+    assert cli.main([*argv, str(wrong)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    fix = "give the private half of the pair, cosign.key" if wants_private else "give its public half, cosign.pub"
+    assert len(err) == 1 and f"{wrong} is a {'PEM PUBLIC KEY, not a private key' if wants_private else 'private key'}" \
+        in err[0] and fix in err[0], err
+    assert not no_tools.exists(), no_tools.read_text()
+
+
+@pytest.mark.parametrize(("path", "kind"), [("/dev/zero", "a character device"), ("/dev/null", "a character device"),
+                                            ("fifo", "a pipe")])
+def test_a_key_that_is_not_a_regular_file_is_named_as_such(path: str, kind: str, tmp_path: Path, no_tools: Path,
+                                                            capsys: pytest.CaptureFixture) -> None:
+    """Before: `verify REF --key /dev/zero` said "does not exist". Nothing is read from it (a pipe would block)."""
+    if path == "fifo":
+        path = str(tmp_path / "fifo")
+        os.mkfifo(path)
+    assert cli.main(["verify", IMAGE, "--policy", "ci", "--key", path]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --key {path} is {kind}, not a regular file: give the cosign public key (cosign.pub, from "
+                   "cosign generate-key-pair) or a KMS URI (awskms://…)"], err
+    assert not no_tools.exists()
+
+
+def test_each_half_passes_where_it_belongs(tmp_path: Path) -> None:
+    (tmp_path / "cosign.pub").write_text(PUBLIC)
+    (tmp_path / "cosign.key").write_text(PRIVATE)
+    assert registry.key_problem(str(tmp_path / "cosign.pub")) is None
+    assert registry.key_problem(str(tmp_path / "cosign.key"), "--sign-key", private=True) is None
+    (tmp_path / "cert.pem").write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    assert "is a PEM CERTIFICATE, not a public key" in str(registry.key_problem(str(tmp_path / "cert.pem")))
+

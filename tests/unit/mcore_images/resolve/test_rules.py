@@ -75,6 +75,24 @@ def test_bad_input_breaks_its_rule(stacks: dict[str, Stack], rule_id: str, stack
     assert "\n" not in line and "fix:" in line
 
 
+@pytest.mark.parametrize(("stack_name", "entry", "said"), [
+    ("ngc", "vllm", "substitutes names 'vllm', which stands in for nothing: the stack carries no vLLM"),
+    ("cuda", "megatron-brige", "substitutes names 'megatron-brige', which stands in for nothing: no component of the "
+     "catalogue is 'megatron-brige'"),
+    ("cuda", "torch", "substitutes names 'torch', which stands in for nothing: verl 0.9.1 admits torch 2.11.0, or PyPI "
+     "has the release it names"),
+    ("debian", "torch", "substitutes names torch, but the stack has no verl, whose requirements they stand in for"),
+])
+def test_a_substitute_that_stands_in_for_nothing_breaks_the_verl_rule(stacks: dict[str, Stack], stack_name: str,
+                                                                      entry: str, said: str) -> None:
+    """Before: a substitutes entry naming a package the stack does not have passed plan, validate and build."""
+    stack = stacks[stack_name]
+    assert "verl-requirements" not in {v.rule for v in rules.check(stack)}
+    broken = [v for v in rules.check(variant(stack, substitutes={**stack.substitutes, entry: "why"}))
+              if v.rule == "verl-requirements"]
+    assert [v.message for v in broken] == [said] and "fix: drop" in str(broken[0])
+
+
 def test_mbridge_boundary_is_measured_release(stacks: dict[str, Stack]) -> None:
     ok = variant(stacks["debian"], mcore="0.16.1", mbridge="0.15.1")
     assert not [v for v in rules.check(ok) if v.rule == "mbridge-mcore"]

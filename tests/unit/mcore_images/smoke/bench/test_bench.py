@@ -186,6 +186,10 @@ def write(tmp_path: Path, data: Any) -> Path:
     (lambda d: d["baselines"][0].pop("stack"), "lacks stack"),
     (lambda d: d["baselines"][0].update(tflops_per_gpu=0), "positive number"),
     (lambda d: d["baselines"].append(dict(d["baselines"][0])), "more than one baseline"),
+    (lambda d: d.update(max_drop_pct=float("nan")), "max_drop_pct nan is not a finite number: give a number from 0 "
+     "to 100"),
+    (lambda d: d.update(max_drop_pct=-5), "max_drop_pct -5 is out of range: give a number from 0 to 100"),
+    (lambda d: d.update(max_drop_pct="5"), "max_drop_pct '5' is not a number"),
 ])
 def test_malformed_baselines_are_rejected(tmp_path: Path, mutate: Any, message: str) -> None:
     data = baselines()
@@ -362,6 +366,14 @@ def test_dry_run_prints_the_flops_without_torch() -> None:
     (["--cert", "/nonexistent"], "certificate.json not found"),
     (["--seed", "-1"], "--seed -1 is out of range: give 0 … 4294967295"),
     (["--variants", "fusions,fusions+drop-pad"], "needs the alltoall MoE dispatcher: add --dispatcher alltoall"),
+    # Before: accepted; with nan a regressed row read "## Bench: PASSED … passed (-100.0 %)", exit 0.
+    (["--max-drop-pct", "nan"], "argument --max-drop-pct: nan is not a finite number: give a number from 0 to 100, "
+     "e.g. 5"),
+    (["--max-drop-pct", "inf"], "argument --max-drop-pct: inf is not a finite number"),
+    (["--max-drop-pct", "-5"], "argument --max-drop-pct: -5 is out of range: give a number from 0 to 100, e.g. 5"),
+    (["--max-drop-pct", "101"], "argument --max-drop-pct: 101 is out of range"),
+    (["--timeout", "nan"], "argument --timeout: nan is not a finite number: give a number greater than 0, e.g. 600"),
+    (["--timeout", "0"], "argument --timeout: 0 is out of range"),
 ])
 def test_bad_flags_are_one_line_and_exit_2(args: list[str], message: str) -> None:
     out = bench(*args, "--dry-run")

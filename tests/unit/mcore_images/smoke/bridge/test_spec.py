@@ -294,6 +294,17 @@ def test_a_seed_out_of_range_exits_2_with_one_line() -> None:
                                                "4294967295"]
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_a_timeout_that_is_no_number_of_seconds_exits_2_with_one_line(value: str) -> None:
+    """Before: --timeout nan or -1 was taken, and reached torch.distributed's process group as its timeout."""
+    out = run_bridge("--timeout", value, "--dry-run")
+    why = "not a finite number" if value in ("nan", "inf") else "out of range"
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        f"smoke.bridge: could not run: argument --timeout: {value} is {why}: give a number greater than 0, e.g. 120; "
+        "see `python -m mcore_images.smoke.bridge --help`"]
+
+
 def test_the_report_records_the_catalogues_packages_and_the_hf_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     installed = {"torch": "2.9.0", "megatron-core": "0.16.1", "mbridge": "0.15.1", "transformers": "4.57.1"}
 
