@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.example.conftest import build_job
+from tests.example.conftest import JOB_DIR, build_job
 
 ARGS = ["--config", "config.toml", "--cpu", "--steps", "12"]
 

@@ -70,5 +70,5 @@ def test_files_without_a_checkpoint_stop_the_job(train: ModuleType, tmp_path: Pa
 def test_latest_naming_a_folder_without_train_state_stops_the_job(train: ModuleType, tmp_path: Path) -> None:
     (tmp_path / "iter_0000004").mkdir()
     (tmp_path / "latest").write_text("iter_0000004")
-    with pytest.raises(train.NothingToResume, match="iter_0000004 has no train_state.json: not a checkpoint"):
+    with pytest.raises(train.NothingToResume, match=r"iter_0000004 has no train_state\.json: not a checkpoint"):
         train.to_load(tmp_path)
