@@ -285,8 +285,8 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError(f"{exc}; give a repository such as ghcr.io/acme/mcore-images") from None
     if parsed.repository != args.repository:
         raise InputError(f"{args.repository!r} is not a repository: give it without a tag or digest")
-    for option, key in (("--key", args.key), ("--refresh", args.refresh)):
-        if key and (problem := registry.key_problem(key, option)):
+    for option, key, signing in (("--key", args.key, False), ("--refresh", args.refresh, True)):
+        if key and (problem := registry.key_problem(key, option, signing)):
             raise InputError(problem)
     now = dt.datetime.now(dt.timezone.utc)
     if args.refresh:

@@ -62,7 +62,7 @@ def attach(image_ref: str, folder: Path, key: str, run: Runner | None = None) ->
     certificate also gets the image digest itself signed, naming it (stock `cosign verify REPO@DIGEST`)."""
     kwargs = {"run": run} if run else {}
     image = by_digest(image_ref)
-    if problem := registry.key_problem(key):
+    if problem := registry.key_problem(key, signing=True):
         raise InputError(problem)
     path = folder / "certificate.json"
     cert = policy.load_certificate(path)
@@ -230,7 +230,7 @@ def _promote(args: argparse.Namespace) -> int:
     if args.execute and not args.sign_key:
         raise InputError("promote --execute records where the tags point in the signed release ledger: give "
                          "--sign-key (the private key `attach` signs with; --key is its public half)")
-    if args.sign_key and (problem := registry.key_problem(args.sign_key, "--sign-key")):
+    if args.sign_key and (problem := registry.key_problem(args.sign_key, "--sign-key", signing=True)):
         raise InputError(problem)
     promotion = plan(args.image, args.stack, args.key, policy.load_policy(args.policy, args.policy_file), args.layer,
                      allow_rollback=args.allow_rollback)

@@ -64,21 +64,29 @@ KMS_SCHEMES = ("awskms://", "gcpkms://", "azurekms://", "hashivault://", "k8s://
 be a key file here."""
 
 
-def key_problem(key: str, option: str = "--key") -> str | None:
+PUBLISHER = 'README.md, "Get an image"'
+"""Where a user finds whose key signed the images and where it is published (the one place that says so)."""
+
+
+def key_problem(key: str, option: str = "--key", signing: bool = False) -> str | None:
     """Why a cosign key cannot be used, checked before any registry call: a file that is missing, not a
-    file, unreadable or not PEM; None for a readable key file or a KMS reference."""
+    file, unreadable or not PEM; None for a readable key file or a KMS reference. ``signing``: the private key a
+    release signs with (made by `cosign generate-key-pair`); else the public key a signature is checked with, which
+    a user gets from whoever signed the image, never makes."""
     if key.startswith(KMS_SCHEMES):
         return None
     path = Path(key)
+    fix = ("give the cosign key file (cosign generate-key-pair) or a KMS URI (awskms://…)" if signing else
+           f"give the public key of whoever signed the image (its publisher's cosign.pub; {PUBLISHER} says where "
+           "this project's is) or a KMS URI (awskms://…)")
     if not path.is_file():
-        what = "is a folder" if path.is_dir() else "does not exist"
-        return f"{option} {key} {what}: give the cosign key file (cosign generate-key-pair) or a KMS URI (awskms://…)"
+        return f"{option} {key} {'is a folder' if path.is_dir() else 'does not exist'}: {fix}"
     try:
         head = path.read_bytes()[:4096]
     except OSError as exc:
         return f"{option} {key} cannot be read ({exc.strerror}): fix its permissions or give another key"
     if b"-----BEGIN " not in head:
-        return f"{option} {key} is not a PEM key: give the cosign.pub / cosign.key that cosign generate-key-pair wrote"
+        return f"{option} {key} is not a PEM key: {fix}"
     return None
 
 

@@ -49,3 +49,21 @@ def test_kms_references_and_pem_files_pass(tmp_path: Path) -> None:
     pem.write_text("-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n")
     assert registry.key_problem(str(pem)) is None
     assert registry.key_problem("awskms:///arn:aws:kms:us-east-1:1:key/abc") is None
+
+
+@pytest.mark.parametrize(("argv", "signing"), [
+    (["verify", IMAGE, "--policy", "ci"], False),
+    (["promote", IMAGE, "--stack", "debian", "--policy", "ci"], False),
+    (["attach", IMAGE, "--certificate", "."], True),
+])
+def test_a_missing_public_key_names_its_publisher_and_a_missing_signing_key_how_to_make_one(
+        argv: list[str], signing: bool, tmp_path: Path, no_tools: Path, capsys: pytest.CaptureFixture) -> None:
+    """Before: verify told a user without the key to run `cosign generate-key-pair`, which makes a key that no
+    published image is signed with; the public key comes from whoever signed the image."""
+    assert cli.main([*argv, "--key", str(tmp_path / "cosign.pub")]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    if signing:
+        assert "cosign generate-key-pair" in err, err
+    else:
+        assert "generate-key-pair" not in err and "the public key of whoever signed the image" in err, err
+        assert registry.PUBLISHER in err, err
