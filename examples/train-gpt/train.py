@@ -187,6 +187,14 @@ def train(args: argparse.Namespace) -> int:
     problem = layout_problem(args, world)
     if problem:
         fail(problem, say=rank == 0)
+    resume = None
+    if args.load:
+        try:
+            resume = to_load(Path(args.load))  # the same on every rank
+        except NothingToResume as exc:
+            fail(str(exc), say=rank == 0)
+        if resume is None and rank == 0:
+            print(f"--load {args.load}: no checkpoint there yet, starting from step 0", flush=True)
     held = claim_outputs(args, rank, world)  # the --save folder stays this job's while `held` lives
     if args.save and args.async_save:
         AT_EXIT.append(checkpointing.writer_outlives_sigterm())
@@ -194,21 +202,14 @@ def train(args: argparse.Namespace) -> int:
     models, config = build(args)
     chunks, opt = bootstrap.wrap(models, config, dist_opt=not args.cpu, cpu=args.cpu, lr=args.lr)
     step = 0
-    if args.load:
-        folder = Path(args.load)
-        latest = folder / "latest"
-        if latest.is_file():
-            folder = folder / latest.read_text().strip()
-        if not (folder / "train_state.json").is_file():  # the same on every rank
-            fail(f"{folder} has no train_state.json: not a checkpoint this script saved (pass the --save folder "
-                 "of an earlier run)", say=rank == 0)
+    if resume is not None:
         try:
-            checkpointing.load(models, opt, folder, agree=lambda problem: agreed(problem, rank, world))
+            checkpointing.load(models, opt, resume, agree=lambda problem: agreed(problem, rank, world))
         except checkpointing.CheckpointError as exc:
             fail(str(exc))
-        step = json.loads((folder / "train_state.json").read_text())["step"]
+        step = json.loads((resume / "train_state.json").read_text())["step"]
         if rank == 0:
-            print(f"resumed from {folder} at step {step}", flush=True)
+            print(f"resumed from {resume} at step {step}", flush=True)
     dp_rank, dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
     log = held.get("log")
     saves = Checkpoints(Path(args.save), args, rank, device, models, opt) if args.save else None
@@ -243,6 +244,38 @@ def train(args: argparse.Namespace) -> int:
     torch.distributed.barrier()
     bootstrap.teardown()
     return 0
+
+
+class NothingToResume(Exception):
+    """A --load folder with files but no checkpoint this script can resume from; str() is one line with the fix."""
+
+
+def to_load(folder: Path) -> Path | None:
+    """The checkpoint ``--load`` names: the folder itself when it is one, else the one ``folder/latest`` names. None
+    when the folder holds no checkpoint yet (missing, or empty but for this job's lock and write probes), so a first
+    run with ``--save DIR --load DIR`` starts from step 0, as Megatron-LM's does. Anything else raises
+    NothingToResume: a folder with files in it but no checkpoint is not silently trained over."""
+    from mcore_images.smoke.kit import folders
+
+    if (folder / "train_state.json").is_file():
+        return folder
+    latest = folder / "latest"
+    if latest.is_file():
+        named = folder / latest.read_text().strip()
+        if (named / "train_state.json").is_file():
+            return named
+        raise NothingToResume(f"{named} has no train_state.json: not a checkpoint this script saved (pass the --save "
+                              "folder of an earlier run)")
+    if not folder.exists():
+        return None
+    if not folder.is_dir():
+        raise NothingToResume(f"--load {folder} is not a folder: pass the --save folder of an earlier run")
+    held = sorted(p.name for p in folder.iterdir() if not folders.own_files(p.name))
+    if not held:
+        return None
+    listed = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+    raise NothingToResume(f"--load {folder} holds {listed} but no complete checkpoint (no latest): pass the --save "
+                          "folder of an earlier run, or an empty folder to start from step 0")
 
 
 def anyone(flag: bool, device: Any) -> bool:

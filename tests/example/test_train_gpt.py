@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.example.conftest import build_job
+from tests.example.conftest import JOB_DIR, build_job
 
 ARGS = ["--config", "config.toml", "--cpu", "--steps", "12"]
 
@@ -123,6 +123,41 @@ def test_the_resumed_run_continues_the_uninterrupted_curve_in_another_layout(
     # fp32 on CPU: tp2 and pp2 sum in different orders, nothing more
     assert max(r for *_, r in rows) <= 1e-5
     assert uninterrupted[12] < uninterrupted[1]
+
+
+def readme_cpu_line(job: str) -> str:
+    """The README's CPU launch line as written, with the job image built here in place of `train-gpt`."""
+    text = (JOB_DIR / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", text[text.index("<!-- cpu-line:"):], re.S)
+    assert block, "examples/train-gpt/README.md lost its CPU launch line"
+    line, count = re.subn(r"\btrain-gpt(?= torchrun)", job, block.group(1))
+    assert count == 1, block.group(1)
+    return line
+
+
+def test_the_readme_line_starts_on_an_empty_folder_and_resumes_on_its_own_checkpoint(job: str,
+                                                                                      tmp_path: Path) -> None:
+    """Before: every launch line passes --save DIR --load DIR, and its first run stopped at once, "/out/ckpt has no
+    train_state.json"."""
+    line = readme_cpu_line(job)
+    first = subprocess.run(["bash", "-euc", line], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                           check=False)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "--load /out/ckpt: no checkpoint there yet, starting from step 0" in first.stdout, first.stdout[-2000:]
+    saved = (tmp_path / "out" / "ckpt" / "latest").read_text().strip()
+    again = subprocess.run(["bash", "-euc", line], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                           check=False)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"resumed from /out/ckpt/{saved} at step" in again.stdout, again.stdout[-2000:]
+
+
+def test_a_load_folder_with_files_but_no_checkpoint_is_refused_before_a_step(job: str, tmp_path: Path) -> None:
+    """What a first save that never completed leaves (its folder, no `latest`) is not trained over."""
+    (tmp_path / "ckpt" / "iter_0000004").mkdir(parents=True)
+    done = torchrun(job, tmp_path, "--tp", "2", "--save", "/out/ckpt", "--load", "/out/ckpt")
+    assert refused(done) == ("train-gpt: --load /out/ckpt holds iter_0000004 but no complete checkpoint (no latest): "
+                             "pass the --save folder of an earlier run, or an empty folder to start from step 0")
+    assert "step " not in done.stdout, done.stdout[-2000:]  # nothing trained, nothing loaded
 
 
 def refused(done: subprocess.CompletedProcess[str]) -> str:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -25,18 +27,49 @@ def readme_commands() -> list[str]:
     return [line for line in block.group(1).splitlines() if line.strip() and not line.startswith("#")]
 
 
+def fresh_clone(dest: Path) -> Path:
+    """This checkout's files as a fresh clone holds them (tracked, and new ones not ignored; links kept as links):
+    nothing an earlier build left, such as setuptools' build/lib, which `pip wheel .` would pack again."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            check=True, capture_output=True, text=True).stdout.split("\0")
+    for name in filter(None, listed):
+        source, copy = ROOT / name, dest / name
+        if not source.is_symlink() and not source.exists():  # deleted in the work tree, not yet in git
+            continue
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            copy.symlink_to(os.readlink(source))
+        else:
+            shutil.copy2(source, copy)
+    return dest
+
+
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv holding the wheel of this checkout and what the wheel declares, nothing else."""
-    wheels, where = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("venv") / "v"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(ROOT)],
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel of this checkout, as `pip wheel .` builds it in a fresh clone."""
+    wheels, tree = tmp_path_factory.mktemp("wheel"), fresh_clone(tmp_path_factory.mktemp("clone"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(tree)],
                    check=True, capture_output=True, timeout=600)
+    return next(wheels.glob("mcore_images-*.whl"))
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv holding the wheel of this checkout and what the wheel declares, nothing else."""
+    where = tmp_path_factory.mktemp("venv") / "v"
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=300)
-    wheel = next(wheels.glob("mcore_images-*.whl"))
     done = subprocess.run([str(where / "bin" / "pip"), "install", "-q", str(wheel)], capture_output=True, text=True,
                           timeout=900, env={k: v for k, v in os.environ.items() if not k.startswith("PIP_CONSTRAINT")})
     assert done.returncode == 0, done.stderr[-2000:]
     return where
+
+
+def test_the_wheel_installs_our_namespace_alone(wheel: Path) -> None:
+    """Before: a top-level `smoke` folder (the old entry points) went into every environment the wheel was
+    installed in, beside the user's own packages."""
+    with zipfile.ZipFile(wheel) as archive:
+        tops = {name.split("/")[0] for name in archive.namelist()}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"mcore_images"}, sorted(tops)
 
 
 @pytest.mark.parametrize("command", readme_commands())
@@ -52,3 +85,5 @@ def test_a_readme_command_runs_from_an_empty_folder(command: str, venv: Path, tm
         assert not list(tmp_path.iterdir()), "a dry run wrote into the folder it ran in"
     if "run " in command and "--print" in command:
         assert "--gpus '\"device=0,1\"'" in said, said  # docker's own CSV parse needs the device list quoted
+    if "kube-manifest" in command:  # the Job the wheel ships, with the image given (before: FileNotFoundError)
+        assert re.search(r"^\s+image: mcore-images:runtime-debian$", done.stdout, re.M), said[-2000:]

@@ -12,7 +12,9 @@ A region sits between two marker lines in its file and is rendered from the one 
 - docker-bake.hcl, the ``GPU_ARCHS`` variable its ``io.mcore-images.gpus`` label is computed from: from the GPU
   architecture table (gpu_archs.py);
 - docker-bake.hcl, the ``PLATFORMS`` variable its per-platform contexts are computed from: from platforms.py;
-- examples/verl-grpo/README.md, the versions of the app image the example runs: from that stack's pins.
+- examples/verl-grpo/README.md, the versions of the app image the example runs: from that stack's pins;
+- README.md, the image table (what each image holds, which carry a FlashAttention, how each is certified): from the
+  pins of the stacks it names (``README_IMAGES``) and their groups.
 
 The locks (env/locks) are the other generated files; lock.py writes and checks them. `validate` also holds the
 Dockerfile's hand-written ARG and check-version lines to the catalogue (dockerfile.py).
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from mcore_images.build import dockerfile
 from mcore_images.catalogue import components, gpu_archs, platforms, tags
-from mcore_images.catalogue.stacks import checkout_root, load_stacks, stacks_file
+from mcore_images.catalogue.stacks import Stack, checkout_root, load_stacks, stacks_file
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.resolve import lock, plan, rules, tag_content
@@ -117,6 +119,68 @@ def _verl_example_versions(root: Path) -> str:
             f"(stack `{stack.name}`).\n")
 
 
+@dataclass(frozen=True)
+class ReadmeImage:
+    """One row of README's image table: who it is for, the stack, the layers it names (the top one is described),
+    and what it carries that the pins cannot say."""
+
+    reader: str
+    stack: str
+    layers: tuple[str, ...]
+    also: str = ""
+
+
+README_IMAGES: tuple[ReadmeImage, ...] = (
+    ReadmeImage("verl, Megatron backend", "debian-verl", ("app",), "Ray"),
+    ReadmeImage("Megatron-LM (a checkout of the image's release)", "debian", ("runtime",),
+                "Megatron-LM's extras, gcc, make and the Python headers"),
+    ReadmeImage("Megatron-Bridge, verl (the release recipes)", "cuda", ("app", "runtime")),
+    ReadmeImage("Megatron-Bridge, verl (the release recipes)", "ngc", ("app", "runtime")),
+)
+CERTIFIED_BY = {
+    "ci": "by CI on every commit",
+    "nightly": "nightly",
+    "release": "by the release workflow (docs/release.md), whose machines reach its base image's registry",
+}
+"""How a stack's group certifies it, in the order a stack in several groups is described by."""
+
+
+def _holds(stack: Stack, layer: str) -> dict[str, str]:
+    """The versioned components an image of ``layer`` carries, its own layer's first, FlashAttention aside: title →
+    how the table names it."""
+    upto = components.LAYERS[:components.LAYERS.index(layer) + 1]
+    named = {}
+    for c in (c for below in reversed(upto) for c in components.of_layer(below)):
+        if c.key == "flash_attn" or not c.distributions or not stack.has(c.key):
+            continue
+        pin = stack.pins[c.key]
+        named[c.title] = f"{c.title} of the base image" if pin == components.FROM_BASE else f"{c.title} {c.short(pin)}"
+    return named
+
+
+def _readme_images(root: Path) -> str:
+    stacks = load_stacks(stacks_file(root))
+    rows = ["| you train with | image (alias) | holds | FlashAttention | certified |", "|---|---|---|---|---|"]
+    for row in README_IMAGES:
+        if row.stack not in stacks:
+            raise InputError(f"README_IMAGES names stack {row.stack!r}, which env/stacks.json lacks: name a stack of "
+                             "env/stacks.json in src/mcore_images/build/regions.py")
+        stack = stacks[row.stack]
+        top, *lower = row.layers
+        holds = ", ".join([*_holds(stack, top).values(), *([row.also] if row.also else [])])
+        holds += f"; CUDA {stack.cuda}, Python {stack.python}"
+        for layer in lower:
+            dropped = [title for title in _holds(stack, top) if title not in _holds(stack, layer)]
+            holds += f"; `{tags.target(layer, stack)}` without {', '.join(dropped)}"
+        flash = stack.pins["flash_attn"]
+        flash = "none" if flash == components.NONE else "of the base image" if flash == components.FROM_BASE else flash
+        certified = next((words for group, words in CERTIFIED_BY.items() if group in stack.groups),
+                         "on demand (no group builds it)")
+        aliases = ", ".join(f"`{tags.target(layer, stack)}`" for layer in row.layers)
+        rows.append(f"| {row.reader} | {aliases} | {holds} | {flash} | {certified} |")
+    return "\n".join(rows) + "\n"
+
+
 def _tag_parts(root: Path) -> str:
     """Each layer's tag pattern, from the tag scheme (tags.parts and the catalogue's in_tag), with the content tags
     of the first stack of env/stacks.json as the example."""
@@ -139,6 +203,7 @@ REGIONS: tuple[Region, ...] = (
     Region("docker-bake.hcl", "# gpu-archs:begin", "# gpu-archs:end", _bake_gpu_archs),
     Region("docker-bake.hcl", "# platforms:begin", "# platforms:end", _bake_platforms),
     Region("examples/verl-grpo/README.md", "<!-- versions:begin", "<!-- versions:end -->", _verl_example_versions),
+    Region("README.md", "<!-- images:begin", "<!-- images:end -->", _readme_images),
 )
 
 

@@ -57,6 +57,39 @@ def memlock_unlimited(image: str, run: Callable[..., subprocess.CompletedProcess
     return True
 
 
+TOOLKIT_GUIDE = "https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html"
+"""Where NVIDIA says how to give Docker its GPU runtime (the NVIDIA Container Toolkit)."""
+NO_GPU_RUNTIME = "could not select device driver"
+"""How the Docker Engine refuses ``--gpus`` when no GPU runtime is installed: 'could not select device driver ""
+with capabilities: [[gpu]]' (exit 125, as the container starts)."""
+
+
+def _docker_said(stderr: str) -> str:
+    """docker's own error line, without its 'docker: ' prefix and the help hint after it."""
+    lines = [line.strip() for line in (stderr or "").splitlines() if line.strip()]
+    said = next((line for line in lines if "Error response from daemon" in line or "nvidia-container-cli" in line),
+                lines[0] if lines else "no output")
+    return said.removeprefix("docker: ")[:300]
+
+
+def gpu_problem(image: str, gpus: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
+    """Why this Docker Engine cannot give a container of ``image`` the GPUs ``gpus`` names (docker's ``--gpus``
+    value), None when it can: asked by starting ``true`` in the image with them, before anything else is made or
+    run. Only a refusal of the GPUs themselves is a problem here; any other failure is the run's to report."""
+    probe = run(["docker", "run", "--rm", "--gpus", gpus, "--entrypoint", "true", image], capture_output=True,
+                text=True, check=False)
+    if probe.returncode == 0:
+        return None
+    stderr = probe.stderr or ""
+    if NO_GPU_RUNTIME in stderr:
+        return (f"this Docker Engine has no GPU runtime ({_docker_said(stderr)}): install the NVIDIA Container "
+                f"Toolkit and restart Docker ({TOOLKIT_GUIDE}), or pass --cpu to run without GPUs")
+    if "nvidia-container-cli" in stderr:
+        return (f"docker cannot give the container --gpus {gpus} ({_docker_said(stderr)}): name GPUs that "
+                "`nvidia-smi -L` lists, or pass --cpu to run without GPUs")
+    return None
+
+
 def run_command(image: str, command: Sequence[str], *, gpus: bool | str = True,
                 mounts: Mapping[Path, str] | None = None, env: Mapping[str, str] | None = None,
                 read_only: Sequence[Path] = (), extra: Sequence[str] = (), memlock: bool = True,

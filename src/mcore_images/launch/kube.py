@@ -12,11 +12,12 @@ import re
 from pathlib import Path
 
 from mcore_images.catalogue import images
-from mcore_images.catalogue.stacks import repo_root
+from mcore_images.catalogue.stacks import INSTALLED_DATA, repo_root
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 
 JOB = Path("deploy") / "k8s" / "smoke-job.yaml"
+"""The Job, below a checkout's root; the wheel ships the same file (its data/deploy links to deploy/)."""
 _IMAGE_LINE = re.compile(r"^(\s*image:\s*)(\S+)\s*$", re.MULTILINE)
 
 
@@ -36,13 +37,20 @@ def manifest(image: str, job: Path) -> str:
     return replaced
 
 
+def default_job() -> Path:
+    """The Job of $MCORE_IMAGES_ROOT or of the checkout this package runs from, else the copy installed with it."""
+    places = [repo_root() / JOB, INSTALLED_DATA / JOB]
+    return next((place for place in places if place.is_file()), places[0])
+
+
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("image", help="the image the Job runs: REPO:TAG or REPO@sha256:…")
-    p.add_argument("--job", type=Path, default=None, help=f"the Job manifest (default: {JOB} of this checkout)")
+    p.add_argument("--job", type=Path, default=None,
+                   help=f"the Job manifest (default: {JOB} of this checkout, else the one installed with the tool)")
 
 
 def _run(args: argparse.Namespace) -> int:
-    print(manifest(args.image, args.job or repo_root() / JOB), end="")
+    print(manifest(args.image, args.job or default_job()), end="")
     return 0
 
 

@@ -3,8 +3,13 @@
 GPUs (``--gpus all``), ``--ipc=host`` (NCCL's shared-memory transport and DataLoader workers need more
 than Docker's 64 MiB /dev/shm), ``--ulimit memlock=-1`` (RDMA pins memory; left out, and said, where
 this engine's own limit refuses it) and ``--ulimit stack=67108864``, NVLink multicast off, and a
-folder of this checkout mounted at /out for certificates and reports. ``--print`` prints the
-``docker run`` line (the README's) instead of running it.
+folder of this checkout mounted at /out for certificates and reports: the smoke, the bridge check and the bench,
+run without an ``--out`` of their own, write theirs there (/out/smoke, …), where the container's removal cannot take
+them. ``--print`` prints the ``docker run`` line (the README's) instead of running it.
+
+``--gpus`` takes what docker's does, with one meaning for a number: a count of GPUs (``2``: any two); devices are
+named by a list (``0,1``) or ``device=3``. Before anything is made or run, a container of the image is started with
+those GPUs: an engine without the NVIDIA runtime is one line naming the toolkit, or ``--cpu``.
 
 Anything else ``docker run`` takes (``-v``, ``-e``, ``--shm-size``, ``--device``, ``--cap-add``) goes in
 ``--docker-args`` and reaches docker unchanged, after the defaults, so it wins where docker keeps the last
@@ -25,7 +30,7 @@ from pathlib import Path
 from mcore_images.catalogue import images
 from mcore_images.command import Command
 from mcore_images.errors import InputError
-from mcore_images.launch import container
+from mcore_images.launch import container, programs
 
 OUT = "/out"
 MULTINODE_FLAGS = ("--network", "host", "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK")
@@ -56,18 +61,51 @@ DEVICE = re.compile(r"[0-9]+|GPU-[0-9a-fA-F-]+|MIG-[0-9a-zA-Z/-]+")
 
 
 def gpus_value(given: str) -> str:
-    """``--gpus`` as docker's own parser takes it. Docker reads the value as CSV, so ``device=0,1`` is two
-    fields and gives GPU 0 alone; a device list must reach it quoted: ``"device=0,1"``. Accepts ``all``, a
-    count (``2``), ``0,1`` and ``device=0,1`` (quoted or not)."""
+    """``--gpus`` as docker's own parser takes it. A number is a count of GPUs, as in docker (``1``: one GPU, not
+    GPU 1); devices are a list (``0,1``) or ``device=N[,M]``. Docker reads the value as CSV, so ``device=0,1`` is two
+    fields and gives GPU 0 alone; a device list must reach it quoted: ``"device=0,1"``."""
     text = given.strip()
-    if text == "all" or (text.isdigit() and int(text) > 0):
+    if text.isdigit():
+        if int(text) == 0:
+            raise InputError(f"--gpus {given!r} asks for no GPU: pass --cpu to run without GPUs, or device=0 for "
+                             "GPU 0 (a number is a count of GPUs)")
+        return str(int(text))
+    if text == "all":
         return text
     listed = text.strip('"').removeprefix("device=").strip('"')
     devices = [d.strip() for d in listed.split(",")]
     if listed and all(DEVICE.fullmatch(d) for d in devices) and len(set(devices)) == len(devices):
         return f'"device={",".join(devices)}"'
     raise InputError(f"--gpus {given!r} is not a GPU selection: give all, a count (2), or the devices (0,1 or "
-                     "device=0,1); --cpu for none")
+                     "device=3); --cpu for none")
+
+
+def requested_gpus(cpu: bool, gpus: str, extra: tuple[str, ...]) -> str | None:
+    """The ``--gpus`` value the container gets (the user's own in --docker-args wins, the last one as docker takes
+    it); None without GPUs."""
+    if cpu:
+        return None
+    own = [extra[i + 1] for i, word in enumerate(extra[:-1]) if word == "--gpus"]
+    own += [word.split("=", 1)[1] for word in extra if word.startswith("--gpus=")]
+    return own[-1] if own else gpus
+
+
+PROGRAM_MODULES = {name: p for p in programs.PROGRAMS
+                   for name in (p.module, p.module.replace("mcore_images.smoke", "smoke"))}
+"""The programs' modules, and the old names they still run under (`smoke`, `smoke.bridge`, `smoke.bench`)."""
+
+
+def with_program_out(cmd: list[str]) -> list[str]:
+    """``cmd``, with ``--out /out/<program>`` added when it runs the smoke, the bridge check or the bench
+    (``python -m …``) without an --out of its own: its report then lands in the host folder mounted at /out, not
+    inside the container that --rm removes. A dry run or help writes nothing and is left as it is."""
+    for i, word in enumerate(cmd[:-2]):
+        if Path(word).name.startswith("python") and cmd[i + 1] == "-m" and cmd[i + 2] in PROGRAM_MODULES:
+            args = cmd[i + 3:]
+            if any(a in ("--out", "--dry-run", "-h", "--help") or a.startswith("--out=") for a in args):
+                return cmd
+            return [*cmd, "--out", f"{OUT}/{PROGRAM_MODULES[cmd[i + 2]].name}"]
+    return cmd
 
 
 def out_problem(out: Path) -> str | None:
@@ -104,11 +142,12 @@ def printable(argv: list[str], out: Path) -> str:
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("image", help="an image reference, e.g. mcore-images:runtime-debian or REPO@sha256:…")
     p.add_argument("--cpu", action="store_true", help="no GPUs (--gpus is left out)")
-    p.add_argument("--out", default="out", help="this folder is mounted at /out (default: ./out)")
+    p.add_argument("--out", default="out", help="this folder is mounted at /out (default: ./out); the smoke, bridge "
+                   "and bench write their reports in it (/out/smoke, …) unless given an --out of their own")
     p.add_argument("--print", dest="print_only", action="store_true",
                    help="print the docker run line instead of running it")
-    p.add_argument("--gpus", default="all", help="the GPUs: all (default), a count (2), or devices (0,1 or "
-                   "device=0,1; passed to docker quoted, as its --gpus needs)")
+    p.add_argument("--gpus", default="all", help="the GPUs: all (default), a number is a count (2: any two GPUs), "
+                   "devices by a list (0,1) or device=3 (passed to docker quoted, as its --gpus needs)")
     p.add_argument("--multinode", action="store_true", help="for Ray or torchrun across nodes: host network, "
                    "/dev/infiniband with IPC_LOCK, the host's NCCL_SOCKET_IFNAME and similar passed through")
     p.add_argument("--docker-args", default="", metavar="ARGS", help="more docker run options as one quoted "
@@ -118,7 +157,7 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    cmd = list(args.passthrough)
+    cmd = with_program_out(list(args.passthrough))
     try:
         images.parse(args.image)
     except ValueError as exc:
@@ -133,6 +172,8 @@ def _run(args: argparse.Namespace) -> int:
         print(printable(command_for(args.image, cmd, memlock=True, tty=True, **options), out))
         return 0
     if problem := container.ensure_local(args.image):
+        raise InputError(problem)
+    if (asked := requested_gpus(args.cpu, gpus, extra)) and (problem := container.gpu_problem(args.image, asked)):
         raise InputError(problem)
     out.mkdir(parents=True, exist_ok=True)
     argv = command_for(args.image, cmd, memlock=container.memlock_unlimited(args.image), tty=sys.stdin.isatty(),

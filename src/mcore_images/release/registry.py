@@ -73,15 +73,20 @@ PUBLIC_LABEL = b"PUBLIC KEY"
 FILE_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a pipe"),
               (stat.S_ISSOCK, "a socket"))
 
+PUBLISHER = 'README.md, "Get an image"'
+"""Where a user finds whose key signed the images and where it is published (the one place that says so)."""
+
 
 def key_problem(key: str, option: str = "--key", private: bool = False) -> str | None:
     """Why a cosign key cannot be used, checked before any registry call: a file that is missing, a folder, not a
-    regular file, unreadable, not PEM, or the wrong half of the pair (``private``: the key cosign signs with; else
-    the public key it verifies with); None for the right kind of key file, or a KMS reference."""
+    regular file, unreadable, not PEM, or the wrong half of the pair (``private``: the key a release signs with, made
+    by `cosign generate-key-pair`; else the public key a signature is checked with, which a user gets from whoever
+    signed the image, never makes); None for the right kind of key file, or a KMS reference."""
     if key.startswith(KMS_SCHEMES):
         return None
     wanted = ("the cosign private key (cosign.key, from cosign generate-key-pair) or a KMS URI (awskms://…)" if private
-              else "the cosign public key (cosign.pub, from cosign generate-key-pair) or a KMS URI (awskms://…)")
+              else f"the public key of whoever signed the image (its publisher's cosign.pub; {PUBLISHER} says where "
+              "this project's is) or a KMS URI (awskms://…)")
     try:
         mode = os.stat(key).st_mode
     except FileNotFoundError:

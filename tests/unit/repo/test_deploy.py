@@ -150,7 +150,10 @@ def test_sbatch_docker_mode_runs_the_task_script_on_each_node(tmp_path: Path) ->
     assert result.returncode == 0, result.stderr
     srun = log[1]
     assert srun[:-1] == ["srun", "--kill-on-bad-exit=1", "bash", str(ROOT / "deploy" / "slurm" / "docker-task.sh"),
-                         "--cpu"]
+                         "mcore-smoke", "--pid=host", "-e", "NNODES", "-e", "RDZV_ENDPOINT", "-e", "RDZV_ID", "-e",
+                         "NPROC_PER_NODE", "-e", "OUT=/cert", "-v", f"{ROOT / 'deploy'}:/opt/deploy:ro", "-v",
+                         f"{tmp_path / 'cert'}:/cert", "-w", "/workspace", "--", "bash",
+                         "/opt/deploy/multinode-smoke.sh", "--cpu"]
     assert "NNODES=2 RDZV_ENDPOINT=gpu-node-07:29500 RDZV_ID=4242" in srun[-1]
 
 
@@ -162,20 +165,36 @@ def test_the_docker_task_removes_its_container_when_slurm_stops_it(tmp_path: Pat
         f'echo "$*" >> {tmp_path / "docker.log"}\n'
         '[[ "$1" == run ]] && exec sleep 30\n'
         "exit 0\n")
-    env |= {"IMAGE": "img", "DEPLOY": str(ROOT / "deploy"), "CERT_DIR": str(tmp_path), "GPUS": "0",
-            "DOCKER_MEMLOCK": "", "SLURM_JOB_ID": "7", "SLURM_PROCID": "1"}
-    task = subprocess.Popen(["bash", str(ROOT / "deploy" / "slurm" / "docker-task.sh"), "--cpu"], env=env,
-                            start_new_session=True)
+    env |= {"IMAGE": "img", "GPUS": "0", "DOCKER_MEMLOCK": "", "SLURM_JOB_ID": "7", "SLURM_PROCID": "1"}
+    task = subprocess.Popen(["bash", str(ROOT / "deploy" / "slurm" / "docker-task.sh"), "mcore-smoke", "--pid=host",
+                             "--", "bash", "/opt/deploy/multinode-smoke.sh", "--cpu"], env=env, start_new_session=True)
     deadline = time.monotonic() + 10
     while not (tmp_path / "docker.log").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     task.terminate()
     assert task.wait(timeout=10) != 0
     calls = (tmp_path / "docker.log").read_text().splitlines()
-    assert calls[0].startswith("run --rm --name mcore-smoke-7-1 --network host --pid=host --ipc=host")
+    assert calls[0].startswith("run --rm --name mcore-smoke-7-1 --network host --ipc=host")
+    assert calls[0].endswith("--pid=host img bash /opt/deploy/multinode-smoke.sh --cpu")
     assert "--gpus" not in calls[0]
     assert "memlock" not in calls[0] and calls[-1] == "rm -f mcore-smoke-7-1"
     os.killpg(task.pid, 9)
+
+
+@pytest.mark.parametrize(("args", "extra", "said"), [
+    ([], {}, "give NAME"),
+    (["x", "-e", "A"], {}, "no command after --"),
+    (["x", "--", "true"], {"IMAGE": ""}, "set IMAGE"),
+    (["x", "--", "true"], {"GPUS": "8"}, "GPUS must be 1"),
+])
+def test_the_docker_task_refuses_bad_input_before_docker(args: list[str], extra: dict[str, str], said: str,
+                                                         tmp_path: Path) -> None:
+    env, log = fake_bin(tmp_path, "docker")
+    env |= {"IMAGE": "img", **extra}
+    done = subprocess.run(["bash", str(ROOT / "deploy" / "slurm" / "docker-task.sh"), *args], env=env,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert calls(log) == []
 
 
 # ---------------------------------------------------------------------------------------------

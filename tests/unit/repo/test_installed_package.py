@@ -20,13 +20,15 @@ from tests.unit.conftest import ROOT
 PACKAGE = ROOT / "src" / "mcore_images"
 
 
-def test_the_wheels_package_data_holds_every_file_of_env() -> None:
-    """data/env links to the checkout's env/; the wheel takes what the package-data globs match."""
+@pytest.mark.parametrize(("folder", "shipped"), [("env", "**/*"), ("deploy", "k8s/*.yaml")])
+def test_the_wheels_package_data_holds_what_the_tool_reads(folder: str, shipped: str) -> None:
+    """data/env and data/deploy link to the checkout's env/ and deploy/ (one copy of each file); the wheel takes what
+    the package-data globs match: every file of env/, the Kubernetes Job of deploy/ (`kube-manifest`)."""
     line = re.search(r"^mcore_images = (\[.*\])$", (ROOT / "pyproject.toml").read_text(), re.M)
     assert line, "pyproject.toml has no package-data line for mcore_images"
     globs = json.loads(line.group(1))
-    files = [p.relative_to(PACKAGE).as_posix() for p in (PACKAGE / "data" / "env").rglob("*") if p.is_file()]
-    assert (PACKAGE / "data" / "env").resolve() == (ROOT / "env").resolve()
+    assert (PACKAGE / "data" / folder).resolve() == (ROOT / folder).resolve()
+    files = [p.relative_to(PACKAGE).as_posix() for p in (PACKAGE / "data" / folder).glob(shipped) if p.is_file()]
     assert files and all(any(fnmatch.fnmatch(f, g) for g in globs) for f in files), [
         f for f in files if not any(fnmatch.fnmatch(f, g) for g in globs)]
 
@@ -71,6 +73,13 @@ def test_verify_reaches_the_registry_with_the_shipped_policies(installed: tuple[
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert "COULD-NOT-CHECK" in done.stdout and "policy release" in done.stdout, done.stdout
     assert "oras is not installed or not on PATH: install oras and cosign" in done.stdout, done.stdout
+
+
+def test_kube_manifest_prints_the_shipped_job(installed: tuple[Path, Path]) -> None:
+    """Before: FileNotFoundError (no data/deploy); the wheel carried no Job."""
+    done = _run(installed, "kube-manifest", "registry.local:5000/mcore-images:runtime-debian")
+    assert done.returncode == 0, done.stderr
+    assert "image: registry.local:5000/mcore-images:runtime-debian" in done.stdout and "kind: Job" in done.stdout
 
 
 def test_the_doctor_runs(installed: tuple[Path, Path]) -> None:

@@ -20,6 +20,14 @@ from typing import IO
 
 LOCK_NAME = "writer.lock"
 """The file in a checkpoint folder that the job writing there holds locked, and describes."""
+PROBE_PREFIX = ".write-test-"
+"""The name of the file ``prepare`` writes and removes to prove a folder writable (another rank's may be there)."""
+
+
+def own_files(name: str) -> bool:
+    """Whether a file of a checkpoint folder is one these helpers put there (the lock, a write probe) rather than
+    anything a save wrote: a folder holding only these holds no checkpoint yet."""
+    return name == LOCK_NAME or name.startswith(PROBE_PREFIX)
 
 
 class FolderError(Exception):
@@ -44,7 +52,7 @@ def prepare(folder: Path) -> bool:
         except OSError as exc:
             raise FolderError(f"cannot create {folder} ({exc.strerror})") from exc
     try:
-        fd, probe = tempfile.mkstemp(prefix=".write-test-", dir=folder)
+        fd, probe = tempfile.mkstemp(prefix=PROBE_PREFIX, dir=folder)
     except OSError as exc:
         raise FolderError(f"cannot write in {folder} ({exc.strerror})") from exc
     try:

@@ -76,3 +76,43 @@ def test_the_readme_is_for_the_people_who_pull_and_train(root: Path) -> None:
     first = re.search(r"```bash\n(.*?)```", text, re.S)
     assert first and "mcore-images verify" in first.group(1) and "docker pull" in first.group(1), first
     assert text.index("## Set up on a fresh machine") > text.index("## Build it yourself") > text.index("## Run")
+
+
+def readme_rows(text: str) -> dict[str, list[str]]:
+    """README's image table: each row's cells, by its first alias."""
+    region = text[text.index("<!-- images:begin"):text.index("<!-- images:end -->")]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in region.splitlines()[3:]]
+    return {row[1].split(",")[0].strip("` "): row for row in rows}
+
+
+def test_the_readme_image_table_says_which_images_carry_a_flash_attention(root: Path,
+                                                                          stacks: dict[str, Stack]) -> None:
+    """Before: the table named FlashAttention 4 by hand in two rows, with no column and nothing that followed the
+    pins. Now the region is current and each row's column is its stack's pin."""
+    from mcore_images.build import regions
+
+    assert not [p for p in regions.stale(root) if p.startswith("README.md")], "run `make update`"
+    rows = readme_rows((root / "README.md").read_text())
+    assert rows.keys() == {f"{r.layers[0]}-{r.stack}" for r in regions.README_IMAGES}
+    for row in regions.README_IMAGES:
+        pin = stacks[row.stack].flash_attn
+        assert rows[f"{row.layers[0]}-{row.stack}"][3] == pin, (row.stack, pin)
+
+
+def test_the_flash_attention_column_follows_env_stacks_json(root: Path, tmp_path: Path) -> None:
+    """A stack that pins a FlashAttention in env/stacks.json reads that pin in the table, and one that pins `none`
+    reads `none`, with nothing else to edit."""
+    import json
+    import shutil
+
+    from mcore_images.build import regions
+
+    shutil.copytree(root / "env", tmp_path / "env", ignore=shutil.ignore_patterns("locks"))
+    shutil.copy(root / "README.md", tmp_path / "README.md")
+    data = json.loads((tmp_path / "env" / "stacks.json").read_text())
+    for stack in data["variable"]["STACKS"]["default"]:
+        if stack["name"] == "debian-verl":
+            stack["flash_attn"] = "4.0.0b37"
+    (tmp_path / "env" / "stacks.json").write_text(json.dumps(data))
+    rows = readme_rows(f"<!-- images:begin -->\n{regions._readme_images(tmp_path)}<!-- images:end -->")
+    assert rows["app-debian-verl"][3] == "4.0.0b37" and rows["runtime-debian"][3] == "none"

@@ -90,8 +90,9 @@ def test_a_key_that_is_not_a_regular_file_is_named_as_such(path: str, kind: str,
         os.mkfifo(path)
     assert cli.main(["verify", IMAGE, "--policy", "ci", "--key", path]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: --key {path} is {kind}, not a regular file: give the cosign public key (cosign.pub, from "
-                   "cosign generate-key-pair) or a KMS URI (awskms://…)"], err
+    assert err == [f"error: --key {path} is {kind}, not a regular file: give the public key of whoever signed the "
+                   f"image (its publisher's cosign.pub; {registry.PUBLISHER} says where this project's is) or a KMS "
+                   "URI (awskms://…)"], err
     assert not no_tools.exists()
 
 
@@ -103,3 +104,20 @@ def test_each_half_passes_where_it_belongs(tmp_path: Path) -> None:
     (tmp_path / "cert.pem").write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
     assert "is a PEM CERTIFICATE, not a public key" in str(registry.key_problem(str(tmp_path / "cert.pem")))
 
+
+@pytest.mark.parametrize(("argv", "signing"), [
+    (["verify", IMAGE, "--policy", "ci"], False),
+    (["promote", IMAGE, "--stack", "debian", "--policy", "ci"], False),
+    (["attach", IMAGE, "--certificate", "."], True),
+])
+def test_a_missing_public_key_names_its_publisher_and_a_missing_signing_key_how_to_make_one(
+        argv: list[str], signing: bool, tmp_path: Path, no_tools: Path, capsys: pytest.CaptureFixture) -> None:
+    """Before: verify told a user without the key to run `cosign generate-key-pair`, which makes a key that no
+    published image is signed with; the public key comes from whoever signed the image."""
+    assert cli.main([*argv, "--key", str(tmp_path / "cosign.pub")]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    if signing:
+        assert "cosign generate-key-pair" in err, err
+    else:
+        assert "generate-key-pair" not in err and "the public key of whoever signed the image" in err, err
+        assert registry.PUBLISHER in err, err
