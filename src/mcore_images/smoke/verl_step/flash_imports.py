@@ -1,8 +1,8 @@
 """Where verl's Megatron path imports FlashAttention, read from verl's installed source (ast, nothing imported).
 
-verl 0.8.0 imports FlashAttention 2's ``flash_attn.bert_padding`` on its Megatron path without a fallback
+verl 0.8 imports FlashAttention 2's ``flash_attn.bert_padding`` on its Megatron path without a fallback
 (utils/attention_utils.py, used by the engine's padding helpers; utils/megatron/pipeline_parallel.py, "flash 2 is
-a must for Megatron"). verl 0.9.1 falls back to torch implementations in attention_utils.py and keeps the other
+a must for Megatron"). verl 0.9 falls back to torch implementations in attention_utils.py and keeps the other
 imports inside functions its Megatron engine does not call. An image without FlashAttention 2 runs verl's Megatron
 path only where each such import is guarded or unreached: the program lists every one with how it is written,
 and the engine part reports what attention_utils resolved to at run time. Standard library only.
