@@ -151,6 +151,8 @@ def _work(args: argparse.Namespace, report: dict[str, Any], tol: numerics.Tolera
     if missing:
         raise errors.CouldNotRun(f"{', '.join(missing)} not installed: the verl step runs in an mcore-images app "
                                  "image (verl with megatron-core, TE and vLLM)")
+    if problem := spec.verl_problem(importlib.metadata.version("verl")):
+        raise errors.CouldNotRun(problem)
     bridge = choose_bridge(args.bridge, installed_only=not args.cpu_check)
     report["verl"] = verl_facts() | {"bridge": bridge}
     if args.cpu_check:

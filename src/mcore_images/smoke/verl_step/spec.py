@@ -29,6 +29,25 @@ BRIDGES = ("megatron-bridge", "mbridge")
 """How verl's Megatron engine builds the model: Megatron-Bridge (verl 0.9's default, vanilla_mbridge=False) or
 mbridge (vanilla_mbridge=True; verl 0.8's default). ``auto`` takes the first that imports."""
 BRIDGE_MODULES = {"megatron-bridge": "megatron.bridge", "mbridge": "mbridge"}
+VERL_FROM = (0, 9)
+"""The oldest verl line whose APIs the program uses. verl 0.8 differs in what a run here meets: it pins
+transformers < 5 (whose Qwen2 tokenizer class takes vocabulary files, not the vocabulary itself), its
+attention_utils imports FlashAttention 2's padding helpers with no fallback (every Megatron engine batch goes
+through them), its engine defaults to mbridge (vanilla_mbridge=True) and its trainer has no ``trainer.use_v1``."""
+
+
+def verl_problem(version: str) -> str | None:
+    """Why the installed verl cannot run the program (None when it can)."""
+    parts = version.split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return f"verl {version!r} is not a version this program reads (MAJOR.MINOR…)"
+    if (major, minor) < VERL_FROM:
+        return (f"verl {version}: the verl step uses verl {VERL_FROM[0]}.{VERL_FROM[1]}'s APIs (transformers 5, "
+                "verl's torch fallback for FlashAttention 2's padding helpers); run it in an image with verl "
+                f"{VERL_FROM[0]}.{VERL_FROM[1]} or newer")
+    return None
 
 # ---------------------------------------------------------------------------------------------
 # The tiny model and tokenizer. Qwen2-like (what verl's examples train), small enough to build in seconds,

@@ -62,6 +62,15 @@ def test_the_model_is_qwen2_with_grouped_query_attention_and_a_kernel_friendly_h
     assert spec.ENGINE_BATCH["prompt"] + spec.ENGINE_BATCH["response"] <= cfg["max_position_embeddings"]
 
 
+@pytest.mark.parametrize(("version", "refused"), [("0.9.1", False), ("0.10.0.dev0", False), ("1.0", False),
+                                                ("0.8.0", True), ("0.6.1", True), ("main", True)])
+def test_verl_before_0_9_is_refused_naming_what_differs(version: str, refused: bool) -> None:
+    problem = spec.verl_problem(version)
+    assert (problem is not None) == refused
+    if problem and version[0].isdigit():
+        assert problem.startswith(f"verl {version}: ") and "transformers 5" in problem
+
+
 # ---------------------------------------------------------------------------------------------
 # Data.
 
