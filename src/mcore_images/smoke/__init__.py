@@ -6,6 +6,8 @@
 (src/mcore_images/smoke/bridge/);
 - ``python -m mcore_images.smoke.bench``: training throughput of reference models, gated
 (src/mcore_images/smoke/bench/);
+- ``python -m mcore_images.smoke.verl_step``: verl's own Megatron engine and one GRPO step of verl's trainer on a
+  tiny model made on the spot (src/mcore_images/smoke/verl_step/; app images, one GPU);
 - ``smoke.kit``: what all three stand on (bootstrap, the one GPT builder, tolerances, seeds, environment facts).
 
 They import torch, megatron-core (TE and the bridges when present), the standard library and, from the
