@@ -459,9 +459,9 @@ def markdown(section: dict[str, Any]) -> list[str]:
     lines.append(f"- Tolerance: {(section.get('tolerance') or {}).get('why', '–')}")
     engine = section.get("engine")
     if engine:
+        header = "| attention_backend | status | TE selected | max \\|Δ log p\\| vs fp32 | limit | loss | grad norm |"
         lines += ["", f"### Engine: {engine['status']}" + (f" — {engine['reason']}" if engine.get("reason") else ""),
-                  "", "| attention_backend | status | TE selected | max|Δ log p| vs fp32 | limit | loss | grad norm |",
-                  "|---|---|---|---|---|---|---|"]
+                  "", header, "|---|---|---|---|---|---|---|"]
         for name, case in (engine.get("cases") or {}).items():
             check = (case.get("checks") or {}).get("logprobs_vs_reference") or {}
             update = case.get("update") or {}

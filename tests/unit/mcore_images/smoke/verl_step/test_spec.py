@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +274,8 @@ def test_the_certificate_carries_the_section_through_its_schema_and_markdown(tmp
     text = certificate.render_markdown(cert)
     assert "## verl step: PASSED (exit 0)" in text and spec.NO_FLASH_IN_IMAGE in text
     assert "| fused | passed |" in text and "actor/grad_norm" in text
+    header = next(line for line in text.splitlines() if line.startswith("| attention_backend |"))
+    assert len(re.split(r"(?<!\\)\|", header)) - 2 == 7  # a | inside a cell is escaped
     cert["verl_step"]["status"] = "maybe"
     assert "verl_step status 'maybe' not one of passed/failed/could-not-run" in certificate.validate(cert)
     cert["verl_step"]["exit_code"] = "0"
