@@ -8,6 +8,7 @@ CERTIFICATE = "mcore-images/smoke-certificate/v1"
 BENCH = "mcore-images/bench/v1"
 BENCH_BASELINES = "mcore-images/bench-baselines/v1"
 BRIDGE = "mcore-images/bridge-check/v1"
+VERL_STEP = "mcore-images/verl-step/v1"
 CERTIFICATE_ARTIFACT = "application/vnd.mcore-images.certificate.v1+json"
 """The OCI artifact type of a certificate attached to an image digest as a referrer."""
 

@@ -8,7 +8,9 @@
 (src/mcore_images/smoke/bench/);
 - ``python -m mcore_images.smoke.attention``: every attention backend against an fp32 reference, forward and backward
 (src/mcore_images/smoke/attention/; the smoke's launcher runs it after the runs, the doctor its probe);
-- ``smoke.kit``: what all three stand on (bootstrap, the one GPT builder, tolerances, seeds, environment facts).
+- ``python -m mcore_images.smoke.verl_step``: verl's own Megatron engine and one GRPO step of verl's trainer on a
+  tiny model made on the spot (src/mcore_images/smoke/verl_step/; app images, one GPU);
+- ``smoke.kit``: what they all stand on (bootstrap, the one GPT builder, tolerances, seeds, environment facts).
 
 They import torch, megatron-core (TE and the bridges when present), the standard library and, from the
 tooling, only its standard-library data modules (``mcore_images.catalogue.components``, ``gpu_archs``, ``platforms``,

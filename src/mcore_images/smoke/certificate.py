@@ -94,6 +94,10 @@ def validate(cert: dict[str, Any]) -> list[str]:
         from mcore_images.smoke.bridge.spec import shape_problems
 
         problems += shape_problems(cert["bridge"])
+    if "verl_step" in cert:  # optional section added by `python -m mcore_images.smoke.verl_step --certificate DIR`
+        from mcore_images.smoke.verl_step.spec import shape_problems as verl_step_problems
+
+        problems += verl_step_problems(cert["verl_step"])
     digest = cert["image"].get("digest")
     if digest is not None and not str(digest).startswith("sha256:"):
         problems.append(f"image digest {digest!r} is not a sha256 digest")
@@ -204,6 +208,10 @@ def render_markdown(cert: dict[str, Any]) -> str:
         from mcore_images.smoke.bridge.spec import markdown as render_bridge
 
         lines += render_bridge(cert["bridge"])
+    if cert.get("verl_step"):  # optional section added by `python -m mcore_images.smoke.verl_step --certificate DIR`
+        from mcore_images.smoke.verl_step.spec import markdown as render_verl_step
+
+        lines += render_verl_step(cert["verl_step"])
     return "\n".join(lines) + "\n"
 
 

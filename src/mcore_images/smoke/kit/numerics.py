@@ -165,6 +165,31 @@ def attention() -> Tolerance:
     return Tolerance("bf16", {"ratio": ATTENTION_RATIO, "floor_ulps": ATTENTION_FLOOR_ULPS}, why)
 
 
+def verl_logprobs(m: Math) -> Tolerance:
+    """How far two computations of the same per-token log-probabilities may lie apart (the verl step program:
+    verl's Megatron engine under attention_backend flash and fused, each against transformers in fp32).
+
+    The measure is max|Δ log p| over the response tokens, divided by the reference's max|logit| over the
+    positions that predict them. log p = z_t − logsumexp(z), so |Δ log p| ≤ |Δz_t| + max_j |Δz_j| ≤ 2 max|Δz|:
+    twice the logit bound of the bridge check (8u of the largest logit, for two bf16 implementations of the
+    same model) gives 16u (bf16: 0.0625). Measured on CPU with the program's own tiny Qwen2 and engine batch (seed
+    1234, 87 response tokens, max|logit| 1.32): transformers in bf16 against fp32 moved log p by at most 0.0060
+    (0.0045 of max|logit|, 1.2u); the fault an attention kernel makes when it ignores the causal mask moved it by
+    0.78 (0.59 of max|logit|, 9.5x the limit). fp32 (u = 6e-8, no TF32) keeps the bridge's floor of 1e-4 per
+    logit, doubled: 2e-4. The update's loss and grad norm under the two backends differ only through the attention
+    kernel's rounding, as the smoke's layouts differ through summation order: the smoke's parity limits (u and 2u)
+    apply.
+    """
+    per_logit = 1e-4 if m.math == "fp32" else 8 * m.u
+    limit = 2 * per_logit
+    step = parity(m)
+    why = (f"{m.math}: max|Δ log p| ≤ {limit:.3g} × max|logit| (log p moves by at most twice the largest logit "
+           f"error, {per_logit:.3g} of max|logit| between two {m.math} computations); the update's loss within "
+           f"{step.loss_rtol:.3g} and grad norm within {step.grad_norm_rtol:.3g} relative between backends")
+    return Tolerance(m.math, {"logprob_rtol": limit, "loss_rtol": step.loss_rtol,
+                              "grad_norm_rtol": step.grad_norm_rtol}, why)
+
+
 def guarded_ratio(num: float, den: float) -> float:
     """num / den for comparisons against a tolerance: inf when either is not finite (a NaN never
     passes), 0 for 0/0, inf for x/0."""

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from mcore_images.smoke.kit import numerics
-from mcore_images.smoke.kit.numerics import Math, bridge, parity, rel_delta, settle, spread
+from mcore_images.smoke.kit.numerics import Math, bridge, parity, rel_delta, settle, spread, verl_logprobs
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +23,16 @@ def test_parity_tolerances_are_stated_and_strict() -> None:
     assert fp32.loss_rtol == 1e-5 and fp32.grad_norm_rtol == 1e-4
     assert "summation order" in bf16.why
     assert bf16.to_dict()["math"] == "bf16" and bf16.to_dict()["loss_rtol"] == 2.0**-8
+
+
+def test_verl_log_prob_tolerance_is_twice_the_bridges_logit_bound() -> None:
+    """log p = z_t - logsumexp(z) moves by at most twice the largest logit error: 16u in bf16."""
+    bf16 = verl_logprobs(settle("bf16", "cuda"))
+    assert bf16.logprob_rtol == 2 * bridge(settle("bf16", "cuda")).logits_rtol == 16 * 2.0**-8
+    assert bf16.loss_rtol == parity(settle("bf16", "cuda")).loss_rtol
+    assert bf16.grad_norm_rtol == parity(settle("bf16", "cuda")).grad_norm_rtol
+    assert verl_logprobs(settle("fp32", "cpu")).logprob_rtol == 2e-4
+    assert "max|logit|" in bf16.why and bf16.to_dict()["logprob_rtol"] == 0.0625
 
 
 def test_fp32_on_a_gpu_turns_tf32_off_before_torch_loads() -> None:
