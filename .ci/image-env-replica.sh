@@ -143,8 +143,8 @@ for layer in ("kernels", "runtime", "app"):
                 keep.append(line)
         carry.write_text("\n".join(keep) + "\n")
         stem = re.sub(r"[-_.]+", "[-_.]", name)
-        sdist = next(f for f in pypi.index_files(name) if re.fullmatch(f"(?i){stem}-{re.escape(version)}\\.tar\\.gz",
-                                                                        f["filename"]), None)
+        sdist = next((f for f in pypi.index_files(name) if re.fullmatch(f"(?i){stem}-{re.escape(version)}\\.(?:tar\\.gz|zip)",
+                                                                         f["filename"])), None)
         if sdist is None:
             sys.exit(f"[replica] {name} {version}: no wheel for Python {python} on x86_64 and no sdist on the index")
         data = urllib.request.urlopen(sdist["url"], timeout=600).read()
@@ -155,8 +155,22 @@ for layer in ("kernels", "runtime", "app"):
 PY
   local te
   te="$(PYTHONPATH="$ROOT/src" python3 -c 'import sys; from mcore_images.catalogue.stacks import get_stack; print(get_stack(sys.argv[1]).te)' "$stack")"
-  python3 -m pip download -q --no-deps --no-binary :all: --dest "$dir/wheels" "transformer-engine-torch==$te"
-  mv "$dir"/wheels/transformer_engine_torch-*.tar.gz "$dir/parts/"
+  # The sdist file itself, checked against the index's sha256 (pip download would build its metadata first, under
+  # whatever pip configuration this machine has).
+  PYTHONPATH="$ROOT/src" python3 - "$te" "$dir/parts" <<'PY'
+import hashlib, sys, urllib.request
+from pathlib import Path
+from mcore_images.resolve import pypi
+version, parts = sys.argv[1], Path(sys.argv[2])
+name = f"transformer_engine_torch-{version}.tar.gz"
+found = next((f for f in pypi.index_files("transformer-engine-torch") if f["filename"] == name), None)
+if found is None:
+    sys.exit(f"[replica] {name} is not on the index")
+data = urllib.request.urlopen(found["url"], timeout=600).read()
+if hashlib.sha256(data).hexdigest() != found["hashes"].get("sha256"):
+    sys.exit(f"[replica] {name}: sha256 differs from the index's")
+(parts / name).write_bytes(data)
+PY
   tar -C "$dir/wheels" -cf "$dir/$stack-wheels.tar" .
   split -b 58m -d -a 3 "$dir/$stack-wheels.tar" "$dir/parts/$stack-wheels.tar.part."
   rm "$dir/$stack-wheels.tar"
@@ -201,7 +215,7 @@ install() {
       "$py" -m pip wheel -q --no-build-isolation --no-deps -w "$REPLICA/wheels" "$sdist"
   fi
   local other
-  for other in "$REPLICA"/parts/*.tar.gz; do  # a locked release with no wheel (carried by `locks`)
+  for other in "$REPLICA"/parts/*.tar.gz "$REPLICA"/parts/*.zip; do  # a locked release with no wheel (from `locks`)
     [[ -e "$other" && "$other" != "$sdist" ]] || continue
     MAX_JOBS="${MAX_JOBS:-16}" "$py" -m pip wheel -q --no-build-isolation --no-deps -w "$REPLICA/wheels" "$other"
   done
