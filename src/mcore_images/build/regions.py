@@ -16,8 +16,8 @@ A region sits between two marker lines in its file and is rendered from the one 
 - README.md, the image table (what each image holds, which carry a FlashAttention, how each is certified): from the
   pins of the stacks it names (``README_IMAGES``) and their groups.
 
-The locks (env/locks) are the other generated files; lock.py writes and checks them. `validate` also holds the
-Dockerfile's hand-written ARG and check-version lines to the catalogue (dockerfile.py).
+The locks (env/locks) are the other generated files; lock_update.py writes them and lock_check.py checks them.
+`validate` also holds the Dockerfile's hand-written ARG and check-version lines to the catalogue (dockerfile.py).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from mcore_images.catalogue import components, gpu_archs, platforms, tags
 from mcore_images.catalogue.stacks import Stack, checkout_root, load_stacks, stacks_file
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
-from mcore_images.resolve import lock, plan, rules, tag_content
+from mcore_images.resolve import lock_check, lock_update, plan, rules, tag_content
 
 
 @dataclass(frozen=True)
@@ -240,7 +240,7 @@ def _update(args: argparse.Namespace) -> int:
     report: dict[str, object] = {"regions": update(root), "locks": {}}
     if not args.no_locks:
         for stack in load_stacks().values():
-            first, written = lock.update_locks(stack)
+            first, written = lock_update.update_locks(stack)
             report["locks"][stack.name] = {"from_layer": first, "written": [str(p) for p in written]}  # type: ignore[index]
     if args.json:
         print_json(report)
@@ -264,7 +264,7 @@ def validation_problems(root: Path) -> list[str]:
     problems = [str(v) for p in plan.make_plan(list(stacks.values()), every=stacks) for v in p.violations]
     problems += stale(root) + dockerfile.problems(root)
     for stack in stacks.values():
-        problems += lock.check_locks(stack, root)
+        problems += lock_check.check_locks(stack, root)
     return problems
 
 

@@ -98,7 +98,7 @@ class Component:
     compile_profile: str | None = None
     """The job planner's memory profile (jobs.PROFILES) of the Dockerfile step that compiles it: `build` judges an
     explicit MAX_JOBS / NVCC_THREADS against it, and a stack that compiles anything locks the builder's compile
-    toolchain (lock.py). None: never compiled here."""
+    toolchain (layer_requirements.py). None: never compiled here."""
 
     @property
     def oci_label(self) -> str:
