@@ -5,10 +5,13 @@ A region sits between two marker lines in its file and is rendered from the one 
 - docs/stacks.md, the stacks table: from env/stacks.json and the component catalogue;
 - docs/rules.md, the list of compatibility rules: from the rules' own descriptions (rules.py, tag_content.py);
 - docs/tags.md, each layer's tag pattern and an example: from the tag scheme (tags.py and the catalogue);
-- docker-bake.hcl, the ``COMPONENTS`` and ``LAYER_ORDER`` variables its labels and build args are computed from:
-  from the catalogue (components.py), so bake labels every component and passes its pin without a list of its own;
-- docker-bake.hcl, the ``TAG_LAYERS`` and ``ORIGINS`` variables its tags are computed from: from the tag scheme
-  (tags.py's ``parts`` and ``ORIGINS``), so bake and tags.py name the same parts in the same order;
+- docker-bake.hcl, the ``COMPONENTS`` and ``LAYER_ORDER`` variables its labels and build args are computed from, and
+  the ``commit_pin()`` its tags and apex source read a commit with: from the catalogue (components.py), so bake
+  labels every component and passes its pin without a list of its own;
+- docker-bake.hcl, the ``TAG_LAYERS`` and ``ORIGINS`` variables and the ``tag_separator()`` its tags are computed
+  from: from the tag scheme (tags.py's ``parts``, ``ORIGINS`` and ``SEPARATOR``), so bake and tags.py name the same
+  parts in the same order, joined alike (constants as functions: a variable's value, an environment variable of its
+  name replaces);
 - docker-bake.hcl, the ``GPU_ARCHS`` variable its ``io.mcore-images.gpus`` label is computed from: from the GPU
   architecture table (gpu_archs.py);
 - docker-bake.hcl, the ``PLATFORMS`` variable its per-platform contexts are computed from: from platforms.py;
@@ -82,8 +85,10 @@ def _bake_components(root: Path) -> str:
         f"build_arg = {_hcl(c.build_arg)}, tag = {_hcl(c.in_tag and c.in_tag.prefix)}, "
         f"tag_optional = {_hcl(bool(c.in_tag and c.in_tag.optional))} }},"
         for c in components.CATALOGUE)
+    commit = f"{{ pattern = {_hcl(components.COMMIT.pattern)}, shown = {components.COMMIT_SHOWN} }}"
     return (f'variable "LAYER_ORDER" {{\n  default = {{ {order} }}\n}}\n\n'
-            f'variable "COMPONENTS" {{\n  default = [\n{rows}\n  ]\n}}\n')
+            f'variable "COMPONENTS" {{\n  default = [\n{rows}\n  ]\n}}\n\n'
+            f'function "commit_pin" {{\n  params = []\n  result = {commit}\n}}\n')
 
 
 def _bake_tag_scheme(root: Path) -> str:
@@ -92,7 +97,8 @@ def _bake_tag_scheme(root: Path) -> str:
     origins = "\n".join(f"    {flavor} = {{ prefix = {_hcl(o.prefix)}, field = {_hcl(o.field)}, "
                         f"pattern = {_hcl(o.pattern)} }}" for flavor, o in tags.ORIGINS.items())
     return (f'variable "TAG_LAYERS" {{\n  default = {{\n{layers}\n  }}\n}}\n\n'
-            f'variable "ORIGINS" {{\n  default = {{\n{origins}\n  }}\n}}\n')
+            f'variable "ORIGINS" {{\n  default = {{\n{origins}\n  }}\n}}\n\n'
+            f'function "tag_separator" {{\n  params = []\n  result = {_hcl(tags.SEPARATOR)}\n}}\n')
 
 
 def _bake_gpu_archs(root: Path) -> str:

@@ -28,7 +28,6 @@ from mcore_images.jsonfiles import schema_problem
 
 __all__ = ["LAYERS", "NONE", "Override", "Stack", "get_stack", "groups", "load_stacks", "repo_root", "stacks_file"]
 
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _MAJOR_MINOR = re.compile(r"^\d+\.\d+$")
 
 # The lowest lock layer a change of each stack setting touches (components carry their own in the
@@ -227,7 +226,7 @@ def pin_problem(key: str, value: str) -> str | None:
     if value == FROM_BASE and (comp.source or comp.pin == "commit"):
         return None
     if comp.pin == "commit":
-        if _COMMIT.match(value):
+        if components.COMMIT.match(value):
             return None
         return f"{key}={value!r} is not a commit (a branch or tag moves); pin the full 40-hex commit, or 'none'"
     if comp.pin == "major_minor":

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from mcore_images.build import regions
 from mcore_images.build.regions import _hcl
+from mcore_images.catalogue import components, tags
 from mcore_images.catalogue.stacks import Stack
 from mcore_images.resolve.plan import make_plan, render_markdown
 
@@ -116,3 +118,15 @@ def test_the_flash_attention_column_follows_env_stacks_json(root: Path, tmp_path
     (tmp_path / "env" / "stacks.json").write_text(json.dumps(data))
     rows = readme_rows(f"<!-- images:begin -->\n{regions._readme_images(tmp_path)}<!-- images:end -->")
     assert rows["app-debian-verl"][3] == "4.0.0b37" and rows["runtime-debian"][3] == "none"
+
+
+def test_the_hand_written_bake_file_keeps_no_tag_format_of_its_own(root: Path) -> None:
+    """Before: the separator, what a commit pin looks like and how many of its digits a tag shows were written in the
+    HCL's tag functions as well as in tags.py and components.py. Outside the generated regions the HCL names none."""
+    hand = (root / "docker-bake.hcl").read_text()
+    for region in (r for r in regions.REGIONS if r.path == "docker-bake.hcl"):
+        hand = re.sub(re.escape(region.begin) + ".*?" + re.escape(region.end), "", hand, flags=re.S)
+    assert components.COMMIT.pattern not in hand
+    assert f", {components.COMMIT_SHOWN})" not in hand
+    assert f'join("{tags.SEPARATOR}"' not in hand
+    assert "${layer}" + tags.SEPARATOR not in hand
