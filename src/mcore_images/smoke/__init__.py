@@ -19,9 +19,9 @@ tooling, only modules that stand on the standard library (packaging aside, throu
 ``mcore_images.errors``, ``mcore_images.create_only`` and ``mcore_images.options`` (tests/unit/repo/test_layout.py
 keeps the list).
 
-The pure modules (layouts, shards, judge, certificate, kit.errors,
-kit.numerics, kit.seeds, kit.gpt_builder, bridge.spec, bench.model, bench.gate, attention.cases, attention.table)
-import without torch, so host tests and ``--dry-run`` work anywhere.
+The pure modules (layouts, shards, judge, certificate, kit.errors, kit.numerics, kit.seeds, kit.model_size,
+kit.gpt_builder, bridge.spec, bench.model, bench.gate, attention.cases, attention.table) import without torch, so host
+tests and ``--dry-run`` work anywhere.
 """
 
 __version__ = "0.2.0"

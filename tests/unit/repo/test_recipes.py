@@ -225,7 +225,8 @@ def test_add_a_doctor_check(extra_check: str, capsys: pytest.CaptureFixture) -> 
 
 PURE = ("mcore_images.smoke.layouts", "mcore_images.smoke.shards", "mcore_images.smoke.judge",
         "mcore_images.smoke.certificate", "mcore_images.smoke.kit.errors",
-        "mcore_images.smoke.kit.numerics", "mcore_images.smoke.kit.seeds", "mcore_images.smoke.kit.gpt_builder",
+        "mcore_images.smoke.kit.numerics", "mcore_images.smoke.kit.seeds", "mcore_images.smoke.kit.model_size",
+        "mcore_images.smoke.kit.gpt_builder",
         "mcore_images.smoke.bridge.spec", "mcore_images.smoke.bench.model",
         "mcore_images.smoke.bench.gate", "mcore_images.smoke.attention.cases", "mcore_images.smoke.attention.table",
         "mcore_images.smoke.verl_step.spec", "mcore_images.smoke.verl_step.reward",
