@@ -1,4 +1,5 @@
-"""Python, CUDA and torch: each label equals what the image has, and torch imports."""
+"""What the base layer installed: pip's check, no distribution twice, the locks' closure (each component's label and
+imports: tests/image/test_versions.py)."""
 
 from __future__ import annotations
 
@@ -8,24 +9,9 @@ from typing import Any
 import pytest
 from tests.image.shared_checks import versions
 
-from mcore_images.catalogue import components
 from mcore_images.resolve import declared_overrides, lock_files
 
 PIP_CHECK = Path(__file__).resolve().parents[3] / "docker" / "pip-check.py"
-
-
-@pytest.mark.parametrize("comp", components.of_layer("base"), ids=lambda c: c.label)
-def test_version_label_matches_installed(comp: components.Component, labels: dict[str, str],
-    facts: dict[str, Any]) -> None:
-    problems = versions.version_problems(comp, labels, facts)
-    assert not problems, "\n".join(problems)
-
-
-@pytest.mark.parametrize("comp", [c for c in components.of_layer("base") if c.modules], ids=lambda c: c.label)
-def test_imports(comp: components.Component, labels: dict[str, str],
-    facts: dict[str, Any]) -> None:
-    problems = versions.import_problems(comp, labels, facts)
-    assert not problems, "\n".join(problems)
 
 
 def test_pip_check(host: Any, image: Any, stack: Any) -> None:
