@@ -69,7 +69,7 @@ variable "GIT_SHA" {
 # ---------------------------------------------------------------------------------------------
 # Tag scheme: the tag tells the contents. Written once, in src/mcore_images (each component's in_tag and how a commit
 # is shown in components.py, the origins and the separator in tags.py); the generated blocks below carry it here,
-# and these functions only join it (tests/unit/mcore_images/build/test_bake.py compares every tag with tags.py's).
+# and these functions only join it (tests/unit/mcore_images/image_build/test_bake.py compares every tag with tags.py's).
 
 # A pin as a tag names it: a commit by its first few digits (commit_pin, generated below).
 function "tag_pin" {

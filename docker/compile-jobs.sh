@@ -12,4 +12,4 @@ archs="$(printf '%s\n' "${NVTE_CUDA_ARCHS:-90}" | tr ';' '\n' | grep -c .)"
 set -- --component "$component" --archs "$archs" --env --force
 if [ -s /run/secrets/max_jobs ]; then set -- "$@" --max-jobs "$(cat /run/secrets/max_jobs)"; fi
 if [ -s /run/secrets/nvcc_threads ]; then set -- "$@" --nvcc-threads "$(cat /run/secrets/nvcc_threads)"; fi
-PYTHONPATH=/mnt/planner python -m mcore_images.build.jobs "$@"
+PYTHONPATH=/mnt/planner python -m mcore_images.image_build.jobs "$@"

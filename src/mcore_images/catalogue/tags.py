@@ -3,7 +3,7 @@
 ``SEPARATOR`` what joins the parts; the immutable and candidate tags and how long each may grow are computed here
 alone (the `tag-length` rule asks ``immutable_length`` and ``longest_candidate``). docker-bake.hcl computes the same
 tags from the generated ``TAG_LAYERS``, ``ORIGINS`` and ``TAG_SEPARATOR`` blocks that `make update` renders from
-``parts``, ``ORIGINS`` and ``SEPARATOR`` (tests/unit/mcore_images/build/test_bake.py compares both on every
+``parts``, ``ORIGINS`` and ``SEPARATOR`` (tests/unit/mcore_images/image_build/test_bake.py compares both on every
 stack)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ itself back through others (an import circle), no import inside a function hides
 its package, and the smoke takes from the tooling only what runs in images (``SMOKE_MAY_IMPORT``).
 
 The direction, from the bottom: the shared modules (errors, command, jsonfiles, schemas, create_only, options) ←
-catalogue ← resolve ← build and release, with launch beside resolve (containers and programs, on the catalogue
+catalogue ← resolve ← image_build and release, with launch beside resolve (containers and programs, on the catalogue
 alone); doctor, report and the smoke on top; cli imports them all. Read from the source with ast, nothing
 imported: an import is ``import``, ``from … import`` (relative ones resolved against the importing module's
 package) and ``importlib.import_module`` or ``__import__`` of a module named by a string literal.
@@ -29,12 +29,12 @@ ALLOWED: dict[str, set[str]] = {
     "catalogue": {"shared", "catalogue"},
     "resolve": {"shared", "catalogue", "resolve"},
     "launch": {"shared", "catalogue", "launch"},
-    "build": {"shared", "catalogue", "resolve", "launch", "build"},
+    "image_build": {"shared", "catalogue", "resolve", "launch", "image_build"},
     "release": {"shared", "catalogue", "resolve", "launch", "release"},
-    "doctor": {"shared", "catalogue", "build", "doctor"},
+    "doctor": {"shared", "catalogue", "image_build", "doctor"},
     "report": {"shared", "catalogue", "resolve", "release", "report"},
     "smoke": {"shared", "catalogue", "smoke"},
-    "cli": {"shared", "catalogue", "resolve", "launch", "build", "release", "doctor", "report", "cli"},
+    "cli": {"shared", "catalogue", "resolve", "launch", "image_build", "release", "doctor", "report", "cli"},
 }
 """Which packages each package may import."""
 

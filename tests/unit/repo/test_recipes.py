@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from mcore_images import cli
-from mcore_images.build import regions
 from mcore_images.doctor import model
+from mcore_images.image_build import regions
 from mcore_images.smoke import layouts
 from tests.support.host import need
 from tests.unit.conftest import ROOT

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.build import bake, jobs, regions
 from mcore_images.catalogue import components
 from mcore_images.catalogue.stacks import Stack, load_stacks
 from mcore_images.errors import InputError
+from mcore_images.image_build import bake, jobs, regions
 from mcore_images.release import policy
 from mcore_images.resolve import layer_requirements, overrides, plan
 from mcore_images.smoke.kit import envinfo

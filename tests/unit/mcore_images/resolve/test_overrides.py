@@ -74,7 +74,7 @@ def test_mcore_bump_keeps_lower_locks_byte_identical(tmp_path: Path, root: Path,
 
 
 def test_override_that_breaks_a_rule_stops_before_docker(root: Path) -> None:
-    from mcore_images.build import bake
+    from mcore_images.image_build import bake
     with pytest.raises(InputError, match="mbridge-mcore"):
         bake.build(bake.BuildRequest(stack="debian", sets=("mcore=0.19.2",), dry_run=True))
     with pytest.raises(InputError, match="add --stack"):

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images.build import bake_args, debian_base, dockerfile, jobs
-from mcore_images.build.bake_log import BakeLog
 from mcore_images.catalogue import components, images, platforms, tags
 from mcore_images.catalogue.stacks import Stack, checkout_root, load_stacks, repo_root
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
+from mcore_images.image_build import bake_args, debian_base, dockerfile, jobs
+from mcore_images.image_build.bake_log import BakeLog
 from mcore_images.launch import emulation
 from mcore_images.resolve import engine_records, lock_check, overrides, rules
 from mcore_images.resolve.plan import make_plan, select

@@ -31,11 +31,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcore_images.build import dockerfile
 from mcore_images.catalogue import components, gpu_archs, platforms, tags
 from mcore_images.catalogue.stacks import Stack, checkout_root, load_stacks, stacks_file
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
+from mcore_images.image_build import dockerfile
 from mcore_images.resolve import lock_check, lock_update, plan, rules, tag_content
 
 
@@ -170,7 +170,7 @@ def _readme_images(root: Path) -> str:
     for row in README_IMAGES:
         if row.stack not in stacks:
             raise InputError(f"README_IMAGES names stack {row.stack!r}, which env/stacks.json lacks: name a stack of "
-                             "env/stacks.json in src/mcore_images/build/regions.py")
+                             "env/stacks.json in src/mcore_images/image_build/regions.py")
         stack = stacks[row.stack]
         top, *lower = row.layers
         holds = ", ".join([*_holds(stack, top).values(), *([row.also] if row.also else [])])

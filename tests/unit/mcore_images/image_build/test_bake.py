@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.build import debian_base, dockerfile
 from mcore_images.catalogue import components, gpu_archs, platforms, tags
 from mcore_images.catalogue.images import label
 from mcore_images.catalogue.stacks import Stack, groups
+from mcore_images.image_build import debian_base, dockerfile
 from mcore_images.resolve import lock_files, plan
 from tests.support.host import need
 

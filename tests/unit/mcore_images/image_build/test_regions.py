@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.build import regions
-from mcore_images.build.regions import _hcl
 from mcore_images.catalogue import components, tags
 from mcore_images.catalogue.stacks import Stack
+from mcore_images.image_build import regions
+from mcore_images.image_build.regions import _hcl
 from mcore_images.resolve.plan import make_plan, render_markdown
 
 
@@ -91,7 +91,7 @@ def test_the_readme_image_table_says_which_images_carry_a_flash_attention(root: 
                                                                           stacks: dict[str, Stack]) -> None:
     """Before: the table named FlashAttention 4 by hand in two rows, with no column and nothing that followed the
     pins. Now the region is current and each row's column is its stack's pin."""
-    from mcore_images.build import regions
+    from mcore_images.image_build import regions
 
     assert not [p for p in regions.stale(root) if p.startswith("README.md")], "run `make update`"
     rows = readme_rows((root / "README.md").read_text())
@@ -107,7 +107,7 @@ def test_the_flash_attention_column_follows_env_stacks_json(root: Path, tmp_path
     import json
     import shutil
 
-    from mcore_images.build import regions
+    from mcore_images.image_build import regions
 
     shutil.copytree(root / "env", tmp_path / "env", ignore=shutil.ignore_patterns("locks"))
     shutil.copy(root / "README.md", tmp_path / "README.md")

@@ -20,11 +20,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mcore_images import create_only
-from mcore_images.build import bake
-from mcore_images.build.bake_log import BakeLog
 from mcore_images.catalogue import tags
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
+from mcore_images.image_build import bake
+from mcore_images.image_build.bake_log import BakeLog
 
 LAYER_STAGES = ("base", "builder", "kernels-build", "tooling-build", "kernels", "runtime")
 LOG_DIR = Path("build") / "build-timing"  # each scenario's full BuildKit log
