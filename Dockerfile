@@ -120,7 +120,7 @@ RUN --mount=type=bind,from=install-scripts,target=/mnt/install \
 # the compiles cached; tests/unit/repo/test_dockerfile.py checks the list against jobs.py's imports.
 FROM scratch AS planner
 COPY src/mcore_images/__init__.py src/mcore_images/errors.py src/mcore_images/command.py /mcore_images/
-COPY src/mcore_images/build/__init__.py src/mcore_images/build/jobs.py /mcore_images/build/
+COPY src/mcore_images/image_build/__init__.py src/mcore_images/image_build/jobs.py /mcore_images/image_build/
 
 # A C/C++ cross compiler that runs at the build machine's speed, for a builder of another platform that runs
 # under QEMU (linux/arm64 made on x86_64): Debian's g++ for aarch64 from the same OS base, so its GCC is the

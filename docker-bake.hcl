@@ -67,14 +67,14 @@ variable "GIT_SHA" {
 }
 
 # ---------------------------------------------------------------------------------------------
-# Tag scheme: the tag tells the contents. Written once, in src/mcore_images (each component's in_tag in
-# components.py, the origins in tags.py); the two generated blocks below carry it here, and these functions only
-# join it (tests/unit/mcore_images/build/test_bake.py compares every tag with tags.py's).
+# Tag scheme: the tag tells the contents. Written once, in src/mcore_images (each component's in_tag and how a commit
+# is shown in components.py, the origins and the separator in tags.py); the generated blocks below carry it here,
+# and these functions only join it (tests/unit/mcore_images/image_build/test_bake.py compares every tag with tags.py's).
 
-# A pin as a tag names it: a commit by its first 8 digits.
+# A pin as a tag names it: a commit by its first few digits (commit_pin, generated below).
 function "tag_pin" {
   params = [c, v]
-  result = c.pin == "commit" && length(regexall("^[0-9a-f]{40}$", v)) > 0 ? substr(v, 0, 8) : v
+  result = c.pin == "commit" && length(regexall(commit_pin().pattern, v)) > 0 ? substr(v, 0, commit_pin().shown) : v
 }
 
 function "component" {
@@ -91,7 +91,7 @@ function "origin" {
 # The layer, each pin its tag names (an optional one only where the stack carries it), the origin.
 function "layer_tag" {
   params = [layer, s]
-  result = join("-", concat(
+  result = join(tag_separator(), concat(
     [layer],
     [for k in TAG_LAYERS[layer] : "${component(k).tag}${tag_pin(component(k), s[k])}"
     if !(component(k).tag_optional && s[k] == "none")],
@@ -106,7 +106,7 @@ function "image" {
 
 function "tags" {
   params = [layer, s]
-  result = [image(layer_tag(layer, s)), image("${layer}-${s.name}")]
+  result = [image(layer_tag(layer, s)), image(join(tag_separator(), [layer, s.name]))]
 }
 
 # The component catalogue (src/mcore_images/catalogue/components.py): which stack field each label and build arg reads,
@@ -134,6 +134,11 @@ variable "COMPONENTS" {
     { key = "sglang", label = "sglang", layer = "app", pin = "version", build_arg = "SGLANG_VERSION", tag = "sglang", tag_optional = true },
   ]
 }
+
+function "commit_pin" {
+  params = []
+  result = { pattern = "^[0-9a-f]{40}$", shown = 8 }
+}
 # components:end
 
 # The tag scheme (src/mcore_images/catalogue/tags.py): the components each layer's tag names, in order, and how a tag names
@@ -154,6 +159,11 @@ variable "ORIGINS" {
     cuda = { prefix = "cuda", field = "base_image", pattern = ":([0-9]+[.][0-9]+[.][0-9]+)" }
     debian = { prefix = "debian-", field = "debian_suite", pattern = "^([a-z]*)$" }
   }
+}
+
+function "tag_separator" {
+  params = []
+  result = "-"
 }
 # tag-scheme:end
 
@@ -290,7 +300,7 @@ function "layers_stack" {
 # The apex source: its git repository at the pinned commit, or an empty folder.
 function "apex_context" {
   params = [s]
-  result = length(regexall("^[0-9a-f]{40}$", s.apex)) > 0 ? "https://github.com/NVIDIA/apex.git#${s.apex}" : "docker/empty"
+  result = length(regexall(commit_pin().pattern, s.apex)) > 0 ? "https://github.com/NVIDIA/apex.git#${s.apex}" : "docker/empty"
 }
 
 target "base" {

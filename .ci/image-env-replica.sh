@@ -65,8 +65,8 @@ from_locks() {
 import json, re, sys
 from pathlib import Path
 from mcore_images.catalogue import constraints
-from mcore_images.catalogue.stacks import get_stack
-from mcore_images.resolve import lock
+from mcore_images.catalogue.stacks import get_stack, repo_root
+from mcore_images.resolve import lock_files
 
 stack, out, freeze = get_stack(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 have = {}
@@ -76,9 +76,9 @@ for line in (Path(freeze).read_text().splitlines() if freeze else []):
         have[re.sub(r"[-_.]+", "-", name).lower()] = version.strip()
 installed, carried = {}, []
 for layer in ("base", "kernels", "runtime", "app"):
-    path = lock.lock_path(stack, layer)
+    path = lock_files.lock_path(stack, layer)
     text = path.read_text() if path.is_file() else ""
-    installed.update(lock.pins(text))
+    installed.update(lock_files.pins(text))
     if layer == "base":
         continue  # the host's torch and its CUDA wheels
     keep, block = [], []
@@ -97,7 +97,7 @@ for layer in ("base", "kernels", "runtime", "app"):
     (out / f"{layer}.carry.txt").write_text("\n".join(keep) + "\n")
 (out / "constraints.txt").write_text("\n".join(constraints.constraints(installed)) + "\n")
 env, stage = [], False
-for line in (lock.repo_root() / "Dockerfile").read_text().replace("\\\n", " ").splitlines():
+for line in (repo_root() / "Dockerfile").read_text().replace("\\\n", " ").splitlines():
     if line.startswith("FROM "):
         stage = line.rstrip().endswith(" AS runtime")
     elif stage and line.startswith("ENV "):

@@ -1,4 +1,4 @@
-# Build timing and the layer-reuse check (src/mcore_images/build/timing.py).
+# Build timing and the layer-reuse check (src/mcore_images/image_build/timing.py).
 TIMING_MCORE ?= 0.16.0
 TIMING_TE ?= 2.19.0
 export TIMING_MCORE TIMING_TE

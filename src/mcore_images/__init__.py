@@ -2,7 +2,7 @@
 
 This package runs on the host (Python >= 3.10) and never imports torch or megatron-core;
 the doctor imports what it inspects lazily, one check at a time. Its packages follow the pipeline:
-catalogue (what an image is made of) ← resolve (rules, locks, plan) ← build and release, with launch
+catalogue (what an image is made of) ← resolve (rules, locks, plan) ← image_build and release, with launch
 (containers and programs) beside them, and doctor, report and the smoke on top.
 """
 

@@ -12,10 +12,10 @@ import sys
 from types import ModuleType
 
 from mcore_images import __version__
-from mcore_images.build import bake, debian_base, jobs, make_vars, regions, reproduce, timing
 from mcore_images.catalogue import tags
 from mcore_images.command import Command, Parser, configure, dispatch
 from mcore_images.doctor import command as doctor
+from mcore_images.image_build import bake, debian_base, jobs, make_vars, regions, reproduce, timing
 from mcore_images.launch import kube, programs, run
 from mcore_images.release import authority, certify, platform_index, promote, release_matrix, verify
 from mcore_images.report import command as report

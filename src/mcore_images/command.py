@@ -95,7 +95,7 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str]) -> int:
 
 
 def standalone(command: Command, argv: list[str] | None = None) -> int:
-    """Run one command as its own program (``python -m mcore_images.build.jobs``)."""
+    """Run one command as its own program (``python -m mcore_images.image_build.jobs``)."""
     parser = Parser(prog=f"mcore-images {command.name}", description=command.description or command.help)
     configure(parser, command)
     return dispatch(parser, list(sys.argv[1:] if argv is None else argv))

@@ -1,4 +1,7 @@
-"""Our JSON files checked against their JSON Schemas, with one-line errors.
+"""Our JSON files checked against their JSON Schemas, with one-line errors: the one ladder every document the
+tool reads climbs (``load``): the file (missing, a folder, too large, unreadable), its text (UTF-8), its parse (JSON),
+its shape (the schema, then any check of the reader's own); the first rung it misses is one InputError naming what
+the file is and the fix.
 
 The schemas of env/'s files are kept next to them in env/; those of the documents the tool reads from
 elsewhere (certificates, build timings) ship inside the package (``PACKAGED``). A schema that is missing
@@ -16,8 +19,11 @@ from typing import Any
 from mcore_images import PACKAGE
 from mcore_images.errors import InputError, shown
 
-Place = Callable[[Sequence[Any]], tuple[str, Sequence[Any]]]
-"""Turns the start of an error's path into a name ("stack 'debian'") and returns the rest of the path."""
+Place = Callable[[Any, Sequence[Any]], tuple[str, Sequence[Any]]]
+"""Given the document and an error's path in it, names the start of the path ("stack 'debian'") and returns the
+rest."""
+Shape = Callable[[Any], list[str]]
+"""A reader's own check of a parsed document, beyond its schema: one phrase per problem ([] when it has none)."""
 
 PACKAGED = PACKAGE / "data"
 CERTIFICATE_SCHEMA = PACKAGED / "certificate.schema.json"
@@ -26,19 +32,56 @@ BUILD_TIMINGS_SCHEMA = PACKAGED / "build-timings.schema.json"
 """What `mcore-images build-timing --out` writes, as the report reads it."""
 
 
-def read_json(path: Path, what: str, fix: str, finite: bool = False) -> Any:
-    """``path`` parsed; InputError naming ``what`` it is and ``fix`` when it is missing, unreadable, not UTF-8
-    or not JSON (``finite``: or holds NaN or Infinity, which Python's json reads and no measurement is)."""
+def load(path: Path, what: str, fix: str, schema: Path | None = None, *, place: Place | None = None,
+         shape: Shape | None = None, finite: bool = False, missing: str | None = None,
+         max_bytes: int | None = None) -> Any:
+    """The whole ladder: ``path`` read and parsed (``read_json``), then held to ``schema`` and ``shape``
+    (``conform``)."""
+    data = read_json(path, what, fix, finite=finite, missing=missing, max_bytes=max_bytes)
+    conform(data, path, what, fix, schema, place=place, shape=shape)
+    return data
+
+
+def read_json(path: Path, what: str, fix: str, finite: bool = False, missing: str | None = None,
+              max_bytes: int | None = None) -> Any:
+    """``path`` parsed; InputError naming ``what`` it is and ``fix`` (``missing``: the fix when it is not there) when
+    it is missing, a folder, larger than ``max_bytes`` (refused before it is read), unreadable, not UTF-8 or not
+    JSON (``finite``: or holds NaN or Infinity, which Python's json reads and no measurement is)."""
+    named = _named(what, path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"), **({"parse_constant": _no_constant} if finite else {}))
+        if max_bytes is not None and (size := path.stat().st_size) > max_bytes:
+            raise InputError(f"{named} is {size / (1 << 20):.1f} MiB, over the {max_bytes >> 20} MiB this tool reads; "
+                             f"{fix}")
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"{what} {path} not found; {fix}") from None
+        raise InputError(f"{named} not found; {missing or fix}") from None
+    except IsADirectoryError:
+        raise InputError(f"{named} is a folder; name the file in it") from None
     except UnicodeDecodeError as exc:
-        raise InputError(f"{what} {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); {fix}") from None
+        raise InputError(f"{named} is not UTF-8 text (byte {exc.start}: {exc.reason}); {fix}") from None
     except OSError as exc:
-        raise InputError(f"{what} {path} cannot be read ({exc.strerror or exc}); {fix}") from None
+        raise InputError(f"{named} cannot be read ({exc.strerror or exc}); {fix}") from None
+    try:
+        return json.loads(text, **({"parse_constant": _no_constant} if finite else {}))
     except ValueError as exc:
-        raise InputError(f"{what} {path} is not JSON ({exc}); {fix}") from None
+        raise InputError(f"{named} is not JSON ({exc}); {fix}") from None
+
+
+def conform(data: Any, path: Path, what: str, fix: str, schema: Path | None = None, *, place: Place | None = None,
+            shape: Shape | None = None) -> None:
+    """The ladder's last rung, for a document parsed from ``path``: InputError, one line, where ``data`` breaks
+    ``schema`` (the first place, and what to write there: the schema's description) or else ``shape`` (every problem
+    it names, and ``fix``)."""
+    found = problem(data, schema, place) if schema else None
+    if found:
+        raise InputError(f"{_named(what, path)}: {found}")
+    problems = shape(data) if shape else []
+    if problems:
+        raise InputError(f"{_named(what, path)} is malformed ({'; '.join(problems)}); {fix}")
+
+
+def _named(what: str, path: Path) -> str:
+    return f"{what} {path}" if what else str(path)
 
 
 def _no_constant(name: str) -> Any:
@@ -69,7 +112,7 @@ def problem(data: Any, schema: Path, place: Place | None = None) -> str | None:
     if error is None:
         return None
     where: Sequence[Any] = list(error.absolute_path)
-    name, where = place(where) if place else ("", where)
+    name, where = place(data, where) if place else ("", where)
     field = ".".join(str(p) for p in where)
     hint = error.schema.get("description") or (error.parent.schema.get("description") if error.parent else None)
     located = ", ".join(p for p in (name, f"field {field}" if field else "") if p)
@@ -78,9 +121,3 @@ def problem(data: Any, schema: Path, place: Place | None = None) -> str | None:
         message = message.replace(repr(error.instance), f"'{shown(error.instance)}'")
     message = message if len(message) <= 160 else message[:157] + "..."
     return f"{located + ': ' if located else ''}{message}" + (f"; write {hint}" if hint else "")
-
-
-def schema_problem(data: Any, schema: Path, path: Path, place: Place | None = None) -> str | None:
-    """``problem`` for data read from ``path``, naming the file first."""
-    found = problem(data, schema, place)
-    return None if found is None else f"{path}: {found}"

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import testinfra
 
-from mcore_images.build.bake import SYSTEM_CA
 from mcore_images.catalogue import platforms
 from mcore_images.catalogue.stacks import LAYERS, Stack
+from mcore_images.image_build.bake import SYSTEM_CA
 from mcore_images.launch import emulation
 from tests.image.shared_checks import hygiene
 from tests.image.utils import docker, layers, probing, saved_layers

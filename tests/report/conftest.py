@@ -80,7 +80,7 @@ def screenshots(request: pytest.FixtureRequest) -> Path:
 def browser_image() -> str:
     if _docker("image", "inspect", IMAGE, check=False).returncode:
         if _docker("image", "inspect", BASE, check=False).returncode:  # CI builds another suite's base
-            from mcore_images.build import debian_base
+            from mcore_images.image_build import debian_base
 
             print(debian_base.ensure(load_stacks()["debian"]))
         built = _docker("build", "-q", "-t", IMAGE, str(HERE / "browser"), check=False)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.build import jobs
 from mcore_images.catalogue.stacks import Stack, load_stacks
+from mcore_images.image_build import jobs
 from tests.support.machine import fake_machine
 
 ROOT = Path(__file__).resolve().parents[2]

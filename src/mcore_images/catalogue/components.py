@@ -33,6 +33,11 @@ FROM_BASE = "base"
 PIN_KINDS = ("version", "major_minor", "commit")
 """How a pin is written and compared: a PEP 440 version (compared by public release), a major.minor
 version (Python, CUDA: any patch release matches), or a 40-hex git commit (a source checkout)."""
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+"""A pin of kind "commit": the full git commit (a branch or tag moves). RE2 reads it alike: bake's generated
+``COMMIT`` block carries it."""
+COMMIT_SHOWN = 8
+"""How many digits of a commit tags and tables show (``apex6424da3b``)."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,7 @@ class Component:
     compile_profile: str | None = None
     """The job planner's memory profile (jobs.PROFILES) of the Dockerfile step that compiles it: `build` judges an
     explicit MAX_JOBS / NVCC_THREADS against it, and a stack that compiles anything locks the builder's compile
-    toolchain (lock.py). None: never compiled here."""
+    toolchain (layer_requirements.py). None: never compiled here."""
 
     @property
     def oci_label(self) -> str:
@@ -118,7 +123,7 @@ class Component:
 
     def short(self, pin: str) -> str:
         """The pin as tags and tables show it (a commit by its first 8 digits)."""
-        return pin[:8] if self.pin == "commit" and len(pin) == 40 else pin
+        return pin[:COMMIT_SHOWN] if self.pin == "commit" and COMMIT.match(pin) else pin
 
     def compiled(self, stack: Any) -> bool:
         """Whether a build of ``stack`` (any object with the stack's fields as attributes) compiles it: it has a

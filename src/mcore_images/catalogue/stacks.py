@@ -10,25 +10,22 @@ uses a stack: a bad file is one line naming the stack, the field and what to wri
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import PACKAGE, SOURCE_TREE
+from mcore_images import PACKAGE, SOURCE_TREE, jsonfiles
 from mcore_images.catalogue import components, platforms
 from mcore_images.catalogue.components import FROM_BASE, LAYERS, NONE
 from mcore_images.catalogue.versions import InvalidRequirement, InvalidVersion, Requirement, Version
 from mcore_images.errors import InputError, shown
-from mcore_images.jsonfiles import schema_problem
 
 __all__ = ["LAYERS", "NONE", "Override", "Stack", "get_stack", "groups", "load_stacks", "repo_root", "stacks_file"]
 
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _MAJOR_MINOR = re.compile(r"^\d+\.\d+$")
 
 # The lowest lock layer a change of each stack setting touches (components carry their own in the
@@ -227,7 +224,7 @@ def pin_problem(key: str, value: str) -> str | None:
     if value == FROM_BASE and (comp.source or comp.pin == "commit"):
         return None
     if comp.pin == "commit":
-        if _COMMIT.match(value):
+        if components.COMMIT.match(value):
             return None
         return f"{key}={value!r} is not a commit (a branch or tag moves); pin the full 40-hex commit, or 'none'"
     if comp.pin == "major_minor":
@@ -241,16 +238,12 @@ def pin_problem(key: str, value: str) -> str | None:
     return None
 
 
-def _stack_place(data: Any) -> Callable[[Sequence[Any]], tuple[str, Sequence[Any]]]:
+def _stack_place(data: Any, where: Sequence[Any]) -> tuple[str, Sequence[Any]]:
     """Names the stack an error path runs through (variable.STACKS.default.<i>.field -> stack 'name')."""
-
-    def place(where: Sequence[Any]) -> tuple[str, Sequence[Any]]:
-        if len(where) >= 4 and isinstance(where[3], int):
-            entry = data["variable"]["STACKS"]["default"][where[3]]
-            return f"stack '{shown(entry.get('name', where[3]) if isinstance(entry, dict) else where[3])}'", where[4:]
-        return "", where
-
-    return place
+    if len(where) >= 4 and isinstance(where[3], int):
+        entry = data["variable"]["STACKS"]["default"][where[3]]
+        return f"stack '{shown(entry.get('name', where[3]) if isinstance(entry, dict) else where[3])}'", where[4:]
+    return "", where
 
 
 def _parse(path: Path, entry: dict[str, Any]) -> Stack:
@@ -299,31 +292,21 @@ MAX_STACKS_BYTES = 4 << 20
 committed file is under 20 KB). A larger one is refused before it is parsed."""
 
 
+FIX = "correct it (one entry per stack you build), or restore it from git"
+"""What every error about env/stacks.json as a file says to do."""
+
+
 def load_stacks(path: Path | None = None) -> dict[str, Stack]:
     """All stacks by name, in file order; InputError (one line) for a file that is not well-formed."""
     path = path or stacks_file()
-    try:
-        size = path.stat().st_size
-        if size > MAX_STACKS_BYTES:
-            raise InputError(f"{path} is {size / (1 << 20):.1f} MiB, over the {MAX_STACKS_BYTES >> 20} MiB this tool "
-                             "reads: keep the stacks you build in it (one entry per stack), or restore it from git")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path} not found; run from the mcore-images checkout or set MCORE_IMAGES_ROOT") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8 or restore "
-                         "it from git") from None
-    except OSError as exc:
-        raise InputError(f"{path} cannot be read ({exc.strerror or exc}); restore it from git") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not JSON ({exc}); fix its syntax") from None
+    data = jsonfiles.read_json(path, "", FIX, missing="run from the mcore-images checkout or set MCORE_IMAGES_ROOT",
+                               max_bytes=MAX_STACKS_BYTES)
     return parse_document(data, path)
 
 
 def parse_document(data: Any, path: Path) -> dict[str, Stack]:
     """Stacks from a parsed env/stacks.json document (``path`` only names it in errors)."""
-    if problem := schema_problem(data, schema_file(), path, _stack_place(data)):
-        raise InputError(problem)
+    jsonfiles.conform(data, path, "", FIX, schema_file(), place=_stack_place)
     stacks = [_parse(path, entry) for entry in data["variable"]["STACKS"]["default"]]
     names = [s.name for s in stacks]
     twice = sorted(name for name, count in Counter(names).items() if count > 1)

@@ -1,7 +1,10 @@
 """The tag scheme: a tag tells what the image holds. Written once, here and in the catalogue: each component's
-``in_tag`` (components.py) says how a tag names its pin, ``ORIGINS`` how a tag names where the base comes from.
-docker-bake.hcl computes the same tags from the generated ``TAG_LAYERS`` and ``ORIGINS`` blocks that `make update`
-renders from ``parts`` and ``ORIGINS`` (tests/unit/mcore_images/build/test_bake.py compares both on every stack)."""
+``in_tag`` (components.py) says how a tag names its pin, ``ORIGINS`` how a tag names where the base comes from,
+``SEPARATOR`` what joins the parts; the immutable and candidate tags and how long each may grow are computed here
+alone (the `tag-length` rule asks ``immutable_length`` and ``longest_candidate``). docker-bake.hcl computes the same
+tags from the generated ``TAG_LAYERS``, ``ORIGINS`` and ``TAG_SEPARATOR`` blocks that `make update` renders from
+``parts``, ``ORIGINS`` and ``SEPARATOR`` (tests/unit/mcore_images/image_build/test_bake.py compares both on every
+stack)."""
 
 from __future__ import annotations
 
@@ -17,6 +20,13 @@ from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 
 DEFAULT_REPO = "mcore-images"
+
+OCI_TAG_MAX = 128
+"""The distribution spec's longest tag (``[A-Za-z0-9_][A-Za-z0-9._-]{0,127}``)."""
+SEPARATOR = "-"
+"""What joins a tag's parts (the layer, each pin it names, the origin) and the alias's (``<layer>-<stack>``)."""
+DIGEST_SHOWN = 12
+"""How many hex digits of the digest an immutable tag ends with."""
 
 
 @dataclass(frozen=True)
@@ -70,24 +80,39 @@ def layer_tag(layer: str, stack: Stack) -> str:
     """The content tag: the layer, each part its tag names, the origin (``runtime-mcore…-te…-torch…-debian-trixie``).
     """
     named = [text for c in parts(layer) if (text := part(c, stack))]
-    return "-".join([layer, *named, origin(stack)])
+    return SEPARATOR.join([layer, *named, origin(stack)])
 
 
-IMMUTABLE_SUFFIX = re.compile(r"-[0-9]{8}-([0-9a-f]{12})$")
+IMMUTABLE_SUFFIX = re.compile(rf"{SEPARATOR}[0-9]{{8}}{SEPARATOR}([0-9a-f]{{{DIGEST_SHOWN}}})$")
 """How an immutable tag ends: ``-<YYYYMMDD>-<first 12 hex digits of the digest>`` (immutable_tag writes it)."""
+
+
+def _immutable(content_tag: str, digest: str, created: dt.datetime) -> str:
+    return SEPARATOR.join((content_tag, f"{created:%Y%m%d}", _short(digest)))
 
 
 def immutable_tag(content_tag: str, digest: str, created: dt.datetime) -> str:
     """The tag a promotion writes next to the moving ones, which never moves: the content tag, the
     certificate's date and the first 12 hex digits of the digest (at most 128 characters, OCI's limit)."""
-    tag = f"{content_tag}-{created:%Y%m%d}-{_short(digest)}"
-    if len(tag) > 128:
-        raise InputError(f"immutable tag {tag!r} is longer than 128 characters: shorten the stack's versions")
+    tag = _immutable(content_tag, digest, created)
+    if len(tag) > OCI_TAG_MAX:
+        raise InputError(f"immutable tag {tag!r} is longer than {OCI_TAG_MAX} characters: shorten the stack's "
+                         "versions")
     return tag
 
 
+def immutable_length(content_tag: str) -> int:
+    """How long the immutable tag of ``content_tag`` is, whatever its date and digest."""
+    return len(_immutable(content_tag, "sha256:" + "0" * 64, dt.datetime(2000, 1, 1)))
+
+
+def immutable_form(content_tag: str, digest: str) -> str:
+    """The immutable tags of ``content_tag`` at ``digest``, as a message names them (``…-<date>-<digest>``)."""
+    return SEPARATOR.join((content_tag, "<date>", _short(digest)))
+
+
 def _short(digest: str) -> str:
-    return digest.removeprefix("sha256:")[:12]
+    return digest.removeprefix("sha256:")[:DIGEST_SHOWN]
 
 
 def is_immutable(tag: str) -> bool:
@@ -127,15 +152,16 @@ def image(tag: str, registry: str = "", repo: str = DEFAULT_REPO) -> str:
 
 def tags(layer: str, stack: Stack, registry: str = "", repo: str = DEFAULT_REPO) -> list[str]:
     """The full tag and its short alias (`runtime-debian`)."""
-    return [image(layer_tag(layer, stack), registry, repo), image(f"{layer}-{stack.name}", registry, repo)]
+    return [image(layer_tag(layer, stack), registry, repo), image(target(layer, stack), registry, repo)]
 
 
 TAG_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 """A beginning that a tag may have (OCI tags: ``[A-Za-z0-9_][A-Za-z0-9._-]{0,127}``), leaving room for the rest."""
 
 
-def target(layer: str, stack: Stack) -> str:
-    return f"{layer}-{stack.name}"
+def target(layer: str, stack: Stack | str) -> str:
+    """The bake target of a stack's layer, and its image's short alias (``runtime-debian``); ``stack`` or its name."""
+    return SEPARATOR.join((layer, stack if isinstance(stack, str) else stack.name))
 
 
 _SHA = re.compile(r"^[0-9a-f]{7,40}$")
@@ -153,6 +179,13 @@ def candidate_tag(target: str, sha: str, option: str = "--sha", arch: str | None
         raise InputError(f"{option} {sha!r} is not a git commit (7 to 40 lowercase hex digits): pass the commit "
                          "that built the image (e.g. $GITHUB_SHA)")
     return f"candidate-{sha}-{target}" + (f"{PLATFORM_SEPARATOR}{arch}" if arch else "")
+
+
+def longest_candidate(target: str, multi_platform: bool) -> int:
+    """How long a candidate tag of ``target`` can be: a full git commit, and for a multi-platform stack the longest
+    architecture after it."""
+    arch = max((p.arch for p in platforms.PLATFORMS), key=len) if multi_platform else None
+    return len(candidate_tag(target, "0" * 40, arch=arch))
 
 
 def _arguments(p: argparse.ArgumentParser) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 import re
 
-from mcore_images.build import jobs
 from mcore_images.doctor.model import Context, Outcome, Status, check, ok, trip, warn
 from mcore_images.errors import InputError
+from mcore_images.image_build import jobs
 
 GIB = 1024**3
 
@@ -28,7 +28,7 @@ def resources(ctx: Context) -> jobs.Resources:
     "leave MAX_JOBS unset so the planner picks, or lower it to the planner's number",
 )
 def max_jobs(ctx: Context) -> Outcome:
-    """The MAX_JOBS the planner (mcore_images.build.jobs) picks here; an explicit MAX_JOBS that would not fit."""
+    """The MAX_JOBS the planner (mcore_images.image_build.jobs) picks here; an explicit MAX_JOBS that would not fit."""
     archs = arch_count(ctx)
     found = resources(ctx)
     plans = {c: jobs.plan(found, c, archs) for c in jobs.PROFILES}

@@ -10,20 +10,19 @@ function returns the problems it finds, one line each with its fix; promote.py a
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import schemas
+from mcore_images import jsonfiles, schemas
 from mcore_images.catalogue import components, images, platforms
 from mcore_images.catalogue.images import ImageRef
 from mcore_images.catalogue.stacks import Stack
 from mcore_images.catalogue.versions import InvalidVersion, Version, pin_satisfied
 from mcore_images.errors import InputError
-from mcore_images.jsonfiles import CERTIFICATE_SCHEMA, PACKAGED, problem, read_json, schema_problem
+from mcore_images.jsonfiles import CERTIFICATE_SCHEMA, PACKAGED, problem
 
 CERTIFIED_LAYERS = ("runtime", "app")
 """Layers that carry megatron-core, so the smoke can certify them; only these get public tags."""
@@ -51,11 +50,9 @@ def load_policy(name: str, policy_file: Path | None = None) -> Policy:
     (`--policy-file`): never from the current folder. InputError (one line) for an unknown name or a
     malformed file."""
     path = policy_file or POLICIES
-    data = read_json(path, "release policies", "give a readable --policy-file" if policy_file else
-                     "reinstall mcore-images (its packaged release-policies.json is damaged)")
-    found = schema_problem(data, PACKAGED / "release-policies.schema.json", path)
-    if found:
-        raise InputError(found)
+    data = jsonfiles.load(path, "release policies", "give a readable --policy-file" if policy_file else
+                          "reinstall mcore-images (its packaged release-policies.json is damaged)",
+                          PACKAGED / "release-policies.schema.json")
     if name not in data:
         raise InputError(f"unknown policy '{name}'; choose one of {', '.join(data)} ({path})")
     return Policy(name, **data[name])
@@ -63,23 +60,10 @@ def load_policy(name: str, policy_file: Path | None = None) -> Policy:
 
 def load_certificate(path: Path) -> dict[str, Any]:
     """certificate.json as `mcore-images certify` writes it; InputError naming what is malformed."""
-    unedited = "use the certificate.json that `mcore-images certify` wrote, unedited"
-    try:
-        cert = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"certificate {path} not found: download the gpu-smoke run's certificate artifact "
-                         "(or run `mcore-images certify IMAGE@DIGEST`)") from None
-    except IsADirectoryError:
-        raise InputError(f"certificate {path} is a folder: name the certificate.json in it") from None
-    except OSError as exc:
-        raise InputError(f"certificate {path} cannot be read ({exc.strerror or exc}): {unedited}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"certificate {path} is malformed (not UTF-8 text: byte {exc.start}): {unedited}") from None
-    except ValueError as exc:
-        raise InputError(f"certificate {path} is malformed (not JSON: {exc}): {unedited}") from None
-    problems = shape_problems(cert)
-    if problems:
-        raise InputError(f"certificate {path} is malformed ({'; '.join(problems)}): {unedited}")
+    cert: dict[str, Any] = jsonfiles.load(
+        path, "certificate", "use the certificate.json that `mcore-images certify` wrote, unedited",
+        missing="download the gpu-smoke run's certificate artifact (or run `mcore-images certify IMAGE@DIGEST`)",
+        shape=shape_problems)
     return cert
 
 

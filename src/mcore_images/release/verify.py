@@ -84,7 +84,7 @@ def tag_problem(tag: str, digest: str, labels: dict[str, str]) -> str | None:
     at another certified digest (another stack, another layer) must not pass."""
 
     stack_name, layer = labels.get(images.label("stack"), ""), labels.get(images.label("layer"), "")
-    alias = f"{layer}-{stack_name}"
+    alias = tags.target(layer, stack_name)
     if tag == alias or tags.is_candidate_tag_of(tag, alias):
         return None
     stack = load_stacks().get(stack_name)
@@ -95,8 +95,8 @@ def tag_problem(tag: str, digest: str, labels: dict[str, str]) -> str | None:
     if tag == content or tags.is_immutable_tag_of(tag, content, digest):
         return None
     return (f"tag {tag} is not a tag of what it points to: {digest} is stack '{stack_name}', layer '{layer}', "
-            f"whose tags are {alias}, {content} and {content}-<date>-{digest.removeprefix('sha256:')[:12]}; the tag "
-            "was moved to another image")
+            f"whose tags are {alias}, {content} and {tags.immutable_form(content, digest)}; the tag was moved to "
+            "another image")
 
 
 def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = None,

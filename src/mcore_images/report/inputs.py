@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcore_images import schemas
+from mcore_images import jsonfiles, schemas
 from mcore_images.catalogue import components, images, platforms
 from mcore_images.catalogue.stacks import Stack
 from mcore_images.catalogue.versions import pin_satisfied
-from mcore_images.errors import InputError
-from mcore_images.jsonfiles import BUILD_TIMINGS_SCHEMA, problem, read_json
+from mcore_images.jsonfiles import BUILD_TIMINGS_SCHEMA
 from mcore_images.release import policy
 
 CERTIFICATE_NAME = "certificate.json"
@@ -161,9 +160,6 @@ def read_timings(paths: list[Path]) -> list[dict[str, Any]]:
     fix = "give a file `mcore-images build-timing --out` wrote"
     runs: list[dict[str, Any]] = []
     for path in paths:
-        data = read_json(path, "--build-timings", fix, finite=True)
-        found = problem(data, BUILD_TIMINGS_SCHEMA)
-        if found:
-            raise InputError(f"--build-timings {path}: {found}")
+        data = jsonfiles.load(path, "--build-timings", fix, BUILD_TIMINGS_SCHEMA, finite=True)
         runs += data["runs"]
     return runs

@@ -15,10 +15,12 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from mcore_images.catalogue.components import LOCK_LAYERS
 from mcore_images.catalogue.stacks import Override, Stack, canonical
 from mcore_images.catalogue.versions import Requirement
 from mcore_images.errors import InputError
-from mcore_images.resolve import pypi
+from mcore_images.resolve import pypi, uv_compile
+from mcore_images.resolve.lock_files import DEFAULT_MACHINE, SIDE_LAYERS
 
 LINE = "# Override: {pin} over {over}'s own requirement on it (env/stacks.json says why).\n"
 """How a lock's header names a declared override (docker/pip-check.py parses it)."""
@@ -83,6 +85,31 @@ def prove_needed(stack: Stack, resolve: Resolve) -> dict[str, str]:
                              "its locks resolve without it; remove it from the stack's overrides in env/stacks.json")
         proofs[override.pin] = reason
     return proofs
+
+
+def prove(stack: Stack, inputs: dict[str, list[str]], machine: str = DEFAULT_MACHINE) -> None:
+    """Before a stack with declared overrides is locked: each is needed (its whole chain resolves without none of
+    them), and none overrides more than the one requirement it names (``hidden``). InputError naming the fix
+    otherwise; nothing is written."""
+    if not stack.overrides:
+        return
+    chain = [req for layer in LOCK_LAYERS if layer not in SIDE_LAYERS for req in inputs[layer]]
+
+    def resolve(overrides: tuple[Override, ...]) -> tuple[bool, str]:
+        result, _, _ = uv_compile.run(stack, chain, {}, None, machine, "", overrides)
+        if result.returncode and uv_compile.NO_SOLUTION not in result.stderr:
+            raise InputError(f"uv could not read the index for stack '{stack.name}': "
+                             f"{uv_compile.uv_reason(result.stderr)}")
+        return result.returncode == 0, uv_compile.uv_reason(result.stderr)
+
+    prove_needed(stack, resolve)
+    result, text, _ = uv_compile.run(stack, chain, {}, None, machine, "", stack.overrides)
+    if result.returncode:
+        raise InputError(f"uv could not resolve stack '{stack.name}' with its overrides: "
+                         f"{uv_compile.uv_reason(result.stderr)}")
+    found = hidden(stack, text)
+    if found:
+        raise InputError(found[0])
 
 
 def requirers(lock_text: str, name: str) -> dict[str, str]:

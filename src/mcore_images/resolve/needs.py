@@ -11,12 +11,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mcore_images import jsonfiles
 from mcore_images.catalogue import components
 from mcore_images.catalogue.components import FROM_BASE, NONE
 from mcore_images.catalogue.stacks import Stack, repo_root
 from mcore_images.catalogue.versions import InvalidSpecifier, SpecifierSet
 from mcore_images.errors import InputError
-from mcore_images.jsonfiles import read_json, schema_problem
 
 
 @dataclass(frozen=True)
@@ -72,9 +72,7 @@ def load(root: Path | None = None) -> list[Need]:
     path = needs_file(root)
     if not path.is_file():
         return []
-    data = read_json(path, "the needs file", "fix it, or restore it from git")
-    if problem := schema_problem(data, path.with_name("needs.schema.json"), path):
-        raise InputError(problem)
+    data = jsonfiles.load(path, "the needs file", "fix it, or restore it from git", path.with_name("needs.schema.json"))
     out = []
     for entry in data["needs"]:
         where = f"{path}: need '{entry['name']}'"

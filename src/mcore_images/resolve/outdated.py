@@ -28,7 +28,7 @@ from mcore_images.catalogue.stacks import NONE, SHARED_LAYERS, Stack, checkout_r
 from mcore_images.catalogue.versions import InvalidVersion, Version
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
-from mcore_images.resolve import engine_records, lock, pypi, rules
+from mcore_images.resolve import engine_records, layer_requirements, lock_files, pypi, rules, uv_compile
 
 PYPI = "https://pypi.org/pypi/{name}/json"
 Fetch = Callable[[str], dict[str, Any]]
@@ -41,11 +41,11 @@ def resolution_problem(stack: Stack) -> str | None:
     `mcore-images lock` would resolve it (Python, platform and constraints of the stack; binary-only
     where the lock is)."""
 
-    inputs = lock.resolved_inputs(stack)
-    requirements = [req for layer in components.LOCK_LAYERS if layer not in lock.SIDE_LAYERS
+    inputs = layer_requirements.resolved_inputs(stack)
+    requirements = [req for layer in components.LOCK_LAYERS if layer not in lock_files.SIDE_LAYERS
                     for req in inputs[layer]]
     try:
-        lock.compile_layer(stack, requirements, {})
+        uv_compile.compile_layer(stack, requirements, {})
     except InputError as error:
         return f"uv finds no solution ({str(error).split('): ', 1)[-1]})"
     return None

@@ -14,7 +14,7 @@ from pathlib import Path
 from mcore_images.catalogue import components
 from mcore_images.catalogue.stacks import SETTING_LOCK_LAYER, Stack, parse_document, pin_problem, repo_root, stacks_file
 from mcore_images.errors import InputError
-from mcore_images.resolve import lock
+from mcore_images.resolve import lock_files, lock_update
 
 
 def first_lock_layer(key: str) -> str | None:
@@ -46,7 +46,7 @@ def parse(assignments: list[str]) -> dict[str, str]:
 
 def first_changed_layer(changes: dict[str, str]) -> str | None:
     layers = [layer for key in changes if (layer := first_lock_layer(key))]
-    return min(layers, key=lock.LOCK_LAYERS.index) if layers else None
+    return min(layers, key=components.LOCK_LAYERS.index) if layers else None
 
 
 def apply(stack: Stack, changes: dict[str, str], root: Path | None = None) -> Stack:
@@ -76,20 +76,21 @@ def workspace(stacks: dict[str, Stack], changed: Stack, changes: dict[str, str],
     bake_file = base / "stacks.json"
     bake_file.write_text(json.dumps(entries, indent=2) + "\n")
     first = first_changed_layer(changes)
-    for machine in sorted(changed.machines, key=lambda m: m != lock.DEFAULT_MACHINE):  # x86_64 first: others agree
-        committed = lock.lock_dir(stacks[changed.name], root, machine)
-        tree = locks_root if machine == lock.DEFAULT_MACHINE else locks_root / machine
+    # x86_64 first: the others agree with it
+    for machine in sorted(changed.machines, key=lambda m: m != lock_files.DEFAULT_MACHINE):
+        committed = lock_files.lock_dir(stacks[changed.name], root, machine)
+        tree = locks_root if machine == lock_files.DEFAULT_MACHINE else locks_root / machine
         target = tree / changed.name
         if changed.layers_from:  # the layers it takes from another stack are mounted from that stack's folder
             shared = tree / changed.layers_from
             shared.mkdir(parents=True, exist_ok=True)
-            for path in lock.lock_dir(stacks[changed.layers_from], root, machine).glob("*.txt"):
+            for path in lock_files.lock_dir(stacks[changed.layers_from], root, machine).glob("*.txt"):
                 (shared / path.name).write_text(path.read_text())
         if first is None:
             target.mkdir(parents=True, exist_ok=True)
             for path in committed.glob("*.txt"):
                 (target / path.name).write_text(path.read_text())
         else:
-            lock.write_locks(changed, keep_below=first, keep_from=committed, folder=target, machine=machine,
-                             agree_with=locks_root)
+            lock_update.write_locks(changed, keep_below=first, keep_from=committed, folder=target, machine=machine,
+                                    agree_with=locks_root)
     return bake_file, locks_root

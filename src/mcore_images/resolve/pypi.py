@@ -1,5 +1,6 @@
 """What the package index says, read online: the one module of resolve that reaches the network (PyPI's JSON
-simple API, and pip's metadata-only dry runs), with the settings every reader shares.
+simple API, an sdist's PKG-INFO, and pip's metadata-only dry runs), with the settings every reader and resolver
+(uv_compile.py) shares.
 
 The tool's own pip and uv judge a stack's versions, not the environment the tool happens to run in: a caller's
 constraint file (an image sets PIP_CONSTRAINT to hold its own pins) would make `outdated` and `lock` fail on every
@@ -10,13 +11,16 @@ the caller's.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 import tempfile
 import urllib.request
 from collections.abc import Callable
+from email.parser import Parser
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +58,6 @@ PLATFORMS = wheel_platforms()
 """The x86_64 wheel tags (what every metadata read but torch's per-machine one asks for)."""
 
 
-PLATFORMS = wheel_platforms()
-"""The x86_64 wheel tags (what every metadata read but torch's per-machine one asks for)."""
-
-
 def index_files(project: str, opener: Callable[..., Any] = urllib.request.urlopen) -> list[dict[str, Any]]:
     """Every file the index's JSON simple API lists for a project (name, url, hashes, size)."""
     request = urllib.request.Request(f"{PYPI_SIMPLE}/{project}/",
@@ -65,6 +65,20 @@ def index_files(project: str, opener: Callable[..., Any] = urllib.request.urlope
     with opener(request, timeout=120) as response:
         files: list[dict[str, Any]] = json.load(response)["files"]
     return files
+
+
+def sdist_requirements(name: str, version: str) -> list[str]:
+    """Requires-Dist of an sdist, read from its PKG-INFO (no build, no setup.py run)."""
+    files = index_files(name)
+    wanted = [f for f in files if f["filename"].endswith(".tar.gz") and f"-{version}.tar.gz" in f["filename"]]
+    if not wanted:
+        raise InputError(f"no sdist of {name}=={version} on PyPI; check the pin in env/stacks.json")
+    with urllib.request.urlopen(wanted[0]["url"], timeout=300) as resp:
+        data = resp.read()
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        member = next(m for m in tar.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO"))
+        pkg_info = tar.extractfile(member).read().decode()
+    return Parser().parsestr(pkg_info).get_all("Requires-Dist") or []
 
 
 def file_version(filename: str) -> Version | None:

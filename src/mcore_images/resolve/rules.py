@@ -543,30 +543,21 @@ def _overrides(s: Stack) -> Iterator[tuple[str, str]]:
         seen.add(name)
 
 
-OCI_TAG_MAX = 128
-"""The distribution spec's longest tag."""
-IMMUTABLE_SUFFIX = len("-YYYYMMDD-") + 12
-"""What promotion appends to a content tag for its immutable tag (date and digest prefix)."""
-CANDIDATE_PREFIX = len("candidate-") + 40 + 1
-"""What a candidate build puts before a target name (a full git commit)."""
-PLATFORM_SUFFIX = 1 + max(len(p.arch) for p in platforms.PLATFORMS)
-"""What a multi-platform stack's candidate of one platform puts after it (``.arm64``)."""
-
-
 @rule("tag-length", "every tag fits OCI's 128 characters, candidate and immutable tags included")
 def _tag_length(s: Stack) -> Iterator[tuple[str, str]]:
 
     for layer in s.built_layers:
         content = tags.layer_tag(layer, s)
-        if len(content) + IMMUTABLE_SUFFIX > OCI_TAG_MAX:
+        immutable = tags.immutable_length(content)
+        if immutable > tags.OCI_TAG_MAX:
             yield (f"the {layer} tag {content!r} leaves no room for the immutable tag's date and digest "
-                   f"({len(content)} + {IMMUTABLE_SUFFIX} > {OCI_TAG_MAX} characters)",
+                   f"({len(content)} + {immutable - len(content)} > {tags.OCI_TAG_MAX} characters)",
                    "shorten the stack's versions or its base")
         target = tags.target(layer, s)
-        longest = CANDIDATE_PREFIX + len(target) + (PLATFORM_SUFFIX if s.multi_platform else 0)
-        if longest > OCI_TAG_MAX:
-            yield (f"the candidate tag of target {target!r} would be {longest} characters (at most {OCI_TAG_MAX})",
-                   "give the stack a shorter name")
+        longest = tags.longest_candidate(target, s.multi_platform)
+        if longest > tags.OCI_TAG_MAX:
+            yield (f"the candidate tag of target {target!r} would be {longest} characters (at most "
+                   f"{tags.OCI_TAG_MAX})", "give the stack a shorter name")
 
 
 def check(stack: Stack) -> list[Violation]:

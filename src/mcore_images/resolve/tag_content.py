@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from mcore_images.catalogue import tags
 from mcore_images.catalogue.components import LAYERS
 from mcore_images.catalogue.stacks import Stack
-from mcore_images.resolve import lock
+from mcore_images.resolve import lock_files
 from mcore_images.resolve.rules import Violation
 
 RULE = "tag-content"
@@ -37,13 +37,13 @@ def content(stack: Stack, layer: str) -> dict[str, str] | None:
     if "kernels" in below:
         out["cuda_archs"] = stack.cuda_archs
     for machine in stack.machines:  # a tag names an index: every platform's content is the tag's
-        where = "" if machine == lock.DEFAULT_MACHINE else f", {machine}"
+        where = "" if machine == lock_files.DEFAULT_MACHINE else f", {machine}"
         for lock_layer in (name for part in below for name in _LOCKS_OF[part]):
-            path = lock.lock_path(stack, lock_layer, machine=machine)
+            path = lock_files.lock_path(stack, lock_layer, machine=machine)
             if not path.is_file():
                 return None
             out.update({f"{name} ({lock_layer}{where})": version
-                        for name, version in lock.pins(path.read_text()).items()})
+                        for name, version in lock_files.pins(path.read_text()).items()})
     return out
 
 

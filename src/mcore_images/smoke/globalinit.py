@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from megatron.core import parallel_state as ps
 
+from mcore_images.smoke.kit.model_size import ModelSize
 from mcore_images.smoke.kit.seeds import seed_for
-from mcore_images.smoke.layouts import ModelShape
 from mcore_images.smoke.shards import (
     Split,
     canonical_name,
@@ -47,7 +47,7 @@ def _split(name: str, param: torch.nn.Parameter, gated: bool) -> tuple[Split, in
 
 
 @torch.no_grad()
-def apply(chunk: torch.nn.Module, *, base_seed: int, shape: ModelShape, gated: bool) -> dict[str, tuple]:
+def apply(chunk: torch.nn.Module, *, base_seed: int, shape: ModelSize, gated: bool) -> dict[str, tuple]:
     """Initialise every parameter of ``chunk`` in place; returns {global name: global shape}."""
     dims = dict(hidden=shape.hidden, ffn=shape.ffn, moe_ffn=shape.moe_ffn, vocab=shape.vocab, seq=shape.seq,
                 experts=shape.experts)

@@ -6,11 +6,13 @@ images without megatron-core, and every rank re-plans from the same inputs to ge
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field, replace
 
 from mcore_images.smoke.kit import gpt_builder
 from mcore_images.smoke.kit.errors import CouldNotRun
+from mcore_images.smoke.kit.model_size import ModelSize
 
 DIMS = ("dp", "tp", "pp", "vpp", "ep", "cp")
 
@@ -124,39 +126,27 @@ def choose_world(available: int, selected: list[Layout] | None) -> int:
     return need
 
 
-@dataclass(frozen=True)
-class ModelShape:
-    """The small GPT used for every run; sizes chosen so every catalogue layout divides them."""
-
-    layers: int = 8
-    hidden: int = 256
-    heads: int = 8
-    ffn: int = 1024
-    vocab: int = 1024
-    seq: int = 256
-    experts: int = 8
-    topk: int = 2
-    moe_ffn: int = 512
-
-    def problem(self, lay: Layout, model: str) -> str | None:
-        """Why this shape cannot be split by ``lay`` (None when it can)."""
-        checks = [
-            (self.layers % (lay.pp * lay.vpp) == 0, f"layers {self.layers} not divisible by pp·vpp"),
-            (self.heads % lay.tp == 0, f"heads {self.heads} not divisible by tp"),
-            (self.vocab % lay.tp == 0 and self.ffn % lay.tp == 0, "vocab/ffn not divisible by tp"),
-            (self.seq % (2 * lay.cp) == 0, f"seq {self.seq} not divisible by 2·cp"),
+def split_problem(shape: ModelSize, lay: Layout, model: str) -> str | None:
+    """Why ``shape`` cannot be split by ``lay`` (None when it can); its MoE sizes count for the moe model."""
+    checks = [
+        (shape.layers % (lay.pp * lay.vpp) == 0, f"layers {shape.layers} not divisible by pp·vpp"),
+        (shape.heads % lay.tp == 0, f"heads {shape.heads} not divisible by tp"),
+        (shape.vocab % lay.tp == 0 and shape.ffn % lay.tp == 0, "vocab/ffn not divisible by tp"),
+        (shape.seq % (2 * lay.cp) == 0, f"seq {shape.seq} not divisible by 2·cp"),
+    ]
+    if model == "moe":
+        checks += [
+            (shape.experts % lay.ep == 0, f"experts {shape.experts} not divisible by ep"),
+            ((lay.dp * lay.cp) % lay.ep == 0, "ep must divide dp·cp"),
+            (shape.moe_ffn % lay.tp == 0, "moe ffn not divisible by tp"),
         ]
-        if model == "moe":
-            checks += [
-                (self.experts % lay.ep == 0, f"experts {self.experts} not divisible by ep"),
-                ((lay.dp * lay.cp) % lay.ep == 0, "ep must divide dp·cp"),
-                (self.moe_ffn % lay.tp == 0, "moe ffn not divisible by tp"),
-            ]
-        return next((why for ok, why in checks if not ok), None)
+    return next((why for ok, why in checks if not ok), None)
 
 
-GPU_SHAPE = ModelShape()
-CPU_SHAPE = ModelShape(hidden=64, heads=8, ffn=128, vocab=256, seq=32, moe_ffn=64)
+GPU_SHAPE = ModelSize(layers=8, hidden=256, heads=8, ffn=1024, vocab=1024, seq=256, experts=8, topk=2, moe_ffn=512)
+"""The small GPT of every run, its MoE sizes those of the moe model; sizes chosen so every catalogue layout divides
+them."""
+CPU_SHAPE = dataclasses.replace(GPU_SHAPE, hidden=64, heads=8, ffn=128, vocab=256, seq=32, moe_ffn=64)
 
 
 @dataclass(frozen=True)
@@ -209,7 +199,7 @@ class Plan:
         return [r for r in self.runs if r.skip is None]
 
 
-def skip_reason(lay: Layout, model: str, spec: str, te: bool, shape: ModelShape) -> str | None:
+def skip_reason(lay: Layout, model: str, spec: str, te: bool, shape: ModelSize) -> str | None:
     """Why megatron-core (or this image) cannot run the combination; None when it can."""
     if spec == "te" and not te:
         return "Transformer Engine is not importable in this image"
@@ -217,7 +207,7 @@ def skip_reason(lay: Layout, model: str, spec: str, te: bool, shape: ModelShape)
         return "context parallelism needs Transformer Engine attention"
     if model == "moe" and lay.tp > 1 and spec == "local":
         return "MoE with tp>1 needs sequence parallelism, which the local spec's torch norm refuses"
-    return shape.problem(lay, model)
+    return split_problem(shape, lay, model)
 
 
 def plan(
@@ -227,7 +217,7 @@ def plan(
     te: bool,
     models: tuple[str, ...] = MODELS,
     specs: tuple[str, ...] = SPECS,
-    shape: ModelShape = GPU_SHAPE,
+    shape: ModelSize = GPU_SHAPE,
     repeat: bool = False,
     checkpoint: bool = True,
 ) -> Plan:
@@ -259,7 +249,7 @@ def plan(
 
 
 def round_trips(world: int, *, te: bool, models: tuple[str, ...], specs: tuple[str, ...],
-                shape: ModelShape) -> list[RoundTrip]:
+                shape: ModelSize) -> list[RoundTrip]:
     """The world size's checkpoint pairs for the selected models, in the richest spec selected (TE where
     it runs: the layers production checkpoints hold)."""
     spec = "te" if "te" in specs and te else specs[0]

@@ -19,7 +19,8 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from mcore_images.smoke import faults, globalinit
 from mcore_images.smoke.kit import bootstrap, gpt_builder, seeds
-from mcore_images.smoke.layouts import Layout, ModelShape, Run
+from mcore_images.smoke.kit.model_size import ModelSize
+from mcore_images.smoke.layouts import Layout, Run
 from mcore_images.smoke.shards import batch_slice, cp_token_indices, micro_batch_split
 
 
@@ -31,7 +32,7 @@ class Settings:
     dtype: str
     steps: int
     global_batch: int
-    shape: ModelShape
+    shape: ModelSize
     seed: int
     lr: float
     timeout_s: float
@@ -47,14 +48,13 @@ class Settings:
 
 def gpt(run: Run, st: Settings) -> gpt_builder.Gpt:
     """The small GPT of one run: the run's layout and spec, MoE routing that keeps the parity comparison exact."""
-    lay, sh = run.layout, st.shape
-    moe = None
+    lay = run.layout
+    size, routing = st.shape.dense(), None
     if run.model == "moe":
         # alltoall creates a CUDA stream when built; gloo runs use the allgather dispatcher. No aux loss: it
         # would add a routing-dependent term to the parity comparison.
-        moe = gpt_builder.Moe(sh.experts, sh.topk, sh.moe_ffn, dispatcher="allgather" if st.cpu else "alltoall")
-    return gpt_builder.Gpt(layers=sh.layers, hidden=sh.hidden, heads=sh.heads, ffn=sh.ffn, vocab=sh.vocab,
-                           seq=sh.seq, spec=run.spec, cpu=st.cpu, dtype=st.dtype, moe=moe, tp=lay.tp, pp=lay.pp,
+        size, routing = st.shape, gpt_builder.Routing("allgather" if st.cpu else "alltoall")
+    return gpt_builder.Gpt(size, spec=run.spec, cpu=st.cpu, dtype=st.dtype, routing=routing, tp=lay.tp, pp=lay.pp,
                            vpp=lay.vpp, cp=lay.cp, ep=lay.ep)
 
 

@@ -1,4 +1,5 @@
-"""Python, CUDA and torch: each label equals what the image has, and torch imports."""
+"""What the base layer installed: pip's check, no distribution twice, the locks' closure (each component's label and
+imports: tests/image/test_versions.py)."""
 
 from __future__ import annotations
 
@@ -8,31 +9,16 @@ from typing import Any
 import pytest
 from tests.image.shared_checks import versions
 
-from mcore_images.catalogue import components
-from mcore_images.resolve import declared_overrides, lock
+from mcore_images.resolve import declared_overrides, lock_files
 
 PIP_CHECK = Path(__file__).resolve().parents[3] / "docker" / "pip-check.py"
-
-
-@pytest.mark.parametrize("comp", components.of_layer("base"), ids=lambda c: c.label)
-def test_version_label_matches_installed(comp: components.Component, labels: dict[str, str],
-    facts: dict[str, Any]) -> None:
-    problems = versions.version_problems(comp, labels, facts)
-    assert not problems, "\n".join(problems)
-
-
-@pytest.mark.parametrize("comp", [c for c in components.of_layer("base") if c.modules], ids=lambda c: c.label)
-def test_imports(comp: components.Component, labels: dict[str, str],
-    facts: dict[str, Any]) -> None:
-    problems = versions.import_problems(comp, labels, facts)
-    assert not problems, "\n".join(problems)
 
 
 def test_pip_check(host: Any, image: Any, stack: Any) -> None:
     """Every installed distribution has its requirements (the locks are complete closures), judged as the build
     judges it: docker/pip-check.py, run in the image, accepts only NVIDIA's sbsa wheel tag on aarch64, and the
     requirements the stack's declared overrides break, named in the lock of the image's layer."""
-    lock_text = lock.lock_path(stack, image.layer or "base", machine=image.machine).read_text()
+    lock_text = lock_files.lock_path(stack, image.layer or "base", machine=image.machine).read_text()
     overrides = [arg for pin, over in declared_overrides.named(lock_text) for arg in ("--override", f"{over}:{pin}")]
     result = host.run("python -c %s" + " %s" * len(overrides), PIP_CHECK.read_text(), *overrides)
     assert result.rc == 0, f"pip check: {result.stdout.strip()} {result.stderr.strip()}"

@@ -1,4 +1,5 @@
-"""Transformer Engine and apex as labelled; no builder toolchain; torch untouched since the base layer."""
+"""Transformer Engine and apex as compiled (the commit, the GPU architectures, what TE sees); no builder toolchain;
+torch untouched since the base layer. Their labels and imports: tests/image/test_versions.py."""
 
 from __future__ import annotations
 
@@ -11,21 +12,6 @@ from tests.image.shared_checks import layers as layer_checks
 from tests.image.utils import docker, layers, saved_layers
 
 from mcore_images.catalogue import components
-
-
-@pytest.mark.parametrize("comp", components.of_layer("kernels"), ids=lambda c: c.label)
-def test_version_label_matches_installed(comp: components.Component, labels: dict[str, str],
-    facts: dict[str, Any]) -> None:
-    problems = versions.version_problems(comp, labels, facts)
-    assert not problems, "\n".join(problems)
-
-
-@pytest.mark.parametrize("comp", components.of_layer("kernels"), ids=lambda c: c.label)
-def test_imports(comp: components.Component, labels: dict[str, str],
-    facts: dict[str, Any]) -> None:
-    """transformer_engine.pytorch and apex's fused modules import without a GPU, exactly where labelled."""
-    problems = versions.import_problems(comp, labels, facts)
-    assert not problems, "\n".join(problems)
 
 
 def test_apex_commit(labels: dict[str, str], facts: dict[str, Any]) -> None:

@@ -1,4 +1,5 @@
-"""megatron-core and the bridges as labelled; env; the smoke suite and the doctor inside the image."""
+"""megatron-core's floors; env; the smoke suite and the doctor inside the image. Its components' labels and imports:
+tests/image/test_versions.py."""
 
 from __future__ import annotations
 
@@ -9,24 +10,9 @@ import pytest
 from tests.image.shared_checks import environment, tooling, versions
 from tests.image.utils import docker
 
-from mcore_images.catalogue import components
 from mcore_images.doctor.isolate import DEFAULT_TIMEOUT_S
 
 SMOKE = "cd /workspace 2>/dev/null; timeout {t} python -m mcore_images.smoke {args}"
-
-
-@pytest.mark.parametrize("comp", components.of_layer("runtime"), ids=lambda c: c.label)
-def test_version_label_matches_installed(comp: components.Component, labels: dict[str, str],
-    facts: dict[str, Any]) -> None:
-    problems = versions.version_problems(comp, labels, facts)
-    assert not problems, "\n".join(problems)
-
-
-@pytest.mark.parametrize("comp", components.of_layer("runtime"), ids=lambda c: c.label)
-def test_imports(comp: components.Component, labels: dict[str, str],
-    facts: dict[str, Any]) -> None:
-    problems = versions.import_problems(comp, labels, facts)
-    assert not problems, "\n".join(problems)
 
 
 def test_mcore_at_least_013(facts: dict[str, Any]) -> None:

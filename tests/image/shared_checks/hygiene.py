@@ -69,9 +69,9 @@ def tree_problems(paths: Iterable[str], ignore: set[str] | frozenset[str] = froz
 def builder_only_packages(stack: Stack, repo: Path = REPO, machine: str = "x86_64") -> set[str]:
     """Packages the builder stage's lock adds that no published layer's lock lists (nvcc, cccl, ninja…), on the
     image's machine."""
-    from mcore_images.resolve import lock
+    from mcore_images.resolve import lock_files
 
-    locks = lock.lock_dir(stack, repo, machine)
+    locks = lock_files.lock_dir(stack, repo, machine)
 
     def names(layer: str) -> set[str]:
         path = locks / f"{layer}.txt"

@@ -205,12 +205,13 @@ def compiled_here(stack: Stack) -> set[str]:
 def locked_pins(stack: Stack, layer: str, machine: str = "x86_64") -> dict[str, str]:
     """Distribution -> version over the locks of every published layer up to ``layer`` on the image's machine (the
     builder's toolchain is a side branch that never reaches an image)."""
-    from mcore_images.resolve import lock
+    from mcore_images.resolve import lock_files
 
     pins: dict[str, str] = {}
     for name in components.LOCK_LAYERS[: components.LOCK_LAYERS.index(layer) + 1]:
-        if name not in lock.SIDE_LAYERS and (path := lock.lock_path(stack, name, machine=machine)).is_file():
-            pins.update({normalize(k): v for k, v in lock.pins(path.read_text()).items()})
+        path = lock_files.lock_path(stack, name, machine=machine)
+        if name not in lock_files.SIDE_LAYERS and path.is_file():
+            pins.update({normalize(k): v for k, v in lock_files.pins(path.read_text()).items()})
     return pins
 
 

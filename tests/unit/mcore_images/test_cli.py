@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.build import jobs
+from mcore_images.image_build import jobs
 from tests.support.machine import fake_machine
 from tests.unit.conftest import write_stacks
 

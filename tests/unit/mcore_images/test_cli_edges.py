@@ -122,11 +122,11 @@ def test_plan_stays_linear_in_the_stacks(monkeypatch: pytest.MonkeyPatch) -> Non
     """Before: every stack was compared with every other under each shared tag (400 stacks: 24 s, 4000: past
     300 s). 1000 stacks (each reading its source's locks, so shared tags are compared by content) must plan
     within 3 x the linear bound from 10; quadratic would be 100 x that."""
-    from mcore_images.resolve import lock
+    from mcore_images.resolve import lock_files
 
     every, source = generated(1000)
-    real = lock.lock_path
-    monkeypatch.setattr(lock, "lock_path", lambda s, layer, **kw: real(
+    real = lock_files.lock_path
+    monkeypatch.setattr(lock_files, "lock_path", lambda s, layer, **kw: real(
         s.replace(name=source.get(s.name, s.name)), layer, **kw))
 
     def timed(count: int) -> float:

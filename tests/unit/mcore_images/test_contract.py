@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from mcore_images import cli
-from mcore_images.build import bake
+from mcore_images.image_build import bake
 from tests.unit.conftest import ROOT
 
 

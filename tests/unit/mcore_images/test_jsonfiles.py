@@ -32,7 +32,7 @@ def test_a_stacks_file_that_is_not_utf8_is_one_line_exit_2(root: Path, tmp_path:
 
 
 def test_a_stacks_path_that_is_a_folder_is_one_line(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"cannot be read .*restore it from git"):
+    with pytest.raises(InputError, match=r"is a folder; name the file in it"):
         load_stacks(tmp_path)
 
 
@@ -47,7 +47,7 @@ def test_a_broken_schema_is_one_line(schema: bytes | None, message: str, tmp_pat
     if schema is not None:
         path.write_bytes(schema)
     with pytest.raises(InputError) as refused:
-        jsonfiles.schema_problem({}, path, tmp_path / "data.json")
+        jsonfiles.conform({}, tmp_path / "data.json", "data", "fix it", path)
     assert str(refused.value).startswith(message.format(path=path)) and "\n" not in str(refused.value)
 
 
@@ -83,3 +83,22 @@ def test_a_wrong_type_names_the_field_and_what_to_write(tmp_path: Path) -> None:
     cert["environment"]["gpu"]["count"] = "eight"
     assert policy.shape_problems(cert) == ["field environment.gpu.count: 'eight' is not of type 'integer'; write the "
                                            "number of GPUs, an integer (0 on CPU)"]
+
+
+@pytest.mark.parametrize("fault", ["missing", "folder", "not-utf8", "not-json"])
+def test_every_reader_climbs_the_one_ladder(fault: str, tmp_path: Path) -> None:
+    """env/stacks.json, a certificate and the release policies say one fault in the same words, each with its own
+    fix. Before: three ladders (a certificate that was not JSON "is malformed (not JSON: …)", a stacks path that was a
+    folder "cannot be read")."""
+    path = tmp_path / "document.json"
+    if fault == "folder":
+        path.mkdir()
+    elif fault != "missing":
+        path.write_bytes(b"\xff{}" if fault == "not-utf8" else b"{nope")
+    said = {"missing": " not found; ", "folder": " is a folder; name the file in it",
+            "not-utf8": " is not UTF-8 text (byte 0: invalid start byte); ",
+            "not-json": " is not JSON (Expecting property name enclosed in double quotes"}[fault]
+    for read in (load_stacks, policy.load_certificate, lambda p: policy.load_policy("ci", p)):
+        with pytest.raises(InputError) as refused:
+            read(path)
+        assert f"{path}{said}" in str(refused.value) and "\n" not in str(refused.value), refused.value

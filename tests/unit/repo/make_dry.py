@@ -8,7 +8,7 @@ import re
 import shlex
 import subprocess
 
-from mcore_images.build import make_vars
+from mcore_images.image_build import make_vars
 from tests.unit.conftest import ROOT
 
 

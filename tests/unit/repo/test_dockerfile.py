@@ -52,7 +52,7 @@ def planner_files() -> list[str]:
 
 
 def test_the_planner_stage_copies_what_jobs_imports() -> None:
-    assert sorted(planner_files()) == sorted(own_imports("build/jobs.py") | {"__init__.py"})
+    assert sorted(planner_files()) == sorted(own_imports("image_build/jobs.py") | {"__init__.py"})
 
 
 def test_compile_steps_mount_the_planner_stage_and_no_file_of_the_tooling() -> None:

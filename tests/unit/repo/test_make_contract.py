@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mcore_images import cli
-from mcore_images.build import make_vars
+from mcore_images.image_build import make_vars
 from tests.unit.conftest import ROOT
 from tests.unit.repo.make_dry import VALUES, dry_run, make_targets, tool_argvs
 

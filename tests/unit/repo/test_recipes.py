@@ -14,11 +14,13 @@ from pathlib import Path
 import pytest
 
 from mcore_images import cli
-from mcore_images.build import regions
 from mcore_images.doctor import model
+from mcore_images.image_build import regions
 from mcore_images.smoke import layouts
 from tests.support.host import need
 from tests.unit.conftest import ROOT
+from tests.unit.repo import test_layout as layout
+from tests.unit.repo.test_layout import SMOKE_MAY_IMPORT
 
 
 @pytest.fixture
@@ -223,7 +225,8 @@ def test_add_a_doctor_check(extra_check: str, capsys: pytest.CaptureFixture) -> 
 
 PURE = ("mcore_images.smoke.layouts", "mcore_images.smoke.shards", "mcore_images.smoke.judge",
         "mcore_images.smoke.certificate", "mcore_images.smoke.kit.errors",
-        "mcore_images.smoke.kit.numerics", "mcore_images.smoke.kit.seeds", "mcore_images.smoke.kit.gpt_builder",
+        "mcore_images.smoke.kit.numerics", "mcore_images.smoke.kit.seeds", "mcore_images.smoke.kit.model_size",
+        "mcore_images.smoke.kit.gpt_builder",
         "mcore_images.smoke.bridge.spec", "mcore_images.smoke.bench.model",
         "mcore_images.smoke.bench.gate", "mcore_images.smoke.attention.cases", "mcore_images.smoke.attention.table",
         "mcore_images.smoke.verl_step.spec", "mcore_images.smoke.verl_step.reward",
@@ -243,13 +246,6 @@ def test_the_pure_modules_import_without_torch() -> None:
     assert out.stdout.strip() == "ok", out.stderr
 
 
-SMOKE_MAY_IMPORT = {"mcore_images", "mcore_images.catalogue", "mcore_images.catalogue.components",
-                    "mcore_images.schemas", "mcore_images.catalogue.gpu_archs", "mcore_images.catalogue.platforms",
-                    "mcore_images.catalogue.flash_attention", "mcore_images.catalogue.versions",
-                    "mcore_images.errors", "mcore_images.create_only", "mcore_images.options"}
-"""The tooling's modules the smoke may import: its data (flash_attention: the NVTE variables megatron-core sets per
-attention_backend), and the standard-library rules it shares with the tool (an output folder is created, never
-clobbered; a number on a command line is finite and in range)."""
 BESIDE_THE_STANDARD_LIBRARY = {"packaging", "pip"}
 """What those modules may import besides the standard library: packaging, through catalogue.versions, which falls
 back to pip's vendored copy where an image lacks it."""
@@ -257,36 +253,17 @@ back to pip's vendored copy where an image lacks it."""
 
 def test_what_the_smoke_may_import_of_the_tooling_stands_on_the_standard_library_alone() -> None:
     """The smoke runs in images beside torch: what it takes from the tooling imports nothing else of it (no docker
-    or registry code) and no third-party package."""
-    src = ROOT / "src"
-    offenders = []
+    or registry code; relative imports and importlib's seen as the layout test sees them) and no third-party
+    package."""
+    offenders = [f"{e.source}: {e.target}" for e in layout.edges()
+                 if e.source in SMOKE_MAY_IMPORT and e.target not in SMOKE_MAY_IMPORT]
     for name in sorted(SMOKE_MAY_IMPORT):
-        path = src / (name.replace(".", "/") + ".py")
-        path = path if path.is_file() else src / name.replace(".", "/") / "__init__.py"
+        path = layout.modules()[name]
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             offenders += [f"{name}: {n}" for n in names if n.split(".")[0] not in sys.stdlib_module_names
-                          and n not in SMOKE_MAY_IMPORT and n != "__future__"
+                          and n.split(".")[0] != "mcore_images" and n != "__future__"
                           and n.split(".")[0] not in BESIDE_THE_STANDARD_LIBRARY]
     assert not offenders, offenders
 
-
-def test_smoke_imports_only_the_toolings_data_modules() -> None:
-    allowed = SMOKE_MAY_IMPORT
-    offenders = []
-    src = ROOT / "src"
-    smoke = src / "mcore_images" / "smoke"
-    for path in sorted(smoke.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mcore_images"):
-                # `from mcore_images.catalogue import stacks` imports the module stacks: name it, not its package
-                # (`from mcore_images import PACKAGE` names the package's face)
-                folder = src.joinpath(*(node.module or "").split("."))
-                names = [f"{node.module}.{a.name}" if (folder / f"{a.name}.py").is_file() else node.module or ""
-                         for a in node.names]
-            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.split(".")[0] == "mcore_images"
-                          and n not in allowed and not n.startswith("mcore_images.smoke")]
-    assert not offenders, offenders

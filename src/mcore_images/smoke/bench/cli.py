@@ -177,7 +177,8 @@ def configs_for(args: argparse.Namespace) -> list[BenchConfig]:
 def dry_run(args: argparse.Namespace) -> int:
     for cfg in configs_for(args):
         terms = cfg.flops_terms()
-        print(f"{cfg.name}: N={cfg.active_params() / 1e9:.3f} B active, {cfg.total_params() / 1e9:.3f} B total, "
+        print(f"{cfg.name}: N={cfg.size.active_params() / 1e9:.3f} B active, "
+              f"{cfg.size.total_params() / 1e9:.3f} B total, "
               f"T={cfg.tokens_per_step()} tokens/step, FLOPs/step={sum(terms.values()):.4e} "
               f"(dense {terms['dense']:.3e}, attention {terms['attention']:.3e}, logits {terms['logits']:.3e})")
     print(f"rows per config and spec: variants {', '.join(args.variants)} × precisions {', '.join(args.precisions)}"
@@ -200,14 +201,13 @@ def _optimizer_name(opt: Any) -> str:
 def gpt(cfg: BenchConfig, spec: str, args: argparse.Namespace) -> gpt_builder.Gpt:
     """The kit's GPT of one config and spec: parameters in bf16 on GPUs, as Megatron-LM keeps them with --bf16;
     MoE routing as Megatron-LM trains (aux loss), grouped GEMMs where TE runs them."""
-    moe = None
-    if cfg.moe:
-        moe = gpt_builder.Moe(cfg.experts, cfg.topk, cfg.moe_ffn, dispatcher=args.dispatcher, load_balancing="aux_loss",
-                              aux_loss_coeff=1e-2, grouped_gemm=spec == "te")
+    routing = None
+    if cfg.size.moe:
+        routing = gpt_builder.Routing(args.dispatcher, load_balancing="aux_loss", aux_loss_coeff=1e-2,
+                                      grouped_gemm=spec == "te")
     dtype = "fp32" if args.cpu else "bf16"
-    return gpt_builder.Gpt(layers=cfg.layers, hidden=cfg.hidden, heads=cfg.heads, ffn=cfg.ffn, vocab=cfg.vocab,
-                           seq=cfg.seq, spec=spec, cpu=args.cpu, dtype=dtype, params_dtype=dtype,
-                           kv_heads=cfg.kv_heads, gated=cfg.gated, moe=moe, tp=args.tp)
+    return gpt_builder.Gpt(cfg.size, spec=spec, cpu=args.cpu, dtype=dtype, params_dtype=dtype, routing=routing,
+                           tp=args.tp)
 
 
 @dataclass(frozen=True)
@@ -240,7 +240,7 @@ def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dic
     cfg, spec, cpu = case.cfg, case.spec, args.cpu
     variant = bench_model.VARIANTS[case.variant]
     precision = bench_model.PRECISIONS[case.precision]
-    settings, dropped = bench_model.resolve_variant(variant, moe=cfg.moe, te=spec == "te", cpu=cpu, apex=apex)
+    settings, dropped = bench_model.resolve_variant(variant, moe=cfg.size.moe, te=spec == "te", cpu=cpu, apex=apex)
     settings.update(precision.settings)
     gc.collect()  # what an earlier run in this process left must not count towards this run's memory
     before_gib = None
@@ -260,11 +260,11 @@ def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dic
     # A fresh batch every step (src/mcore_images/smoke/bench/data.py); the same ones for every row of a config.
     n_steps = args.warmup + args.steps * args.repeats + (PROFILED_STEPS if args.profile else 0)
     per_step = cfg.micro_batches * cfg.micro_batch
-    tokens = bench_data.markov_tokens(cfg.vocab, n_steps * per_step, cfg.seq + 1, seed=seeds.data_seed(
+    tokens = bench_data.markov_tokens(cfg.size.vocab, n_steps * per_step, cfg.size.seq + 1, seed=seeds.data_seed(
         "bench-tokens", args.seed, stream=ps.get_data_parallel_rank())).to(device)
-    tokens = tokens.view(n_steps, cfg.micro_batches, cfg.micro_batch, cfg.seq + 1)
-    positions = torch.arange(cfg.seq, device=device)[None].expand(cfg.micro_batch, -1)
-    mask = gpt_builder.causal_mask(cfg.seq, device) if spec == "local" else None
+    tokens = tokens.view(n_steps, cfg.micro_batches, cfg.micro_batch, cfg.size.seq + 1)
+    positions = torch.arange(cfg.size.seq, device=device)[None].expand(cfg.micro_batch, -1)
+    mask = gpt_builder.causal_mask(cfg.size.seq, device) if spec == "local" else None
     steps_data = [[{"tokens": tokens[s, i, :, :-1].contiguous(), "labels": tokens[s, i, :, 1:].contiguous(),
                     "position_ids": positions, "attention_mask": mask} for i in range(cfg.micro_batches)]
                   for s in range(n_steps)]
@@ -272,7 +272,7 @@ def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dic
     taken = iter(steps_data)
 
     def step() -> Any:
-        reduced, _ = bootstrap.train_step(chunks, opt, next(taken), seq=cfg.seq, micro_batch=cfg.micro_batch)
+        reduced, _ = bootstrap.train_step(chunks, opt, next(taken), seq=cfg.size.seq, micro_batch=cfg.micro_batch)
         return bootstrap.reduced_pair(reduced, dp_group)
 
     if not cpu:
@@ -312,9 +312,9 @@ def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dic
         "config": cfg.name, "spec": spec, "variant": case.variant, "precision": case.precision,
         "status": "ok", "error": None,
         "settings": {k: v for k, v in settings.items() if k not in unknown},
-        "dropped": dropped, "dispatcher": config.moe_token_dispatcher_type if cfg.moe else None,
+        "dropped": dropped, "dispatcher": config.moe_token_dispatcher_type if cfg.size.moe else None,
         "world_size": world, "dp": dp, "tp": args.tp, "sequence_parallel": bool(config.sequence_parallel),
-        "micro_batch": cfg.micro_batch, "micro_batches": cfg.micro_batches, "seq": cfg.seq,
+        "micro_batch": cfg.micro_batch, "micro_batches": cfg.micro_batches, "seq": cfg.size.seq,
         "tokens_per_step": cfg.tokens_per_step(dp),
         "step_ms": [round(t * 1000, 3) for t in step_s],
         "step_ms_median": bench_model.median(windows) * 1000,

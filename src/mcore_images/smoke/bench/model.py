@@ -26,103 +26,62 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from mcore_images.smoke.kit.model_size import ModelSize
+
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """One reference model and the batch it trains on (per data-parallel rank)."""
+    """One reference model (its sizes) and the batch it trains on (per data-parallel rank)."""
 
     name: str
-    layers: int
-    hidden: int
-    heads: int
-    ffn: int
-    vocab: int
-    seq: int
+    size: ModelSize
     micro_batch: int
     micro_batches: int
-    kv_heads: int | None = None  # None: multi-head attention (kv heads = heads)
-    gated: bool = True  # SwiGLU
-    experts: int = 0  # 0: dense
-    topk: int = 0
-    moe_ffn: int = 0
     family: str = ""  # the published model this shape is taken from, for the record
 
-    @property
-    def moe(self) -> bool:
-        return self.experts > 0
-
-    @property
-    def kv_width(self) -> int:
-        return (self.kv_heads or self.heads) * (self.hidden // self.heads)
-
     def tokens_per_step(self, dp: int = 1) -> int:
-        return self.micro_batch * self.micro_batches * self.seq * dp
-
-    def mlp_params(self, ffn: int) -> int:
-        return (3 if self.gated else 2) * self.hidden * ffn
-
-    def attention_params(self) -> int:
-        h = self.hidden
-        return h * (h + 2 * self.kv_width) + h * h
-
-    def active_params_per_layer(self) -> int:
-        """Matrix-multiply parameters one token passes through in one layer (N / layers)."""
-        if self.moe:
-            mlp = self.topk * self.mlp_params(self.moe_ffn) + self.hidden * self.experts
-        else:
-            mlp = self.mlp_params(self.ffn)
-        return self.attention_params() + mlp
-
-    def active_params(self) -> int:
-        """N of the formula."""
-        return self.layers * self.active_params_per_layer()
-
-    def total_params(self) -> int:
-        """Every parameter, for the record: all experts, embeddings, output layer, norms (untied)."""
-        h = self.hidden
-        mlp = self.experts * self.mlp_params(self.moe_ffn) + h * self.experts if self.moe else self.mlp_params(self.ffn)
-        per_layer = self.attention_params() + mlp + 2 * h  # two norms' weights
-        return self.layers * per_layer + 2 * self.vocab * h + h  # embedding, output layer, final norm
+        return self.micro_batch * self.micro_batches * self.size.seq * dp
 
     def flops_terms(self, dp: int = 1) -> dict[str, float]:
         """The formula's three terms for one step on ``dp`` data-parallel ranks."""
         t = self.tokens_per_step(dp)
+        size = self.size
         return {
-            "dense": 6.0 * self.active_params() * t,
-            "attention": 12.0 * self.layers * self.hidden * self.seq * t,
-            "logits": 6.0 * self.hidden * self.vocab * t,
+            "dense": 6.0 * size.active_params() * t,
+            "attention": 12.0 * size.layers * size.hidden * size.seq * t,
+            "logits": 6.0 * size.hidden * size.vocab * t,
         }
 
     def flops_per_step(self, dp: int = 1) -> float:
         return sum(self.flops_terms(dp).values())
 
     def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = asdict(self)
-        out.update(active_params=self.active_params(), total_params=self.total_params(),
-                   tokens_per_step_per_dp_rank=self.tokens_per_step())
-        return out
+        return {"name": self.name, **asdict(self.size), "micro_batch": self.micro_batch,
+                "micro_batches": self.micro_batches, "family": self.family,
+                "active_params": self.size.active_params(), "total_params": self.size.total_params(),
+                "tokens_per_step_per_dp_rank": self.tokens_per_step()}
 
 
 CONFIGS: dict[str, BenchConfig] = {
     # ~1B GPT (0.96 B parameters with untied embedding and output layer; 0.82 B in N).
-    "dense-1b": BenchConfig("dense-1b", layers=16, hidden=2048, heads=16, ffn=5632, vocab=32768, seq=4096,
+    "dense-1b": BenchConfig("dense-1b", ModelSize(layers=16, hidden=2048, heads=16, ffn=5632, vocab=32768, seq=4096),
                             micro_batch=2, micro_batches=4, family="a 1B Llama-style GPT (SwiGLU, RoPE, RMSNorm)"),
     # OLMoE-1B-7B's layer (hidden 2048, 16 heads, 64 experts, top-8, expert ffn 1024, vocab 50304), 4 of its 16
     # layers: the smallest MoE whose expert GEMMs are a real model's (1024 tokens per expert per micro-batch).
     # One micro-batch of 8 sequences (the same 32768 tokens per step as dense-1b): an MoE layer's step is bound
     # by the host (router, permutation, per-expert splits, one launch each) per micro-batch, so 4 micro-batches
     # of 2 left the H200 idle 68-73 % of the step (docs/bench.md).
-    "moe-olmoe-4l": BenchConfig("moe-olmoe-4l", layers=4, hidden=2048, heads=16, ffn=1024, vocab=50304, seq=4096,
-                                micro_batch=8, micro_batches=1, experts=64, topk=8, moe_ffn=1024,
-                                family="OLMoE-1B-7B (allenai), 4 of 16 layers"),
+    "moe-olmoe-4l": BenchConfig("moe-olmoe-4l", ModelSize(layers=4, hidden=2048, heads=16, ffn=1024, vocab=50304,
+                                                          seq=4096, experts=64, topk=8, moe_ffn=1024),
+                                micro_batch=8, micro_batches=1, family="OLMoE-1B-7B (allenai), 4 of 16 layers"),
     # Small MoE: 8 experts, top-2 (0.17 B active in N, 0.65 B total): kept to compare with earlier results.
-    "moe-small": BenchConfig("moe-small", layers=8, hidden=1024, heads=16, ffn=2816, vocab=32768, seq=4096,
-                             micro_batch=8, micro_batches=1, experts=8, topk=2, moe_ffn=2816),
+    "moe-small": BenchConfig("moe-small", ModelSize(layers=8, hidden=1024, heads=16, ffn=2816, vocab=32768, seq=4096,
+                                                    experts=8, topk=2, moe_ffn=2816), micro_batch=8, micro_batches=1),
     # Seconds-long shapes for CPU runs of the bench code (tests), not for numbers.
-    "tiny": BenchConfig("tiny", layers=2, hidden=64, heads=4, ffn=128, vocab=256, seq=32,
+    "tiny": BenchConfig("tiny", ModelSize(layers=2, hidden=64, heads=4, ffn=128, vocab=256, seq=32),
                         micro_batch=2, micro_batches=2),
-    "tiny-moe": BenchConfig("tiny-moe", layers=2, hidden=64, heads=4, ffn=128, vocab=256, seq=32,
-                            micro_batch=2, micro_batches=2, experts=4, topk=2, moe_ffn=64),
+    "tiny-moe": BenchConfig("tiny-moe", ModelSize(layers=2, hidden=64, heads=4, ffn=128, vocab=256, seq=32, experts=4,
+                                                  topk=2, moe_ffn=64), micro_batch=2, micro_batches=2),
 }
 DEFAULT_CONFIGS = ("dense-1b", "moe-olmoe-4l")
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from mcore_images.smoke.kit import transformer_engine as te
+from mcore_images.smoke.kit.model_size import ModelSize
 from mcore_images.smoke.kit.releases import supported
 
 if TYPE_CHECKING:
@@ -43,20 +44,17 @@ def torch_dtype(name: str) -> torch.dtype:
 
 
 @dataclasses.dataclass(frozen=True)
-class Moe:
-    """How the MoE layers route. The smoke and the bench choose differently, and each says why where it
-    builds one."""
+class Routing:
+    """How the MoE layers route (their sizes are the model's). The smoke and the bench choose differently, and each
+    says why where it builds one."""
 
-    experts: int
-    topk: int
-    ffn: int
     dispatcher: str
     load_balancing: str = "none"
     aux_loss_coeff: float = 0.0
     grouped_gemm: bool = False
 
-    def settings(self) -> dict[str, Any]:
-        return dict(num_moe_experts=self.experts, moe_router_topk=self.topk, moe_ffn_hidden_size=self.ffn,
+    def settings(self, size: ModelSize) -> dict[str, Any]:
+        return dict(num_moe_experts=size.experts, moe_router_topk=size.topk, moe_ffn_hidden_size=size.moe_ffn,
                     moe_token_dispatcher_type=self.dispatcher, moe_router_load_balancing_type=self.load_balancing,
                     moe_aux_loss_coeff=self.aux_loss_coeff, moe_router_dtype="fp32",
                     moe_grouped_gemm=self.grouped_gemm)
@@ -64,21 +62,15 @@ class Moe:
 
 @dataclasses.dataclass(frozen=True)
 class Gpt:
-    """One small GPT: sizes, layer spec, math and this run's parallel layout."""
+    """One small GPT: its sizes, layer spec, math and this run's parallel layout; MoE layers where its size has
+    experts, routed as ``routing`` says."""
 
-    layers: int
-    hidden: int
-    heads: int
-    ffn: int
-    vocab: int
-    seq: int
+    size: ModelSize
     spec: str
     cpu: bool
     dtype: str
     params_dtype: str = "fp32"
-    kv_heads: int | None = None  # None: multi-head attention (kv heads = heads)
-    gated: bool = True  # SwiGLU
-    moe: Moe | None = None
+    routing: Routing | None = None
     tp: int = 1
     pp: int = 1
     vpp: int = 1
@@ -92,11 +84,14 @@ def transformer_config(gpt: Gpt, **settings: Any) -> tuple[TransformerConfig, li
     import torch.nn.functional as F
     from megatron.core.transformer.transformer_config import TransformerConfig
 
+    size = gpt.size
+    if size.moe and gpt.routing is None:
+        raise ValueError(f"an MoE model ({size.experts} experts) needs its routing")
     compute = torch_dtype(gpt.dtype)
     known = supported(TransformerConfig, **settings)
     config = TransformerConfig(
-        num_layers=gpt.layers, hidden_size=gpt.hidden, num_attention_heads=gpt.heads, num_query_groups=gpt.kv_heads,
-        ffn_hidden_size=gpt.ffn, gated_linear_unit=gpt.gated, activation_func=F.silu,
+        num_layers=size.layers, hidden_size=size.hidden, num_attention_heads=size.heads,
+        num_query_groups=size.kv_heads, ffn_hidden_size=size.ffn, gated_linear_unit=size.gated, activation_func=F.silu,
         add_bias_linear=False,  # megatron-core requires it for MoE with expert-TP; kept for dense too
         hidden_dropout=0.0, attention_dropout=0.0,
         tensor_model_parallel_size=gpt.tp, pipeline_model_parallel_size=gpt.pp,
@@ -104,7 +99,7 @@ def transformer_config(gpt: Gpt, **settings: Any) -> tuple[TransformerConfig, li
         expert_model_parallel_size=gpt.ep, sequence_parallel=gpt.spec == "te" and gpt.tp > 1,
         pipeline_dtype=compute, bf16=gpt.dtype == "bf16", params_dtype=torch_dtype(gpt.params_dtype),
         use_cpu_initialization=gpt.cpu, calculate_per_token_loss=True,
-        **(gpt.moe.settings() if gpt.moe else {}), **known,
+        **(gpt.routing.settings(size) if gpt.routing and size.moe else {}), **known,
     )
     return config, sorted(set(settings) - set(known))
 
@@ -140,8 +135,8 @@ def build(gpt: Gpt, config: TransformerConfig) -> list[Any]:
         model = GPTModel(
             config=config,
             transformer_layer_spec=decoder_spec(config, gpt.spec, vp if gpt.vpp > 1 else None),
-            vocab_size=gpt.vocab,
-            max_sequence_length=gpt.seq,
+            vocab_size=gpt.size.vocab,
+            max_sequence_length=gpt.size.seq,
             pre_process=ps.is_pipeline_first_stage(**stage),
             post_process=ps.is_pipeline_last_stage(**stage),
             share_embeddings_and_output_weights=False,

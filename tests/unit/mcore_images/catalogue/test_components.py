@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.build import bake, jobs, regions
 from mcore_images.catalogue import components
 from mcore_images.catalogue.stacks import Stack, load_stacks
 from mcore_images.errors import InputError
+from mcore_images.image_build import bake, jobs, regions
 from mcore_images.release import policy
-from mcore_images.resolve import lock, overrides, plan
+from mcore_images.resolve import layer_requirements, overrides, plan
 from mcore_images.smoke.kit import envinfo
 from tests.image.shared_checks import versions as image_versions
 from tests.support.host import need
@@ -58,8 +58,8 @@ def with_made_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_every_consumer_picks_up_a_new_component(with_made_up: Path) -> None:
     debian = load_stacks()["debian"]
     assert debian.made_up == "2.8.3" and debian.versions()["made_up"] == "2.8.3"
-    assert "made-up==2.8.3" in lock.layer_inputs(debian)["kernels"]
-    assert lock.expected_pins(debian)["kernels"]["made-up"] == "2.8.3"
+    assert "made-up==2.8.3" in layer_requirements.layer_inputs(debian)["kernels"]
+    assert layer_requirements.expected_pins(debian)["kernels"]["made-up"] == "2.8.3"
     assert overrides.first_lock_layer("made_up") == "kernels" and "made_up" in overrides.overridable()
     table = plan.render_markdown(plan.make_plan([debian]))
     assert "| made-up |" in table.splitlines()[0] and "| 2.8.3 |" in table.splitlines()[2]
@@ -148,8 +148,8 @@ def test_what_a_stack_compiles_follows_the_catalogue(stacks: dict, monkeypatch: 
     fa = dataclasses.replace(MADE_UP, lock_layer="builder", requirements=(), compile_profile="flash-attn")
     monkeypatch.setattr(components, "CATALOGUE", (*components.CATALOGUE, fa))
     plain = stacks["debian"].replace(te_source="pypi")  # compiles nothing
-    assert "pybind11" not in lock.layer_inputs(pinned(plain, "none"))["builder"]
-    assert "pybind11" in lock.layer_inputs(pinned(plain, "2.8.3"))["builder"]
+    assert "pybind11" not in layer_requirements.layer_inputs(pinned(plain, "none"))["builder"]
+    assert "pybind11" in layer_requirements.layer_inputs(pinned(plain, "2.8.3"))["builder"]
 
     # 4 CPUs and 8 GiB: two TE jobs fit, two made-up jobs (flash-attn's profile: 5 GiB per nvcc thread) do not
     monkeypatch.setattr(jobs, "detect", lambda: jobs.Resources(4, 8.0, "test", "test"))

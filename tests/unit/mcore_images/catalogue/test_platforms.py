@@ -14,7 +14,17 @@ import pytest
 from mcore_images.catalogue import platforms
 from mcore_images.catalogue.stacks import Stack, load_stacks, parse_document
 from mcore_images.errors import InputError
-from mcore_images.resolve import engine_records, engines, lock, pypi, rules, tag_content
+from mcore_images.resolve import (
+    engine_records,
+    engines,
+    layer_requirements,
+    lock_check,
+    lock_files,
+    lock_update,
+    pypi,
+    rules,
+    tag_content,
+)
 from tests.unit.conftest import variant
 
 
@@ -113,18 +123,18 @@ def test_a_cuda_build_is_one_that_requires_the_cuda_runtime_on_its_machine(
 
 def _copy_debian_locks(root: Path, tmp_path: Path) -> Path:
     for machine in ("x86_64", "aarch64"):
-        shutil.copytree(lock.lock_dir(load_stacks()["debian"], root, machine),
-                        lock.lock_dir(load_stacks()["debian"], tmp_path, machine))
+        shutil.copytree(lock_files.lock_dir(load_stacks()["debian"], root, machine),
+                        lock_files.lock_dir(load_stacks()["debian"], tmp_path, machine))
     return tmp_path
 
 
 def test_the_committed_arm64_locks_are_checked_and_agree_with_x86_64(root: Path, stacks: dict[str, Stack]) -> None:
     for stack in stacks.values():
         for machine in stack.machines:
-            assert (lock.lock_dir(stack, root, machine) / "runtime.txt").is_file(), (stack.name, machine)
-        agreed = lock.default_pins(stack, "aarch64", root)
-        for layer in lock.own_layers(stack) if "aarch64" in stack.machines else ():
-            arm = lock.pins(lock.lock_path(stack, layer, root, "aarch64").read_text())
+            assert (lock_files.lock_dir(stack, root, machine) / "runtime.txt").is_file(), (stack.name, machine)
+        agreed = lock_files.default_pins(stack, "aarch64", root)
+        for layer in lock_files.own_layers(stack) if "aarch64" in stack.machines else ():
+            arm = lock_files.pins(lock_files.lock_path(stack, layer, root, "aarch64").read_text())
             assert {k: v for k, v in arm.items() if k in agreed and agreed[k] != v} == {}, (stack.name, layer)
     assert (root / "env/locks/aarch64/debian/base.txt").read_text().splitlines()[1].startswith(
         "# Python 3.13, aarch64-manylinux_2_28")
@@ -132,32 +142,32 @@ def test_the_committed_arm64_locks_are_checked_and_agree_with_x86_64(root: Path,
 
 def test_an_arm64_lock_that_drifts_from_x86_64_is_caught(tmp_path: Path, root: Path, debian: Stack) -> None:
     checkout = _copy_debian_locks(root, tmp_path)
-    path = lock.lock_path(debian, "runtime", checkout, "aarch64")
+    path = lock_files.lock_path(debian, "runtime", checkout, "aarch64")
     path.write_text(path.read_text().replace("\nsix==", "\nsix==0.0.1\nsix-was=="))
-    problems = lock.check_locks(debian, checkout)
+    problems = lock_check.check_locks(debian, checkout)
     assert any("env/locks/aarch64/debian/runtime.txt: six is 0.0.1, the x86_64 locks pin" in p for p in problems), \
         problems
 
 
 def test_a_missing_arm64_lock_and_stray_locks_are_caught(tmp_path: Path, root: Path, debian: Stack) -> None:
     checkout = _copy_debian_locks(root, tmp_path)
-    lock.lock_path(debian, "kernels", checkout, "aarch64").unlink()
+    lock_files.lock_path(debian, "kernels", checkout, "aarch64").unlink()
     assert "env/locks/aarch64/debian/kernels.txt is missing; run `mcore-images lock --stack debian`" in \
-        lock.check_locks(debian, checkout)
+        lock_check.check_locks(debian, checkout)
     amd64_only = variant(debian, platforms=("linux/amd64",))
     assert any(p.startswith("env/locks/aarch64/debian/ holds aarch64 locks, but stack 'debian' does not list "
-                            "linux/arm64") for p in lock.check_locks(amd64_only, checkout))
+                            "linux/arm64") for p in lock_check.check_locks(amd64_only, checkout))
 
 
 def test_locking_a_refused_platform_stops_before_resolving(debian: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(engines, "unrecorded", lambda stack: [])
     monkeypatch.setattr(engines, "torch_wheel", lambda stack, machine: _wheel(machine != "aarch64"))
-    monkeypatch.setattr(lock, "resolved_inputs", lambda stack: lock.layer_inputs(stack))
+    monkeypatch.setattr(layer_requirements, "resolved_inputs", lambda stack: layer_requirements.layer_inputs(stack))
     resolved: list[str] = []
-    monkeypatch.setattr(lock, "_update_machine", lambda stack, inputs, machine, *args: (resolved.append(machine),
+    monkeypatch.setattr(lock_update, "_update_machine", lambda stack, inputs, machine, *args: (resolved.append(machine),
                                                                                         (None, []))[1])
     with pytest.raises(InputError, match=r"^no aarch64 locks resolved: \[platform-torch\]"):
-        lock.update_locks(debian)
+        lock_update.update_locks(debian)
     assert resolved == ["x86_64"]
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from mcore_images.catalogue.stacks import load_stacks
 from mcore_images.errors import InputError
-from mcore_images.resolve import lock
+from mcore_images.resolve import lock_check, lock_files
 from tests.unit.conftest import ROOT
 
 
@@ -19,9 +19,9 @@ def test_the_shared_stack_builds_only_its_runtime_on_debians_layers() -> None:
     shared = stacks["debian-mcore019"]
     assert shared.layers == ("base", "kernels", "runtime") and shared.built_layers == ("runtime",)
     assert shared.layer_stack("kernels") == "debian" and shared.layer_stack("runtime") == "debian-mcore019"
-    assert lock.lock_path(shared, "base") == ROOT / "env/locks/debian/base.txt"
-    assert lock.lock_path(shared, "runtime") == ROOT / "env/locks/debian-mcore019/runtime.txt"
-    assert lock.own_layers(shared) == ("runtime", "app") and lock.check_locks(shared) == []
+    assert lock_files.lock_path(shared, "base") == ROOT / "env/locks/debian/base.txt"
+    assert lock_files.lock_path(shared, "runtime") == ROOT / "env/locks/debian-mcore019/runtime.txt"
+    assert lock_files.own_layers(shared) == ("runtime", "app") and lock_check.check_locks(shared) == []
 
 
 def edited(tmp_path: Path, **changes: str) -> Path:

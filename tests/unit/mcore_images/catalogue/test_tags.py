@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 
 import pytest
 
@@ -59,3 +60,14 @@ def test_a_new_part_stands_by_its_rank_in_the_layers_up_to_until(monkeypatch: py
     assert tags.layer_tag("kernels", stack).startswith("kernels-te2.16.0-apex6424da3b-fa2.8.3-torch2.9.0-")
     assert tags.layer_tag("runtime", stack).startswith("runtime-mcore0.16.1-te2.16.0-fa2.8.3-torch2.9.0-")
     assert "fa2.8.3" not in tags.layer_tag("app", stack) and "fa2.8.3" not in tags.layer_tag("base", stack)
+
+
+def test_the_lengths_the_tag_length_rule_reads_are_those_of_real_tags(verl: Stack) -> None:
+    """The rule asks the scheme how long an immutable or candidate tag grows, rather than counting its format again."""
+    content = tags.layer_tag("app", verl)
+    created = dt.datetime(2026, 12, 5, tzinfo=dt.timezone.utc)
+    assert tags.immutable_length(content) == len(tags.immutable_tag(content, "sha256:" + "ab" * 32, created))
+    target = tags.target("app", verl)
+    assert tags.longest_candidate(target, False) == len(tags.candidate_tag(target, "f" * 40))
+    assert tags.longest_candidate(target, True) == len(tags.candidate_tag(target, "f" * 40, arch="arm64"))
+    assert tags.target("app", verl.name) == target == f"app-{verl.name}"

@@ -125,3 +125,10 @@ def test_runs_where_only_python_and_pip_are(tmp_path: Path) -> None:
 def test_bad_hf_config_path_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert doctor.main(["--hf-config", str(tmp_path / "missing.json")]) == 2
     assert "config.json" in capsys.readouterr().err
+
+
+def test_every_check_has_a_failing_and_a_passing_test() -> None:
+    """Guard: a new check needs tests beside this file (its id must appear in one of this folder's tests)."""
+    text = "".join(path.read_text() for path in Path(__file__).parent.glob("test_*.py"))
+    missing = [cid for cid in doctor.load_checks() if f'"{cid}"' not in text]
+    assert not missing, missing

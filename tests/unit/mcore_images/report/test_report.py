@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from mcore_images import cli, create_only
-from mcore_images.build import timing
 from mcore_images.catalogue import gpu_archs
 from mcore_images.catalogue.stacks import load_stacks
+from mcore_images.image_build import timing
 from mcore_images.report import command as report
 from tests.support.certificates import add_sections, write_certificate
 from tests.support.sentinels import PLACES, make_root, snapshot

@@ -19,7 +19,7 @@ import pytest
 
 from mcore_images.catalogue import tags
 from mcore_images.catalogue.stacks import Stack
-from mcore_images.resolve import lock, plan, rules
+from mcore_images.resolve import lock_files, plan, rules
 from tests.support.host import need
 from tests.unit.conftest import ROOT, variant, write_stacks
 
@@ -36,17 +36,17 @@ CHAIN = ("base", "kernels", "runtime")
 
 
 def app_pins(stack: Stack, root: Path) -> dict[str, str]:
-    path = lock.lock_dir(stack, root) / "app.txt"
-    return lock.pins(path.read_text()) if path.is_file() else {}
+    path = lock_files.lock_dir(stack, root) / "app.txt"
+    return lock_files.pins(path.read_text()) if path.is_file() else {}
 
 
 def chain_pins(stack: Stack, root: Path) -> dict[str, dict[str, str]]:
     """name -> {layer: version} over the layers under the app layer."""
     out: dict[str, dict[str, str]] = {}
     for layer in CHAIN:
-        path = lock.lock_dir(stack, root) / f"{layer}.txt"
+        path = lock_files.lock_dir(stack, root) / f"{layer}.txt"
         if path.is_file():
-            for name, version in lock.pins(path.read_text()).items():
+            for name, version in lock_files.pins(path.read_text()).items():
                 out.setdefault(name, {})[layer] = version
     return out
 
@@ -61,10 +61,10 @@ def test_some_stack_carries_the_app_layer(stacks: dict[str, Stack]) -> None:
 
 def test_every_verl_stack_has_a_hashed_app_lock_with_verl_at_the_pin(root: Path, stacks: dict[str, Stack]) -> None:
     for stack in verl_stacks(stacks):
-        path = lock.lock_dir(stack, root) / "app.txt"
+        path = lock_files.lock_dir(stack, root) / "app.txt"
         assert path.is_file(), f"{path} is missing: run `mcore-images lock --stack {stack.name}`"
         text = path.read_text()
-        assert lock.pins(text).get("verl") == stack.verl, f"{path}: verl is not pinned at {stack.verl}"
+        assert lock_files.pins(text).get("verl") == stack.verl, f"{path}: verl is not pinned at {stack.verl}"
         assert "--hash=sha256:" in text, f"{path} has no hashes: the app stage installs with --require-hashes"
 
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from mcore_images.catalogue.components import LOCK_LAYERS
 from mcore_images.catalogue.stacks import Override, Stack
 from mcore_images.errors import InputError
-from mcore_images.resolve import declared_overrides, lock, rules
+from mcore_images.resolve import declared_overrides, lock_check, lock_files, pypi, rules, uv_compile
 from tests.unit.conftest import variant
 
 GAMMA_2 = Override("gamma==2.0", "alpha", "alpha's exact pin is stricter than its code; beta needs 2.0")
@@ -42,8 +43,8 @@ def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     _wheel(root, "delta", "1.0", ("gamma<2",))
     _wheel(root, "gamma", "1.0")
     _wheel(root, "gamma", "2.0")
-    monkeypatch.setattr(lock.pypi, "PYPI_SIMPLE", root.as_uri())
-    monkeypatch.setattr(lock, "repo_root", lambda: tmp_path)  # uv's reasoning log goes under tmp_path/build
+    monkeypatch.setattr(pypi, "PYPI_SIMPLE", root.as_uri())
+    monkeypatch.setattr(uv_compile, "repo_root", lambda: tmp_path)  # uv's reasoning log goes under tmp_path/build
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     monkeypatch.setenv("PIP_INDEX_URL", root.as_uri())
     monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
@@ -57,36 +58,36 @@ def _stack(stacks: dict[str, Stack], *overrides: Override) -> Stack:
 
 
 def _inputs(*requirements: str) -> dict[str, list[str]]:
-    return {layer: list(requirements) if layer == "base" else [] for layer in lock.LOCK_LAYERS}
+    return {layer: list(requirements) if layer == "base" else [] for layer in LOCK_LAYERS}
 
 
 def test_without_a_needed_override_the_lock_fails_naming_the_conflict(index: Path, stacks: dict[str, Stack]) -> None:
     with pytest.raises(InputError) as caught:
-        lock.compile_layer(_stack(stacks), ["alpha==1.0", "beta==1.0"], {})
+        uv_compile.compile_layer(_stack(stacks), ["alpha==1.0", "beta==1.0"], {})
     assert "gamma==1.0" in str(caught.value) and "gamma==2.0" in str(caught.value)
     assert "unsatisfiable" in str(caught.value)
 
 
 def test_a_needed_override_resolves_and_the_lock_names_it(index: Path, stacks: dict[str, Stack]) -> None:
     stack = _stack(stacks, GAMMA_2)
-    lock.prove_overrides(stack, _inputs("alpha==1.0", "beta==1.0"))
-    text = lock.compile_layer(stack, ["alpha==1.0", "beta==1.0"], {})
-    assert lock.pins(text)["gamma"] == "2.0"
-    assert declared_overrides.named(declared_overrides.header_lines(stack, lock.pins(text))) == [("gamma==2.0",
+    declared_overrides.prove(stack, _inputs("alpha==1.0", "beta==1.0"))
+    text = uv_compile.compile_layer(stack, ["alpha==1.0", "beta==1.0"], {})
+    assert lock_files.pins(text)["gamma"] == "2.0"
+    assert declared_overrides.named(declared_overrides.header_lines(stack, lock_files.pins(text))) == [("gamma==2.0",
                                                                                                   "alpha")]
 
 
 def test_an_unneeded_override_is_refused(index: Path, stacks: dict[str, Stack]) -> None:
     with pytest.raises(InputError, match=r"override gamma==2.0 \(over alpha\) is not needed: its locks resolve "
                                          "without it; remove it"):
-        lock.prove_overrides(_stack(stacks, GAMMA_2), _inputs("beta==1.0"))
+        declared_overrides.prove(_stack(stacks, GAMMA_2), _inputs("beta==1.0"))
 
 
 def test_an_override_that_also_overrides_another_packages_requirement_is_refused(index: Path,
                                                                                  stacks: dict[str, Stack]) -> None:
     # uv's --override replaces delta's gamma<2 too; the lock must not hide it.
     with pytest.raises(InputError, match=r"also overrides delta 1.0's requirement gamma<2; hold delta"):
-        lock.prove_overrides(_stack(stacks, GAMMA_2), _inputs("alpha==1.0", "beta==1.0", "delta==1.0"))
+        declared_overrides.prove(_stack(stacks, GAMMA_2), _inputs("alpha==1.0", "beta==1.0", "delta==1.0"))
 
 
 def test_requirers_are_read_from_uvs_via_notes_not_from_its_list_of_packages_left_out() -> None:
@@ -101,20 +102,20 @@ def test_requirers_are_read_from_uvs_via_notes_not_from_its_list_of_packages_lef
 def test_the_committed_locks_name_their_overrides_and_check_catches_a_drift(tmp_path: Path, root: Path,
                                                                             stacks: dict[str, Stack]) -> None:
     cuda = stacks["cuda"]
-    assert cuda.overrides and not lock.check_locks(cuda, root)
+    assert cuda.overrides and not lock_check.check_locks(cuda, root)
     shutil.copytree(root / "env" / "locks", tmp_path / "env" / "locks")
     runtime = tmp_path / "env" / "locks" / "cuda" / "runtime.txt"
     text = runtime.read_text()
     runtime.write_text("".join(line for line in text.splitlines(keepends=True) if not line.startswith("# Override:")))
-    assert any("runtime.txt: its header names overrides []" in p for p in lock.check_locks(cuda, tmp_path))
+    assert any("runtime.txt: its header names overrides []" in p for p in lock_check.check_locks(cuda, tmp_path))
     runtime.write_text(text)
     bumped = variant(cuda, overrides=(Override("flashinfer-python==0.6.13", "megatron-bridge", "why"),
                                       *cuda.overrides[1:]))
     assert any("it pins flashinfer-python 0.6.12, the stack's override flashinfer-python==0.6.13" in p
-               for p in lock.check_locks(bumped, tmp_path))
+               for p in lock_check.check_locks(bumped, tmp_path))
     unheld = variant(cuda, overrides=(*cuda.overrides, Override("left-pad==1.0", "vllm", "why")))
     assert any("override left-pad==1.0 pins a distribution no lock of the stack holds" in p
-               for p in lock.check_locks(unheld, tmp_path))
+               for p in lock_check.check_locks(unheld, tmp_path))
 
 
 @pytest.mark.parametrize("override,expected", [

@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 
 from mcore_images.catalogue import components
+from mcore_images.catalogue.components import LOCK_LAYERS
 from mcore_images.catalogue.stacks import load_stacks
-from mcore_images.resolve import lock
+from mcore_images.resolve import layer_requirements, lock_files
 from tests.unit.conftest import ROOT
 
 FROM_NGC = ("torch", "torchvision", "transformer-engine", "transformer-engine-torch", "apex", "flash-attn")
@@ -19,10 +20,11 @@ def test_no_ngc_lock_installs_what_the_base_provides() -> None:
     assert {c.key: ngc.pins[c.key] for c in components.CATALOGUE if c.key in ("torch", "te", "apex")} == {
         "torch": ngc.torch, "te": ngc.te, "apex": "base"}
     assert ngc.torch_source == "base" and ngc.te_source == "base"
-    for layer in lock.LOCK_LAYERS:
-        installed = lock.pins(lock.lock_path(ngc, layer).read_text())
-        assert not [name for name in installed if lock.BASE_PROVIDED.match(name)], f"ngc/{layer}.txt: {installed}"
-    assert all(lock.BASE_PROVIDED.match(name) for name in FROM_NGC)
+    for layer in LOCK_LAYERS:
+        installed = lock_files.pins(lock_files.lock_path(ngc, layer).read_text())
+        provided = [name for name in installed if layer_requirements.BASE_PROVIDED.match(name)]
+        assert not provided, f"ngc/{layer}.txt: {installed}"
+    assert all(layer_requirements.BASE_PROVIDED.match(name) for name in FROM_NGC)
 
 
 def test_the_ngc_stage_turns_the_constraint_off_deliberately() -> None:

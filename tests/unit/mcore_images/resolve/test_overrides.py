@@ -10,7 +10,7 @@ import pytest
 
 from mcore_images.catalogue.stacks import Stack
 from mcore_images.errors import InputError
-from mcore_images.resolve import lock, overrides
+from mcore_images.resolve import lock_files, overrides, pypi, uv_compile
 
 
 def test_parse_and_layer_order() -> None:
@@ -47,8 +47,8 @@ def test_mcore_bump_keeps_lower_locks_byte_identical(tmp_path: Path, root: Path,
         agreed.setdefault(machine, {}).update(constraints or {})
         return f"megatron-core=={stack.mcore} \\\n    --hash=sha256:{'1' * 64}\n"
 
-    monkeypatch.setattr(lock, "compile_layer", fake_compile)
-    monkeypatch.setattr(lock, "sdist_requirements", lambda name, version: [])
+    monkeypatch.setattr(uv_compile, "compile_layer", fake_compile)
+    monkeypatch.setattr(pypi, "sdist_requirements", lambda name, version: [])
     changed = overrides.apply(stacks["debian"], {"mcore": "0.16.0"})
     bake_file, locks = overrides.workspace(stacks, changed, {"mcore": "0.16.0"}, work)
     committed = work / "env" / "locks" / "debian"
@@ -57,9 +57,9 @@ def test_mcore_bump_keeps_lower_locks_byte_identical(tmp_path: Path, root: Path,
     assert "megatron-core==0.16.0" in (locks / "debian" / "runtime.txt").read_text()
     # torch may appear as a requirement of the chain, but always pinned (and not re-emitted) at the
     # version the kept base lock holds.
-    base_torch = lock.pins((committed / "base.txt").read_text())["torch"]
+    base_torch = lock_files.pins((committed / "base.txt").read_text())["torch"]
     assert calls and all(below.get("torch") == base_torch for _, below in calls)
-    assert not any("torch" in name for name in lock.pins((locks / "debian" / "runtime.txt").read_text()))
+    assert not any("torch" in name for name in lock_files.pins((locks / "debian" / "runtime.txt").read_text()))
     entry = next(e for e in json.loads(bake_file.read_text())["variable"]["STACKS"]["default"]
                  if e["name"] == "debian")
     assert entry["mcore"] == "0.16.0"
@@ -74,7 +74,7 @@ def test_mcore_bump_keeps_lower_locks_byte_identical(tmp_path: Path, root: Path,
 
 
 def test_override_that_breaks_a_rule_stops_before_docker(root: Path) -> None:
-    from mcore_images.build import bake
+    from mcore_images.image_build import bake
     with pytest.raises(InputError, match="mbridge-mcore"):
         bake.build(bake.BuildRequest(stack="debian", sets=("mcore=0.19.2",), dry_run=True))
     with pytest.raises(InputError, match="add --stack"):
@@ -87,9 +87,10 @@ def test_an_override_of_a_stack_sharing_layers_carries_the_shared_locks(tmp_path
     """The Dockerfile mounts the lower layers' locks from <layers_from>/ of the locks context: an override's locks
     folder holds them too, for every platform (before, it held the stack's own folder alone)."""
     work = fake_root(tmp_path, root)
-    monkeypatch.setattr(lock, "compile_layer", lambda stack, requirements, below, constraints=None, machine="x86_64",
-                        preferred="": f"megatron-core=={stack.mcore} \\\n    --hash=sha256:{'1' * 64}\n")
-    monkeypatch.setattr(lock, "sdist_requirements", lambda name, version: [])
+    monkeypatch.setattr(uv_compile, "compile_layer",
+                        lambda stack, requirements, below, constraints=None, machine="x86_64", preferred="":
+                        f"megatron-core=={stack.mcore} \\\n    --hash=sha256:{'1' * 64}\n")
+    monkeypatch.setattr(pypi, "sdist_requirements", lambda name, version: [])
     changed = overrides.apply(stacks["debian-mcore019"], {"mcore": "0.19.1"})
     _, locks = overrides.workspace(stacks, changed, {"mcore": "0.19.1"}, work)
     for tree, committed in ((locks, work / "env" / "locks"), (locks / "aarch64", work / "env" / "locks" / "aarch64")):

@@ -9,7 +9,7 @@ import pytest
 
 from mcore_images import cli
 from mcore_images.catalogue.stacks import load_stacks
-from mcore_images.resolve import lock, plan, tag_content
+from mcore_images.resolve import lock_check, lock_files, plan, tag_content
 from tests.unit.conftest import ROOT
 
 
@@ -32,7 +32,7 @@ def test_the_committed_stacks_give_each_content_tag_one_content(checkout: Path) 
 def test_a_base_locked_on_another_day_under_the_same_tag_is_refused_with_its_fix(checkout: Path) -> None:
     path = checkout / "env" / "locks" / "cuda-mcore014" / "base.txt"
     text = path.read_text()
-    version = lock.pins(text)["filelock"]
+    version = lock_files.pins(text)["filelock"]
     path.write_text(text.replace(f"filelock=={version}", "filelock==0.0.1"))
     lines = tag_content_lines()
     assert any(line.startswith("[tag-content] stack 'cuda-mcore014': its base tag base-torch2.11.0-cu13.0-py3.12-")
@@ -44,12 +44,12 @@ def test_a_base_locked_on_another_day_under_the_same_tag_is_refused_with_its_fix
 def test_a_copied_base_stays_current_only_while_it_equals_its_source(checkout: Path) -> None:
     stacks = load_stacks()
     copy = (checkout / "env" / "locks" / "cuda-mcore014" / "base.txt").read_text()
-    assert lock.base_lock_source(stacks["cuda-mcore014"], copy) == stacks["cuda"]
-    assert lock.check_locks(stacks["cuda-mcore014"]) == []
+    assert lock_files.base_lock_source(stacks["cuda-mcore014"], copy) == stacks["cuda"]
+    assert lock_check.check_locks(stacks["cuda-mcore014"]) == []
     source = checkout / "env" / "locks" / "cuda" / "base.txt"
     source.write_text(source.read_text() + "\n")  # the source moved on: the copy is its own, stale lock now
-    assert lock.base_lock_source(stacks["cuda-mcore014"], copy) is None
-    assert any("was not resolved for" in p for p in lock.check_locks(stacks["cuda-mcore014"]))
+    assert lock_files.base_lock_source(stacks["cuda-mcore014"], copy) is None
+    assert any("was not resolved for" in p for p in lock_check.check_locks(stacks["cuda-mcore014"]))
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -14,6 +14,7 @@ from mcore_images.smoke.layouts import (
     parse_layout,
     parse_layouts,
     plan,
+    split_problem,
 )
 
 
@@ -96,8 +97,8 @@ def test_every_catalogue_layout_splits_the_gpu_model() -> None:
     for size, names in CATALOGUE.items():
         for name in names:
             full = parse_layout(name).filled(8 if size <= 8 else size)
-            assert GPU_SHAPE.problem(full, "moe") is None, name
-            assert CPU_SHAPE.problem(full, "moe") is None, name
+            assert split_problem(GPU_SHAPE, full, "moe") is None, name
+            assert split_problem(CPU_SHAPE, full, "moe") is None, name
 
 
 def test_layout_that_does_not_divide_the_world_is_an_error() -> None:
@@ -106,5 +107,5 @@ def test_layout_that_does_not_divide_the_world_is_an_error() -> None:
 
 
 def test_model_shape_rejects_bad_splits() -> None:
-    assert "experts" in (GPU_SHAPE.problem(Layout(ep=16, dp=16), "moe") or "")
-    assert "heads" in (GPU_SHAPE.problem(Layout(tp=16), "dense") or "")
+    assert "experts" in (split_problem(GPU_SHAPE, Layout(ep=16, dp=16), "moe") or "")
+    assert "heads" in (split_problem(GPU_SHAPE, Layout(tp=16), "dense") or "")

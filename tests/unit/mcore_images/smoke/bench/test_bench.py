@@ -16,8 +16,9 @@ from mcore_images.catalogue.stacks import load_stacks
 from mcore_images.smoke import certificate
 from mcore_images.smoke.bench import gate as bench_gate
 from mcore_images.smoke.bench import model as bench_model
-from mcore_images.smoke.bench.model import CONFIGS, BenchConfig
+from mcore_images.smoke.bench.model import CONFIGS
 from mcore_images.smoke.kit import errors
+from mcore_images.smoke.kit.model_size import ModelSize
 from tests.support.host import without_modules
 from tests.unit.conftest import PYTHONPATH, ROOT
 
@@ -32,11 +33,11 @@ def test_dense_1b_parameters_and_flops_by_hand() -> None:
     cfg = CONFIGS["dense-1b"]
     h, f, L, s, V = 2048, 5632, 16, 4096, 32768
     n = L * (4 * h * h + 3 * h * f)  # q, k, v, o + SwiGLU's three matrices
-    assert cfg.active_params() == n == 822_083_584
+    assert cfg.size.active_params() == n == 822_083_584
     t = 2 * 4 * s
     assert cfg.tokens_per_step() == t == 32768
     assert cfg.flops_per_step() == 6 * n * t + 12 * L * h * s * t + 6 * h * V * t
-    assert cfg.total_params() == n + L * 2 * h + 2 * V * h + h  # norms, embedding, output layer
+    assert cfg.size.total_params() == n + L * 2 * h + 2 * V * h + h  # norms, embedding, output layer
 
 
 def test_field_notes_throughput_is_reproduced() -> None:
@@ -59,14 +60,13 @@ def test_moe_counts_top_k_experts_and_router_only() -> None:
     cfg = CONFIGS["moe-small"]
     h = 1024
     per_layer = 4 * h * h + 2 * 3 * h * 2816 + h * 8
-    assert cfg.active_params() == 8 * per_layer
-    assert cfg.total_params() > 3 * cfg.active_params()  # inactive experts count in total only
+    assert cfg.size.active_params() == 8 * per_layer
+    assert cfg.size.total_params() > 3 * cfg.size.active_params()  # inactive experts count in total only
 
 
 def test_grouped_query_attention_shrinks_k_and_v() -> None:
-    mha = BenchConfig("a", layers=1, hidden=1024, heads=16, ffn=4096, vocab=8, seq=8, micro_batch=1, micro_batches=1)
-    gqa = BenchConfig("b", layers=1, hidden=1024, heads=16, ffn=4096, vocab=8, seq=8, micro_batch=1,
-                      micro_batches=1, kv_heads=4)
+    mha = ModelSize(layers=1, hidden=1024, heads=16, ffn=4096, vocab=8, seq=8)
+    gqa = ModelSize(layers=1, hidden=1024, heads=16, ffn=4096, vocab=8, seq=8, kv_heads=4)
     assert mha.attention_params() == 4 * 1024 * 1024
     assert gqa.attention_params() == 1024 * (1024 + 2 * 256) + 1024 * 1024
 

@@ -19,6 +19,7 @@ import pytest
 
 from mcore_images.smoke.kit import gpt_builder
 from mcore_images.smoke.kit import transformer_engine as te
+from mcore_images.smoke.kit.model_size import ModelSize
 from tests.unit.conftest import ROOT
 
 BUILDER = ROOT / "smoke" / "kit" / "gpt_builder.py"
@@ -145,7 +146,7 @@ def megatron(monkeypatch: pytest.MonkeyPatch) -> Megatron:
 
 
 def tiny(spec: str = "local") -> gpt_builder.Gpt:
-    return gpt_builder.Gpt(layers=2, hidden=64, heads=4, ffn=128, vocab=256, seq=32, spec=spec, cpu=True,
+    return gpt_builder.Gpt(ModelSize(layers=2, hidden=64, heads=4, ffn=128, vocab=256, seq=32), spec=spec, cpu=True,
                            dtype="fp32")
 
 

@@ -46,7 +46,7 @@ for name in ("tiny", "tiny-moe"):
     cfg = bench_model.CONFIGS[name]
     for variant in ("defaults", "production"):
         bootstrap.init_parallel(cpu=True, timeout_s=120, seed=args.seed)
-        settings, _ = bench_model.resolve_variant(bench_model.VARIANTS[variant], moe=cfg.moe, te=False, cpu=True,
+        settings, _ = bench_model.resolve_variant(bench_model.VARIANTS[variant], moe=cfg.size.moe, te=False, cpu=True,
                                                   apex=False)
         model = bench.gpt(cfg, "local", args)
         config, _ = gpt_builder.transformer_config(model, **settings)

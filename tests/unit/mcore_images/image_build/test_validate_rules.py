@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mcore_images import cli
-from mcore_images.build import regions
+from mcore_images.image_build import regions
 from tests.unit.conftest import ROOT
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.build import debian_base
 from mcore_images.catalogue import platforms
 from mcore_images.catalogue.stacks import Stack, load_stacks
 from mcore_images.errors import InputError
+from mcore_images.image_build import debian_base
 
 
 def test_host_identity_files_are_emptied(tmp_path: Path) -> None:

@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images.build import bake_args, debian_base, dockerfile, jobs
-from mcore_images.build.bake_log import BakeLog
 from mcore_images.catalogue import components, images, platforms, tags
 from mcore_images.catalogue.stacks import Stack, checkout_root, load_stacks, repo_root
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
+from mcore_images.image_build import bake_args, debian_base, dockerfile, jobs
+from mcore_images.image_build.bake_log import BakeLog
 from mcore_images.launch import emulation
-from mcore_images.resolve import engine_records, lock, overrides, rules
+from mcore_images.resolve import engine_records, lock_check, overrides, rules
 from mcore_images.resolve.plan import make_plan, select
 
 SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -293,7 +293,7 @@ def preflight(request: BuildRequest) -> Preflight:
     plans = make_plan(selected, group)
     violations = [v for p in plans for v in p.violations]
     if not changes:  # an override's locks are resolved anew below; the committed ones must match the pins
-        violations += [problem for s in selected for problem in lock.check_locks(s)]
+        violations += [problem for s in selected for problem in lock_check.check_locks(s)]
     if violations:  # the rules first (the cause), then what follows from them (a stale lock, a shared tag)
         more = (f" (and {len(violations) - 1} more: `mcore-images plan` and `mcore-images lock --check` list them)"
                 if len(violations) > 1 else "")

@@ -265,5 +265,5 @@ COMMANDS = (Command("jobs", "plan MAX_JOBS / NVCC_THREADS for a CUDA extension c
 
 
 
-if __name__ == "__main__":  # a build step mounts only this planner: python -m mcore_images.build.jobs --env
+if __name__ == "__main__":  # a build step mounts only this planner: python -m mcore_images.image_build.jobs --env
     raise SystemExit(standalone(COMMANDS[0]))

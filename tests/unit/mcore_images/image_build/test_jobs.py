@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.build import jobs
 from mcore_images.errors import InputError
+from mcore_images.image_build import jobs
 
 GIB = 1024**3
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mcore_images.build import timing
+from mcore_images.image_build import timing
 
 LOG = """\
 #11 [base-debian os-debian 1/2] FROM docker.io/mcore-images/base-debian:trixie@sha256:be6b

@@ -5,10 +5,13 @@ A region sits between two marker lines in its file and is rendered from the one 
 - docs/stacks.md, the stacks table: from env/stacks.json and the component catalogue;
 - docs/rules.md, the list of compatibility rules: from the rules' own descriptions (rules.py, tag_content.py);
 - docs/tags.md, each layer's tag pattern and an example: from the tag scheme (tags.py and the catalogue);
-- docker-bake.hcl, the ``COMPONENTS`` and ``LAYER_ORDER`` variables its labels and build args are computed from:
-  from the catalogue (components.py), so bake labels every component and passes its pin without a list of its own;
-- docker-bake.hcl, the ``TAG_LAYERS`` and ``ORIGINS`` variables its tags are computed from: from the tag scheme
-  (tags.py's ``parts`` and ``ORIGINS``), so bake and tags.py name the same parts in the same order;
+- docker-bake.hcl, the ``COMPONENTS`` and ``LAYER_ORDER`` variables its labels and build args are computed from, and
+  the ``commit_pin()`` its tags and apex source read a commit with: from the catalogue (components.py), so bake
+  labels every component and passes its pin without a list of its own;
+- docker-bake.hcl, the ``TAG_LAYERS`` and ``ORIGINS`` variables and the ``tag_separator()`` its tags are computed
+  from: from the tag scheme (tags.py's ``parts``, ``ORIGINS`` and ``SEPARATOR``), so bake and tags.py name the same
+  parts in the same order, joined alike (constants as functions: a variable's value, an environment variable of its
+  name replaces);
 - docker-bake.hcl, the ``GPU_ARCHS`` variable its ``io.mcore-images.gpus`` label is computed from: from the GPU
   architecture table (gpu_archs.py);
 - docker-bake.hcl, the ``PLATFORMS`` variable its per-platform contexts are computed from: from platforms.py;
@@ -16,8 +19,8 @@ A region sits between two marker lines in its file and is rendered from the one 
 - README.md, the image table (what each image holds, which carry a FlashAttention, how each is certified): from the
   pins of the stacks it names (``README_IMAGES``) and their groups.
 
-The locks (env/locks) are the other generated files; lock.py writes and checks them. `validate` also holds the
-Dockerfile's hand-written ARG and check-version lines to the catalogue (dockerfile.py).
+The locks (env/locks) are the other generated files; lock_update.py writes them and lock_check.py checks them.
+`validate` also holds the Dockerfile's hand-written ARG and check-version lines to the catalogue (dockerfile.py).
 """
 
 from __future__ import annotations
@@ -28,12 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcore_images.build import dockerfile
 from mcore_images.catalogue import components, gpu_archs, platforms, tags
 from mcore_images.catalogue.stacks import Stack, checkout_root, load_stacks, stacks_file
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
-from mcore_images.resolve import lock, plan, rules, tag_content
+from mcore_images.image_build import dockerfile
+from mcore_images.resolve import lock_check, lock_update, plan, rules, tag_content
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,10 @@ def _bake_components(root: Path) -> str:
         f"build_arg = {_hcl(c.build_arg)}, tag = {_hcl(c.in_tag and c.in_tag.prefix)}, "
         f"tag_optional = {_hcl(bool(c.in_tag and c.in_tag.optional))} }},"
         for c in components.CATALOGUE)
+    commit = f"{{ pattern = {_hcl(components.COMMIT.pattern)}, shown = {components.COMMIT_SHOWN} }}"
     return (f'variable "LAYER_ORDER" {{\n  default = {{ {order} }}\n}}\n\n'
-            f'variable "COMPONENTS" {{\n  default = [\n{rows}\n  ]\n}}\n')
+            f'variable "COMPONENTS" {{\n  default = [\n{rows}\n  ]\n}}\n\n'
+            f'function "commit_pin" {{\n  params = []\n  result = {commit}\n}}\n')
 
 
 def _bake_tag_scheme(root: Path) -> str:
@@ -92,7 +97,8 @@ def _bake_tag_scheme(root: Path) -> str:
     origins = "\n".join(f"    {flavor} = {{ prefix = {_hcl(o.prefix)}, field = {_hcl(o.field)}, "
                         f"pattern = {_hcl(o.pattern)} }}" for flavor, o in tags.ORIGINS.items())
     return (f'variable "TAG_LAYERS" {{\n  default = {{\n{layers}\n  }}\n}}\n\n'
-            f'variable "ORIGINS" {{\n  default = {{\n{origins}\n  }}\n}}\n')
+            f'variable "ORIGINS" {{\n  default = {{\n{origins}\n  }}\n}}\n\n'
+            f'function "tag_separator" {{\n  params = []\n  result = {_hcl(tags.SEPARATOR)}\n}}\n')
 
 
 def _bake_gpu_archs(root: Path) -> str:
@@ -164,7 +170,7 @@ def _readme_images(root: Path) -> str:
     for row in README_IMAGES:
         if row.stack not in stacks:
             raise InputError(f"README_IMAGES names stack {row.stack!r}, which env/stacks.json lacks: name a stack of "
-                             "env/stacks.json in src/mcore_images/build/regions.py")
+                             "env/stacks.json in src/mcore_images/image_build/regions.py")
         stack = stacks[row.stack]
         top, *lower = row.layers
         holds = ", ".join([*_holds(stack, top).values(), *([row.also] if row.also else [])])
@@ -240,7 +246,7 @@ def _update(args: argparse.Namespace) -> int:
     report: dict[str, object] = {"regions": update(root), "locks": {}}
     if not args.no_locks:
         for stack in load_stacks().values():
-            first, written = lock.update_locks(stack)
+            first, written = lock_update.update_locks(stack)
             report["locks"][stack.name] = {"from_layer": first, "written": [str(p) for p in written]}  # type: ignore[index]
     if args.json:
         print_json(report)
@@ -264,7 +270,7 @@ def validation_problems(root: Path) -> list[str]:
     problems = [str(v) for p in plan.make_plan(list(stacks.values()), every=stacks) for v in p.violations]
     problems += stale(root) + dockerfile.problems(root)
     for stack in stacks.values():
-        problems += lock.check_locks(stack, root)
+        problems += lock_check.check_locks(stack, root)
     return problems
 
 

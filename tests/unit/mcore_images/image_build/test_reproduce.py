@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.build import bake, reproduce
 from mcore_images.errors import InputError
+from mcore_images.image_build import bake, reproduce
 from tests.unit.conftest import ROOT
 
 

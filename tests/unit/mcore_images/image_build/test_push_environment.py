@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from mcore_images import cli
-from mcore_images.build import bake_args
-from mcore_images.build.debian_base import RECIPE
+from mcore_images.image_build import bake_args
+from mcore_images.image_build.debian_base import RECIPE
 from tests.unit.conftest import ROOT
 
 SHA = "0123456789abcdef0123456789abcdef01234567"

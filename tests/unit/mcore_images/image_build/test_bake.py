@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.build import debian_base, dockerfile
 from mcore_images.catalogue import components, gpu_archs, platforms, tags
 from mcore_images.catalogue.images import label
 from mcore_images.catalogue.stacks import Stack, groups
-from mcore_images.resolve import lock, plan
+from mcore_images.image_build import debian_base, dockerfile
+from mcore_images.resolve import lock_files, plan
 from tests.support.host import need
 
 
@@ -167,7 +167,7 @@ def test_the_arm64_locks_tree_mirrors_the_default_one(root: Path, stacks: dict[s
     for s in stacks.values():
         if "linux/arm64" not in s.platforms:
             continue
-        for name in lock.own_layers(s):
-            default = lock.lock_path(s, name, root).relative_to(lock.locks_root(root))
-            arm = lock.lock_path(s, name, root, "aarch64").relative_to(lock.locks_root(root, "aarch64"))
-            assert default == arm and (lock.locks_root(root, "aarch64") / arm).is_file(), (s.name, name)
+        for name in lock_files.own_layers(s):
+            default = lock_files.lock_path(s, name, root).relative_to(lock_files.locks_root(root))
+            arm = lock_files.lock_path(s, name, root, "aarch64").relative_to(lock_files.locks_root(root, "aarch64"))
+            assert default == arm and (lock_files.locks_root(root, "aarch64") / arm).is_file(), (s.name, name)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.build import bake, dockerfile
-from mcore_images.build.bake_log import BakeLog
+from mcore_images.image_build import bake, dockerfile
+from mcore_images.image_build.bake_log import BakeLog
 from tests.unit.conftest import ROOT
 
 STAGE_LAYER = dockerfile.stage_layers(ROOT)

@@ -20,10 +20,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mcore_images import create_only
-from mcore_images.build import bake
-from mcore_images.build.bake_log import BakeLog
+from mcore_images.catalogue import tags
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
+from mcore_images.image_build import bake
+from mcore_images.image_build.bake_log import BakeLog
 
 LAYER_STAGES = ("base", "builder", "kernels-build", "tooling-build", "kernels", "runtime")
 LOG_DIR = Path("build") / "build-timing"  # each scenario's full BuildKit log
@@ -81,7 +82,8 @@ def image_sizes(stack: str) -> dict[str, float]:
     """Image size per layer alias in GB (1e9 bytes), as `docker image inspect` reports it."""
     sizes = {}
     for layer in ("base", "kernels", "runtime"):
-        out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", f"mcore-images:{layer}-{stack}"],
+        alias = tags.image(tags.target(layer, stack))
+        out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", alias],
                              capture_output=True, text=True, check=False)
         if out.returncode == 0 and out.stdout.strip().isdigit():
             sizes[layer] = round(int(out.stdout.strip()) / 1e9, 2)

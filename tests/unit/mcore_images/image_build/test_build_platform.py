@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from mcore_images.build import bake
 from mcore_images.catalogue import platforms
 from mcore_images.errors import InputError
+from mcore_images.image_build import bake
 from mcore_images.launch import emulation
 
 SHA = "0123456789abcdef0123456789abcdef01234567"

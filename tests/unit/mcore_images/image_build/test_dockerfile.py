@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.build import dockerfile
+from mcore_images.image_build import dockerfile
 from tests.unit.conftest import ROOT
 
 TEXT = (ROOT / "Dockerfile").read_text()
