@@ -3,13 +3,14 @@
 
 The command table (cli.py) imports every package of the tool, which takes a good part of a second: a
 KeyboardInterrupt raised inside that import would end in a traceback. So SIGINT is handled here first, before that
-import, and ends the program at once with the line; once the commands run, Ctrl-C is a KeyboardInterrupt again
-(what a command was writing is cleaned up on its way out) and ends with the same line. Standard library only, so
-that nothing is imported before the handler is in place.
+import, and ends the process at once with the line (os._exit: nothing to unwind yet); once the commands run,
+Ctrl-C is a KeyboardInterrupt again (what a command was writing is cleaned up on its way out) and ends with the same
+line. Standard library only, so that nothing is imported before the handler is in place.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from types import FrameType
@@ -20,8 +21,11 @@ INTERRUPTED_LINE = "interrupted (Ctrl-C): stopped; what it was writing is left u
 
 
 def _interrupted_while_starting(signum: int, frame: FrameType | None) -> None:
-    print(f"\n{INTERRUPTED_LINE}", file=sys.stderr)
-    raise SystemExit(INTERRUPTED)  # unwinds the half-done import quietly: nothing was started or written yet
+    # Ends the process here rather than raising: an exception raised from a signal handler surfaces wherever the
+    # interpreter is at that moment and can be swallowed there (once, on a loaded machine, the line was printed and
+    # `lock --check` ran on and exited 0). Nothing was started or written yet, so there is nothing to unwind.
+    print(f"\n{INTERRUPTED_LINE}", file=sys.stderr, flush=True)
+    os._exit(INTERRUPTED)
 
 
 def main() -> int:
