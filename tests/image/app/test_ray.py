@@ -25,7 +25,7 @@ is seen within the poll interval)."""
 def smoke_under_ray(host: Any, actors: int, out: str, extra: str = "") -> tuple[Any, dict[str, Any] | None, float]:
     started = time.monotonic()
     result = host.run(f"cd /tmp && timeout 900 python -m mcore_images.smoke --cpu --ray --nproc {actors} "
-                      f"--layouts {RUNS[actors]} --no-checkpoint --steps 3 --out {out} {extra}")
+                      f"--layouts {RUNS[actors]} --no-checkpoint --no-attention --steps 3 --out {out} {extra}")
     seconds = time.monotonic() - started
     found = host.file(f"{out}/certificate.json")
     return result, json.loads(found.content_string) if found.exists else None, seconds
