@@ -172,7 +172,7 @@ if hashlib.sha256(data).hexdigest() != found["hashes"].get("sha256"):
 (parts / name).write_bytes(data)
 PY
   tar -C "$dir/wheels" -cf "$dir/$stack-wheels.tar" .
-  split -b 58m -d -a 3 "$dir/$stack-wheels.tar" "$dir/parts/$stack-wheels.tar.part."
+  split -b 58000000 -d -a 3 "$dir/$stack-wheels.tar" "$dir/parts/$stack-wheels.tar.part."
   rm "$dir/$stack-wheels.tar"
   printf '[replica] %s: %s in %s parts under %s/parts\n' "$stack" "$(du -sh "$dir/wheels" | cut -f1)" \
     "$(find "$dir/parts" -name '*.part.*' | wc -l)" "$dir"

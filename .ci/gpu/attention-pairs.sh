@@ -38,7 +38,17 @@ WHL="$ROOT/.whl/attention-pairs"
 CARRY="$ROOT/.whl/carry"
 PAIRS="${PAIRS:-/tmp/attention-pairs}"
 PART_BYTES=58000000
-PAIR_NAMES=(te2.20-b36-c4.8.1 te2.20-b36-c4.6.2 te2.20-b40-c4.8.1 te2.20-b40-c4.6.2 te2.16-b36-c4.8.1 te2.16-b40-c4.8.1)
+ALL_PAIRS=(te2.20-b36-c4.8.1 te2.20-b36-c4.6.2 te2.20-b40-c4.8.1 te2.20-b40-c4.6.2 te2.16-b36-c4.8.1 te2.16-b40-c4.8.1)
+# TE_RELEASES="2.20.2" (the same value at every step) leaves the other release out: its wheels, its extension's
+# compile (~100 s of device time) and its pairs.
+read -r -a TE_RELEASES <<<"${TE_RELEASES:-2.20.2 2.16.0}"
+PAIR_NAMES=()
+for _pair in "${ALL_PAIRS[@]}"; do
+  case "$_pair" in
+    te2.20-*) [[ " ${TE_RELEASES[*]} " == *" 2.20.2 "* ]] && PAIR_NAMES+=("$_pair") ;;
+    te2.16-*) [[ " ${TE_RELEASES[*]} " == *" 2.16.0 "* ]] && PAIR_NAMES+=("$_pair") ;;
+  esac
+done
 FULL=(te2.20-b36-c4.8.1 te2.16-b36-c4.8.1)
 # What the H200's own Python lacks of TE's and FlashAttention 4's run-time needs (its package list: device KINDS.md),
 # at the versions the debian kernels lock pins: today's for TE's needs, the last one with FlashAttention 4 (before
@@ -75,7 +85,7 @@ download() {
 
 prepare() {
   local te dsl fa4 n=0 part
-  for te in 2.20.2 2.16.0; do
+  for te in "${TE_RELEASES[@]}"; do
     download "$WHL/te-$te" "transformer-engine==$te" "transformer-engine-cu13==$te"
     # The extension's sdist as PyPI lists it: `pip download` of an sdist would build its metadata (torch and all).
     python3 - "$te" "$WHL/te-$te" <<'PY'
@@ -121,7 +131,7 @@ install() {
   cat "$PAIRS"/parts/attention-pairs.tar.part.* | tar -C "$PAIRS/wheels" -xf -
   torch_dir="$("$py" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')"
   nv="$(find "$torch_dir/nvidia" -maxdepth 2 -name include -type d | paste -sd:)"
-  for te in 2.20.2 2.16.0; do
+  for te in "${TE_RELEASES[@]}"; do
     # TE's core wheel and its extension, compiled against the host's torch, as the kernels layer compiles it.
     "$py" -m pip install -q --no-deps --target "$PAIRS/build-$te" "$PAIRS"/wheels/te-"$te"/transformer_engine_cu13-*.whl
     PYTHONPATH="$PAIRS/build-$te" CPLUS_INCLUDE_PATH="$nv" NVTE_FRAMEWORK=pytorch NVTE_CUDA_ARCHS=90 \

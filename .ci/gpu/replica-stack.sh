@@ -7,7 +7,8 @@
 #           (host-freeze.txt: what `.ci/gpu/replica-stack.sh freeze` printed there; without it every wheel goes)
 #   there:  .ci/gpu/replica-stack.sh freeze                          `pip freeze` of the host, to plan the carry
 #           .ci/image-env-replica.sh stash build/replica-cuda/parts/<part>   one call per part, back to back
-#           .ci/gpu/replica-stack.sh all build/replica-cuda "$OUT"   install, then each check below, logs in $OUT
+#           .ci/gpu/replica-stack.sh all build/replica-cuda "$OUT" [STEP…]   install, then each check below (or the
+#                                                            steps named: one call's 10 minutes may not hold all)
 #
 # Checks, each in the replica (`image-env-replica.sh run`: the image's variables and PATH, the carried site over
 # the host's torch), each with its own log and exit status in $OUT/summary.txt; one failing does not stop the next:
@@ -110,21 +111,30 @@ PY
 }
 
 all() {
-  local dir="$1" out="$2"
+  local dir="$1" out="$2"; shift 2
+  local -a steps=("$@")
+  [[ ${#steps[@]} -gt 0 ]] || steps=(install smoke bridge imports verl)
   mkdir -p "$out"
   : >"$out/summary.txt"
-  step install "$out" bash "$REPLICA_SH" install "$dir"
-  grep -q '^install rc=0' "$out/summary.txt" || die "the replica did not install ($out/install.log)"
-  step smoke "$out" bash "$REPLICA_SH" run "$dir" python -m mcore_images.smoke
-  step bridge "$out" bash "$REPLICA_SH" run "$dir" python -m mcore_images.smoke.bridge --bridges megatron-bridge
-  step imports "$out" bash "$REPLICA_SH" run "$dir" bash -c "$(declare -f imports_check); imports_check"
-  step verl "$out" bash "$REPLICA_SH" run "$dir" bash -c \
-    "ROOT='$ROOT'; $(declare -f verl_step); verl_step /tmp/replica-verl-step"
+  local name
+  for name in "${steps[@]}"; do
+    case "$name" in
+      install)
+        step install "$out" bash "$REPLICA_SH" install "$dir"
+        grep -q '^install rc=0' "$out/summary.txt" || die "the replica did not install ($out/install.log)" ;;
+      smoke) step smoke "$out" bash "$REPLICA_SH" run "$dir" python -m mcore_images.smoke ;;
+      bridge) step bridge "$out" bash "$REPLICA_SH" run "$dir" python -m mcore_images.smoke.bridge --bridges megatron-bridge ;;
+      imports) step imports "$out" bash "$REPLICA_SH" run "$dir" bash -c "$(declare -f imports_check); imports_check" ;;
+      verl) step verl "$out" bash "$REPLICA_SH" run "$dir" bash -c \
+        "ROOT='$ROOT'; $(declare -f verl_step); verl_step /tmp/replica-verl-step" ;;
+      *) die "unknown step $name: use install, smoke, bridge, imports or verl" ;;
+    esac
+  done
   cat "$out/summary.txt"
 }
 
 case "${1:-}" in
   freeze) python3 --version; python3 -m pip freeze; nvidia-smi --query-gpu=name,driver_version --format=csv ;;
-  all) shift; [[ $# -eq 2 ]] || die "usage: $0 all DIR OUT"; all "$@" ;;
-  *) die "usage: $0 freeze | all DIR OUT" ;;
+  all) shift; [[ $# -ge 2 ]] || die "usage: $0 all DIR OUT [STEP…]"; all "$@" ;;
+  *) die "usage: $0 freeze | all DIR OUT [STEP…] (steps: install smoke bridge imports verl; all of them by default)" ;;
 esac
