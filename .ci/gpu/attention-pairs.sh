@@ -39,16 +39,9 @@ CARRY="$ROOT/.whl/carry"
 PAIRS="${PAIRS:-/tmp/attention-pairs}"
 PART_BYTES=58000000
 ALL_PAIRS=(te2.20-b36-c4.8.1 te2.20-b36-c4.6.2 te2.20-b40-c4.8.1 te2.20-b40-c4.6.2 te2.16-b36-c4.8.1 te2.16-b40-c4.8.1)
-# TE_RELEASES="2.20.2" (the same value at every step) leaves the other release out: its wheels, its extension's
-# compile (~100 s of device time) and its pairs.
-read -r -a TE_RELEASES <<<"${TE_RELEASES:-2.20.2 2.16.0}"
-PAIR_NAMES=()
-for _pair in "${ALL_PAIRS[@]}"; do
-  case "$_pair" in
-    te2.20-*) [[ " ${TE_RELEASES[*]} " == *" 2.20.2 "* ]] && PAIR_NAMES+=("$_pair") ;;
-    te2.16-*) [[ " ${TE_RELEASES[*]} " == *" 2.16.0 "* ]] && PAIR_NAMES+=("$_pair") ;;
-  esac
-done
+# PAIR_SET="PAIR PAIR…" (the same value at every step) takes only those pairs: only their wheels are carried, and
+# only their TE releases' extensions compiled (~100 s of device time each).
+read -r -a PAIR_NAMES <<<"${PAIR_SET:-${ALL_PAIRS[*]}}"
 FULL=(te2.20-b36-c4.8.1 te2.16-b36-c4.8.1)
 # What the H200's own Python lacks of TE's and FlashAttention 4's run-time needs (its package list: device KINDS.md),
 # at the versions the debian kernels lock pins: today's for TE's needs, the last one with FlashAttention 4 (before
@@ -74,6 +67,14 @@ pins() {
 te_of() { case "$1" in te2.20-*) echo 2.20.2 ;; te2.16-*) echo 2.16.0 ;; *) die "unknown pair $1" ;; esac; }
 fa4_of() { local b="${1#*-b}"; echo "4.0.0b${b%%-*}"; }
 dsl_of() { echo "${1##*-c}"; }
+for _pair in "${PAIR_NAMES[@]}"; do
+  [[ " ${ALL_PAIRS[*]} " == *" $_pair "* ]] || die "PAIR_SET names $_pair: use pairs of ${ALL_PAIRS[*]}"
+done
+# The TE releases, FlashAttention 4 and CuTe DSL versions the chosen pairs use, each once.
+uniq_of() { local f="$1" p; for p in "${PAIR_NAMES[@]}"; do "$f" "$p"; done | sort -u; }
+mapfile -t TE_RELEASES < <(uniq_of te_of)
+mapfile -t FA4_RELEASES < <(uniq_of fa4_of)
+mapfile -t DSL_RELEASES < <(uniq_of dsl_of)
 
 download() {
   local dest="$1"; shift
@@ -98,16 +99,20 @@ url = urllib.parse.urljoin(index, sdist["url"])
 (dest / sdist["filename"]).write_bytes(urllib.request.urlopen(url).read())
 PY
   done
-  for dsl in 4.8.1 4.6.2; do
+  for dsl in "${DSL_RELEASES[@]}"; do
     download "$WHL/dsl-$dsl" "nvidia-cutlass-dsl==$dsl" "nvidia-cutlass-dsl-libs-base==$dsl" \
       "nvidia-cutlass-dsl-libs-core==$dsl" "nvidia-cutlass-dsl-libs-cu12==$dsl" "nvidia-cutlass-dsl-libs-cu13==$dsl"
   done
-  for fa4 in 4.0.0b36 4.0.0b40; do download "$WHL/fa4-$fa4" "flash-attn-4==$fa4"; done
+  for fa4 in "${FA4_RELEASES[@]}"; do download "$WHL/fa4-$fa4" "flash-attn-4==$fa4"; done
   local -a needs
   mapfile -t needs < <(pins "${TE_NEEDS[@]}" <"$ROOT/$LOCK"; git -C "$ROOT" show "$LOCK_WITH_FA4:$LOCK" | pins "${FA4_NEEDS[@]}")
   download "$WHL/common" "${needs[@]}"
   rm -rf "$CARRY" && mkdir -p "$CARRY"
-  tar -C "$WHL" -cf "$ROOT/.whl/attention-pairs.tar" .
+  local -a dirs=(common)
+  for te in "${TE_RELEASES[@]}"; do dirs+=("te-$te"); done
+  for dsl in "${DSL_RELEASES[@]}"; do dirs+=("dsl-$dsl"); done
+  for fa4 in "${FA4_RELEASES[@]}"; do dirs+=("fa4-$fa4"); done
+  tar -C "$WHL" -cf "$ROOT/.whl/attention-pairs.tar" "${dirs[@]}"
   split -b "$PART_BYTES" -d -a 2 "$ROOT/.whl/attention-pairs.tar" "$ROOT/.whl/attention-pairs.tar.part."
   for part in "$ROOT"/.whl/attention-pairs.tar.part.*; do
     mkdir -p "$CARRY/$(printf '%02d' "$n")" && mv "$part" "$CARRY/$(printf '%02d' "$n")/"
@@ -115,7 +120,7 @@ PY
   done
   rm -f "$ROOT/.whl/attention-pairs.tar"
   printf '[pairs] %s parts to carry, one a call: %s\n' "$n" "$(find "$CARRY" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort | paste -sd' ')"
-  du -sh "$WHL"/*
+  (cd "$WHL" && du -sh "${dirs[@]}")
 }
 
 stash() {
