@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from mcore_images.catalogue.flash_attention import MEGATRON_SETS, NVTE_VARIABLES
 from mcore_images.doctor import probes
 from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip, warn
 
@@ -41,17 +42,6 @@ def cuda_max_connections(ctx: Context) -> Outcome:
     return ok("CUDA_DEVICE_MAX_CONNECTIONS=1 for TP/CP on pre-Blackwell GPUs", value=value)
 
 
-ATTN_VARS = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
-# megatron-core's attention_backend → the values it asserts on (language_module._set_attention_backend)
-BACKENDS = {
-    "auto": ("1", "1", "1"),
-    "flash": ("1", "0", "0"),
-    "fused": ("0", "1", "0"),
-    "unfused": ("0", "0", "1"),
-    "local": ("0", "0", "0"),
-}
-
-
 @check(
     "env.nvte-attn",
     Status.FAIL,
@@ -60,14 +50,14 @@ BACKENDS = {
 )
 def nvte_attention(ctx: Context) -> Outcome:
     """No stale NVTE_*_ATTN values: megatron-core asserts they match attention_backend (default auto)."""
-    values = {name: ctx.environ.get(name) for name in ATTN_VARS}
+    values = {name: ctx.environ.get(name) for name in NVTE_VARIABLES}
     set_values = {k: v for k, v in values.items() if v is not None}
     if not set_values:
         return ok("NVTE_FLASH_ATTN / NVTE_FUSED_ATTN / NVTE_UNFUSED_ATTN unset", **values)
     fits = [
         name
-        for name, expected in BACKENDS.items()
-        if all(v is None or v == e for v, e in zip(values.values(), expected, strict=True))
+        for name, expected in MEGATRON_SETS.items()
+        if all(v is None or v == str(e) for v, e in zip(values.values(), expected, strict=True))
     ]
     shown = " ".join(f"{k}={v}" for k, v in set_values.items())
     if "auto" in fits:
