@@ -23,6 +23,7 @@ import torch
 
 from mcore_images.smoke.attention import table
 from mcore_images.smoke.attention.cases import Backend, Case
+from mcore_images.smoke.kit import transformer_engine as te_kit
 
 BF16 = torch.bfloat16
 FAULTS = ("noncausal", "perturb")
@@ -156,16 +157,12 @@ def te_log() -> TeLog:
 
 
 def te_selected() -> str:
-    """What TE's DotProductAttention chose on its last call (its module state)."""
-    from transformer_engine.pytorch.attention.dot_product_attention import _attention_backends as chosen
-
-    if chosen.get("use_flash_attention"):
-        return f"FlashAttention {chosen.get('flash_attention_backend')}"
-    if chosen.get("use_fused_attention"):
-        return f"cuDNN fused ({str(chosen.get('fused_attention_backend')).split('.')[-1]})"
-    if chosen.get("use_unfused_attention"):
-        return "TE unfused"
-    return "none"
+    """What TE's DotProductAttention chose on its last call, as the attention table names it."""
+    choice = te_kit.attention_choice()
+    if choice is None:
+        return "none"
+    kind, detail = choice
+    return {"flash": f"FlashAttention {detail}", "fused": f"cuDNN fused ({detail})", "unfused": "TE unfused"}[kind]
 
 
 def run_te(backend: Backend, case: Case, data: dict[str, torch.Tensor], log: TeLog,

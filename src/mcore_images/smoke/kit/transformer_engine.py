@@ -47,18 +47,29 @@ def torch_cudnn() -> int | str | None:
         return f"error: {exc}".splitlines()[0][:200]
 
 
+def attention_choice() -> tuple[str, str] | None:
+    """What TE's DotProductAttention chose on its last call, from TE's module state: ("flash", its FlashAttention),
+    ("fused", cuDNN's backend), ("unfused", ""), or None before any call. ImportError where TE keeps no such state."""
+    from transformer_engine.pytorch.attention.dot_product_attention import _attention_backends as chosen
+
+    if chosen.get("use_flash_attention"):
+        return "flash", str(chosen.get("flash_attention_backend"))
+    if chosen.get("use_fused_attention"):
+        return "fused", str(chosen.get("fused_attention_backend")).split(".")[-1]
+    if chosen.get("use_unfused_attention"):
+        return "unfused", ""
+    return None
+
+
 def attention_backend(spec: str) -> str:
-    """What TE's DotProductAttention last chose (read from TE's module state), or the local spec's."""
+    """What TE's DotProductAttention last chose, as the bench and verl's engine record it, or the local spec's."""
     if spec != "te":
         return "local (unfused, torch softmax)"
     try:
-        from transformer_engine.pytorch.attention.dot_product_attention import _attention_backends as b
+        choice = attention_choice()
     except Exception:  # older/newer TE without this state: say so rather than guess
         return "te (backend not readable)"
-    if b.get("use_flash_attention"):
-        return f"te flash ({b.get('flash_attention_backend')})"
-    if b.get("use_fused_attention"):
-        return f"te fused ({str(b.get('fused_attention_backend')).split('.')[-1]})"
-    if b.get("use_unfused_attention"):
-        return "te unfused"
-    return "te (not selected yet)"
+    if choice is None:
+        return "te (not selected yet)"
+    kind, detail = choice
+    return f"te {kind} ({detail})" if detail else f"te {kind}"
