@@ -26,7 +26,7 @@ from mcore_images import create_only
 from mcore_images.errors import InputError
 from mcore_images.options import OneLineParser, number
 from mcore_images.smoke.bridge import spec
-from mcore_images.smoke.kit import errors, numerics, seeds
+from mcore_images.smoke.kit import errors, numerics, seeds, stdout
 
 COULD_NOT_RUN = "smoke.bridge: could not run: "
 """How every line the bridge check refuses to run with begins."""
@@ -169,18 +169,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{'CPU' if args.cpu else 'GPU'}\ntolerance: {tol.why}")
         return 0
     start = time.perf_counter()
-    # Libraries print to stdout (parameter counts, banners): keep it for the JSON report alone.
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
     try:
-        _run(args, report, tol)
+        with stdout.to_stderr():
+            _run(args, report, tol)
     except errors.CouldNotRun as exc:
         report["error"] = str(exc)
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
     report["status"], report["exit_code"] = spec.overall(report["architectures"], report["error"])
     report["seconds"] = round(time.perf_counter() - start, 2)
     if report["error"]:

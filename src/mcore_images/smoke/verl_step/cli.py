@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcore_images.smoke.kit import errors, numerics, seeds
+from mcore_images.smoke.kit import errors, numerics, seeds, stdout
 from mcore_images.smoke.launcher import count_gpus
 from mcore_images.smoke.verl_step import flash_imports, spec
 
@@ -228,20 +228,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     report = spec.new_report([*PROG.split(), *argv], () if args.cpu_check else args.parts, tol)
     start = time.perf_counter()
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)  # libraries print to stdout: keep it for the JSON report alone
     try:
-        with tempfile.TemporaryDirectory(prefix="mcore-images-verl-step-") as tmp:
+        with stdout.to_stderr(), tempfile.TemporaryDirectory(prefix="mcore-images-verl-step-") as tmp:
             workdir = Path(args.keep) if args.keep else Path(tmp)
             workdir.mkdir(parents=True, exist_ok=True)
             _work(args, report, tol, workdir)
     except errors.CouldNotRun as exc:
         report["error"] = str(exc)
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
     parts = {p: report[p] for p in spec.PARTS if isinstance(report.get(p), dict)}
     report["status"], report["exit_code"] = spec.overall(parts, report["error"])
     report["seconds"] = round(time.perf_counter() - start, 2)
