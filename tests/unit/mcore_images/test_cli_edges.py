@@ -34,6 +34,13 @@ def env_copy(tmp_path: Path, change=None) -> Path:
     return tmp_path
 
 
+def as_from_a_terminal() -> None:
+    """In the child before exec: SIGINT as a terminal's command gets it. A shell without job control starts its
+    background commands with SIGINT ignored, pytest's children inherit that, and Python then leaves it ignored:
+    the tool must be tested as users start it, whatever started pytest."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     """Before: a KeyboardInterrupt traceback. `lock` is stopped while its resolver runs (a stand-in uv that
     says when it started)."""
@@ -45,7 +52,7 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", MCORE_IMAGES_ROOT=str(root),
                PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.Popen([sys.executable, "-m", "mcore_images", "lock", "--stack", "debian", "--full"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_from_a_terminal)
     deadline = time.monotonic() + 60
     while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -68,7 +75,7 @@ def interrupted_while_importing(entry: list[str], command: list[str], delay: flo
     had finished before the signal was due."""
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     proc = subprocess.Popen([sys.executable, "-X", "importtime", *entry, *command], env=env, text=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=as_from_a_terminal)
     assert proc.stderr is not None
     lines = []
     for line in proc.stderr:  # import times arrive as each import finishes
