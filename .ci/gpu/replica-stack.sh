@@ -9,6 +9,9 @@
 #           .ci/image-env-replica.sh stash build/replica-cuda/parts/<part>   one call per part, back to back
 #           .ci/gpu/replica-stack.sh all build/replica-cuda "$OUT" [STEP…]   install, then each check below (or the
 #                                                            steps named: one call's 10 minutes may not hold all)
+#   Each part is a call's carry (58,000,000 bytes: with the working tree, within a call's 64 MiB); the three sdists
+#   ride with the last, smallest part. build/ is ignored, so the install call carries build/replica-cuda's
+#   image-env.json, constraints.txt and path-tools.txt too (they stay there while the machine is warm).
 #
 # Checks, each in the replica (`image-env-replica.sh run`: the image's variables and PATH, the carried site over
 # the host's torch), each with its own log and exit status in $OUT/summary.txt; one failing does not stop the next:
