@@ -182,6 +182,14 @@ RUN --mount=type=bind,source=docker/build-apex.sh,target=/mnt/build/build-apex.s
     if [ "${APEX_COMMIT}" != none ]; then \
       APEX_COMMIT="${APEX_COMMIT}" CUDA_MAJOR="${CUDA_VERSION%%.*}" /mnt/build/build-apex.sh /src/apex; \
     fi
+# Gradient accumulation fusion without apex: with it on (Megatron-LM's, Megatron-Bridge's and verl's default),
+# megatron-core imports apex's fused_weight_gradient_mlp_cuda; a stack without apex gets that module over TE's GEMM
+# (kernels/wgrad-fusion: pure Python, nothing to compile). A stack with apex keeps apex's own.
+RUN --mount=type=bind,source=kernels/wgrad-fusion,target=/src/wgrad-fusion,rw \
+    --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
+    if [ "${APEX_COMMIT}" = none ]; then \
+      sh /mnt/build/pip.sh wheel --no-deps --no-build-isolation --no-index -w /wheels /src/wgrad-fusion; \
+    fi
 
 # The tooling (mcore_images and the smoke programs) as the project's own wheel, for the runtime
 # layer's venv: `mcore-images`, `python -m mcore_images.smoke` and `python -m mcore_images doctor` work in the

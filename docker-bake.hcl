@@ -249,8 +249,13 @@ function "layer_labels" {
       "org.opencontainers.image.base.name"   = s.base_image
     },
     { for c in COMPONENTS : "io.mcore-images.${c.label}" => s[c.key] if LAYER_ORDER[c.layer] <= LAYER_ORDER[layer] },
-    # the GPU architectures the kernels (TE, apex) serve, from the layer that adds them up
-    LAYER_ORDER[layer] >= LAYER_ORDER["kernels"] ? { "io.mcore-images.cuda-archs" = s.cuda_archs, "io.mcore-images.gpus" = gpus(s) } : {},
+    # the GPU architectures the kernels (TE, apex) serve, from the layer that adds them up, and who provides
+    # megatron-core's gradient accumulation fusion there (catalogue/wgrad_fusion.py: apex, or this project's module)
+    LAYER_ORDER[layer] >= LAYER_ORDER["kernels"] ? {
+      "io.mcore-images.cuda-archs"   = s.cuda_archs
+      "io.mcore-images.gpus"         = gpus(s)
+      "io.mcore-images.wgrad-fusion" = s.apex == "none" ? "mcore-images-wgrad-fusion" : "apex"
+    } : {},
   )
 }
 

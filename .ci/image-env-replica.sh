@@ -219,6 +219,11 @@ install() {
     [[ -e "$other" && "$other" != "$sdist" ]] || continue
     MAX_JOBS="${MAX_JOBS:-16}" "$py" -m pip wheel -q --no-build-isolation --no-deps -w "$REPLICA/wheels" "$other"
   done
+  # megatron-core's gradient accumulation fusion (on by default in Megatron-LM, Megatron-Bridge and verl): the image
+  # has apex's extension where the stack has apex (compiled from its git source, which is not carried) and this
+  # project's module (kernels/wgrad-fusion) where it has none; the replica has this project's, and `differences`
+  # says so where the image's is apex's.
+  "$py" -m pip wheel -q --no-deps --no-build-isolation --no-index -w "$REPLICA/wheels" "$ROOT/kernels/wgrad-fusion"
   "$py" -m pip install -q --no-deps --target "$REPLICA/site" "$REPLICA"/wheels/*.whl
   local tool path
   while read -r tool; do
@@ -254,9 +259,14 @@ differences() {
   local dir="$1" tool
   printf '[replica] differences from the image:\n'
   # The host's interpreter and every pinned version that is not the image's (the smoke's own comparison).
-  ( run "$dir" python -c 'from mcore_images.smoke.kit import envinfo
+  ( run "$dir" python -c 'import os
+from mcore_images.catalogue import stacks, wgrad_fusion
+from mcore_images.smoke.kit import envinfo
 for line in envinfo.source()["differences"]:
     print("[replica]   " + line)
+image, here = wgrad_fusion.expected_provider(stacks.get_stack(os.environ["MCORE_IMAGES_STACK"])), wgrad_fusion.provider()
+if image != here:
+    print(f"[replica]   {wgrad_fusion.MODULE}: {here} here, {image} in the image")
 print("[replica]   interpreter: the host'"'"'s Python (the image'"'"'s own is not carried)")' )
   while read -r tool; do
     [[ -z "$tool" || "$tool" == python* || -e "$REPLICA/bin/$tool" ]] && continue

@@ -76,6 +76,18 @@ UNDECLARED_APP_NUMPY1: dict[str, str] = {
 why."""
 
 
+V1_TRAINER_FROM = "0.9"
+"""The verl release from which the default trainer is the v1 trainer (``trainer.use_v1: true``)."""
+UNDECLARED_APP_V1_TRAINER: dict[str, str] = {
+    "TransferQueue>=0.1.10": "verl's v1 trainer imports transfer_queue unconditionally (TaskRunnerV1.run in "
+                             "verl/trainer/main_ppo.py, verl/trainer/ppo/v1/agent_loop_tq.py); verl declares it "
+                             "(this requirement) only under its verl-core extra, so `pip install verl` leaves it out "
+                             "and GRPO stops at its first step",
+}
+"""What verl's v1 trainer imports beyond verl's own requirements, and why (found by the trainer's import closure,
+smoke.verl_step.trainer_imports); the app lock of a stack with such a verl holds them."""
+
+
 def tooling_requirements(root: Path | None = None) -> list[str]:
     """What the tool's own wheel requires (pyproject.toml's ``[project].dependencies``; installed without a
     checkout, its metadata): the runtime layer installs that wheel without deps, so its lock holds them."""
@@ -103,6 +115,8 @@ def layer_inputs(stack: Stack, te_torch_requires: list[str] | None = None) -> di
     inputs["runtime"] += [r for r in UNDECLARED_RUNTIME if stack.mcore != components.NONE]
     if stack.verl != components.NONE and not at_least(stack.verl, NUMPY1_VERL_BELOW):
         inputs["app"] += list(UNDECLARED_APP_NUMPY1)
+    if stack.verl != components.NONE and at_least(stack.verl, V1_TRAINER_FROM):
+        inputs["app"] += list(UNDECLARED_APP_V1_TRAINER)
     if compiles and stack.flavor == "debian":
         # No CUDA toolkit in a plain Debian base: nvcc comes from PyPI, as wheels that must all match torch's
         # CUDA minor. CUDA 13 splits it into four wheels; CUDA 12's nvcc wheel carries crt and nvvm itself,

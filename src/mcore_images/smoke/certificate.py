@@ -165,6 +165,7 @@ def render_markdown(cert: dict[str, Any]) -> str:
         f"{settings.get('backend', '?')}, {settings.get('dtype', '?')}, {settings.get('steps', '?')} steps × "
         f"{settings.get('global_batch', '?')} sequences × {settings.get('seq', '?')} tokens",
         f"- Math: {(settings.get('math') or {}).get('how', '–')}",
+        f"- Gradient accumulation fusion: {(settings.get('gradient_accumulation_fusion') or {}).get('why', '–')}",
         f"- Tolerance: {cert['tolerance'].get('why', '–')}",
     ]
     if cert.get("determinism"):

@@ -40,6 +40,7 @@ class Settings:
     fault: str | None = None
     fault_rank: int = -1
     deterministic: bool = False
+    wgrad_fusion: bool = False
 
     @property
     def device(self) -> torch.device:
@@ -69,6 +70,7 @@ def transformer_config(model: gpt_builder.Gpt, st: Settings) -> TransformerConfi
         # interleaved pipelines swapped activations on CPU (caught by the parity check); unbatch there.
         batch_p2p_comm=not st.cpu,
         deterministic_mode=st.deterministic,
+        gradient_accumulation_fusion=st.wgrad_fusion,
     )
     if missing:
         raise RuntimeError(f"this megatron-core's TransformerConfig lacks {', '.join(missing)}, which the smoke sets")

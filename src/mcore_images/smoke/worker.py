@@ -67,13 +67,14 @@ def start_watchdog(seconds: float, status: Status) -> None:
 
 def settings_for(args: argparse.Namespace, world: int) -> Any:
     """The shared run settings, derived from flags and world size."""
+    from mcore_images.smoke.kit.accumulation import gradient_accumulation_fusion
     from mcore_images.smoke.train import Settings
 
     return Settings(
         cpu=args.cpu, dtype=args.dtype, steps=args.steps, global_batch=4 * world,
         shape=layouts.CPU_SHAPE if args.cpu else layouts.GPU_SHAPE, seed=args.seed, lr=args.lr,
         timeout_s=args.timeout, dist_opt=args.dist_opt, fault=args.inject_fault, fault_rank=args.fault_rank,
-        deterministic=args.deterministic,
+        deterministic=args.deterministic, wgrad_fusion=gradient_accumulation_fusion(args.cpu)["on"],
     )
 
 
@@ -160,7 +161,7 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
         if args.cpu:
             cpu_shim.patch_megatron()
         from mcore_images.smoke import train
-        from mcore_images.smoke.kit import bootstrap, envinfo
+        from mcore_images.smoke.kit import accumulation, bootstrap, envinfo
     except ImportError as exc:
         raise errors.CouldNotRun(f"{exc}: run in an image with torch and megatron-core") from exc
     numerics.apply_to_torch(maths)
@@ -202,6 +203,7 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
         }
         cert["settings"]["math"] = maths.to_dict()
         cert["settings"]["determinism"] = deterministic
+        cert["settings"]["gradient_accumulation_fusion"] = accumulation.gradient_accumulation_fusion(args.cpu)
         cert["tolerance"] = tol.to_dict()
         print(layouts.render_plan(the_plan), flush=True)
         if out:

@@ -41,9 +41,11 @@ ALLOWED: dict[str, set[str]] = {
 SMOKE_MAY_IMPORT = {"mcore_images", "mcore_images.catalogue", "mcore_images.catalogue.components",
                     "mcore_images.schemas", "mcore_images.catalogue.gpu_archs", "mcore_images.catalogue.platforms",
                     "mcore_images.catalogue.flash_attention", "mcore_images.catalogue.versions",
+                    "mcore_images.catalogue.wgrad_fusion",
                     "mcore_images.errors", "mcore_images.create_only", "mcore_images.options"}
 """The one list of the tooling's modules the smoke may import (it runs in images beside torch): its data
-(flash_attention: the NVTE variables megatron-core sets per attention_backend), and the standard-library rules it
+(flash_attention: the NVTE variables megatron-core sets per attention_backend; wgrad_fusion: who provides
+megatron-core's gradient accumulation fusion), and the standard-library rules it
 shares with the tool (an output folder is created, never clobbered; a number on a command line is finite and in
 range). The packages' faces (``mcore_images``, ``mcore_images.catalogue``) run on the way to them. Its docstring
 (src/mcore_images/smoke/__init__.py) and docs/contributing.md name the same modules (a test below holds them), and

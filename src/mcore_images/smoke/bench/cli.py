@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
-import importlib.util
 import json
 import os
 import sys
@@ -37,7 +36,7 @@ from mcore_images.smoke.bench import data as bench_data
 from mcore_images.smoke.bench import gate as bench_gate
 from mcore_images.smoke.bench import model as bench_model
 from mcore_images.smoke.bench.model import BenchConfig
-from mcore_images.smoke.kit import errors, gpt_builder, seeds
+from mcore_images.smoke.kit import accumulation, errors, gpt_builder, seeds
 from mcore_images.smoke.kit import transformer_engine as te
 
 
@@ -230,7 +229,7 @@ def cases(configs: list[BenchConfig], specs: list[str], args: argparse.Namespace
             for precision in args.precisions if spec == "te" or not bench_model.PRECISIONS[precision].fp8]
 
 
-def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dict[str, Any]:
+def run_one(case: Case, args: argparse.Namespace, world: int, wgrad_fusion: bool) -> dict[str, Any]:
     """Build, warm up, time (and profile); returns the measured record (raises on failure)."""
     import torch
     from megatron.core import parallel_state as ps
@@ -240,7 +239,8 @@ def run_one(case: Case, args: argparse.Namespace, world: int, apex: bool) -> dic
     cfg, spec, cpu = case.cfg, case.spec, args.cpu
     variant = bench_model.VARIANTS[case.variant]
     precision = bench_model.PRECISIONS[case.precision]
-    settings, dropped = bench_model.resolve_variant(variant, moe=cfg.size.moe, te=spec == "te", cpu=cpu, apex=apex)
+    settings, dropped = bench_model.resolve_variant(variant, moe=cfg.size.moe, te=spec == "te", cpu=cpu,
+                                                     wgrad_fusion=wgrad_fusion)
     settings.update(precision.settings)
     gc.collect()  # what an earlier run in this process left must not count towards this run's memory
     before_gib = None
@@ -381,7 +381,7 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     stack, stack_how = bench_gate.resolve_stack(args.stack, packages, bench_gate.stacks_file(args.baselines))
     if args.write_baselines and bench_gate.is_adhoc(stack):
         raise errors.CouldNotRun(f"{stack_how}: baselines are stored per stack, so pass --stack NAME to write them")
-    apex = importlib.util.find_spec("fused_weight_gradient_mlp_cuda") is not None
+    fusion = accumulation.gradient_accumulation_fusion(args.cpu)
     rank, world = bootstrap.init_process_group(args.cpu, args.timeout)
     t_ready = time.time()
     gpu = "CPU (gloo)" if args.cpu else torch.cuda.get_device_name()
@@ -393,7 +393,7 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         key = {"gpu": gpu, "stack": stack, "config": case.cfg.name, "spec": case.spec, "variant": case.variant,
                "precision": case.precision, "world_size": world}
         try:
-            rec = run_one(case, args, world, apex)
+            rec = run_one(case, args, world, fusion["on"])
             rec.update(bench_model.throughput(case.cfg, rec["step_ms_median"] / 1000, world, rec["dp"], peak))
         except Exception as exc:  # record and go on: one failing row must not hide the others
             if rank == 0:
@@ -416,7 +416,7 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         "gpu": gpu, "world_size": world, "stack": stack, "stack_how": stack_how, "packages": packages,
         "cudnn_loaded": te.cudnn_libraries(), "cudnn_torch": None if args.cpu else te.torch_cudnn(),
         "cudnn_home": os.environ.get("CUDNN_HOME") or os.environ.get("CUDNN_PATH"),
-        "te_available": te_ok, "apex_available": apex, "specs": specs, "variants": args.variants,
+        "te_available": te_ok, "gradient_accumulation_fusion": fusion, "specs": specs, "variants": args.variants,
         "precisions": args.precisions, "warmup": args.warmup, "steps": args.steps, "repeats": args.repeats,
         "peak_tflops": peak, "peak_source": peak_source, "formula": FORMULA,
         "fp8_loss_rtol": bench_model.FP8_LOSS_RTOL,

@@ -127,10 +127,12 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 DEFAULT_VARIANTS = ("production",)
 
 
-def resolve_variant(variant: Variant, *, moe: bool, te: bool, cpu: bool, apex: bool
+def resolve_variant(variant: Variant, *, moe: bool, te: bool, cpu: bool, wgrad_fusion: bool
                     ) -> tuple[dict[str, object], list[str]]:
     """The variant's settings this model and environment can run, and each one dropped with its reason (the
-    result records them: a number is never reported under a name it did not run with)."""
+    result records them: a number is never reported under a name it did not run with). ``wgrad_fusion``: a
+    ``fused_weight_gradient_mlp_cuda`` that runs on this run's device imports here (train.gradient_accumulation_fusion
+    decides it)."""
     settings = {k: v for k, v in variant.settings.items() if moe or k not in MOE_ONLY}
     dropped = []
     if not te:
@@ -140,13 +142,14 @@ def resolve_variant(variant: Variant, *, moe: bool, te: bool, cpu: bool, apex: b
     if variant.ce_fusion:
         settings.update(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te" if te else "native")
     if cpu:
-        for key in ("apply_rope_fusion", "gradient_accumulation_fusion", "persist_layer_norm"):
+        for key in ("apply_rope_fusion", "persist_layer_norm"):
             if settings.pop(key, False):
                 dropped.append(f"{key} (CUDA kernels only)")
-    if not apex and settings.pop("gradient_accumulation_fusion", False):
+    if not wgrad_fusion and settings.pop("gradient_accumulation_fusion", False):
         # TE's linears fuse it themselves, but GPTModel's output layer is megatron's own ColumnParallelLinear,
-        # which refuses the setting without apex's kernel
-        dropped.append("gradient_accumulation_fusion (the output layer needs apex's fused_weight_gradient_mlp_cuda)")
+        # which refuses the setting without the module
+        dropped.append("gradient_accumulation_fusion (the output layer needs fused_weight_gradient_mlp_cuda, which "
+                       "does not import here or does not run on this device)")
     if not te:
         if settings.pop("apply_rope_fusion", False):
             dropped.append("apply_rope_fusion (Transformer Engine's fused RoPE)")

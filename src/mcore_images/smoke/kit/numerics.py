@@ -190,6 +190,28 @@ def verl_logprobs(m: Math) -> Tolerance:
                               "grad_norm_rtol": step.grad_norm_rtol}, why)
 
 
+UNIT_ROUNDOFF_FP16 = 2.0**-11
+"""fp16 keeps 11 significant bits (the gradient-accumulation check's fp16 main_grad)."""
+
+
+def wgrad_accumulation_bound(depth: int, out: str) -> tuple[float, float]:
+    """The gradient-accumulation check's limit, as (gamma, u_out): an element of main_grad after
+    ``main_grad += grad_output^T @ input`` may differ from the exact sum (fp64, on the same inputs) by at most
+    gamma · (|grad_output|^T |input|) + 2 · u_out · (|main_grad before| + |grad_output^T input|).
+
+    Why: bf16 and fp16 products are exact in fp32 (8 + 8 and 11 + 11 significant bits fit in 24), so a GEMM that
+    accumulates in fp32 (apex's cuBLAS call, Transformer Engine's cuBLASLt call, torch's fp32 product) errs only in
+    its sums: a sum of ``depth`` terms in any order, split-K included, is within gamma = depth·u/(1 − depth·u) of
+    Σ|terms| (Higham, Accuracy and Stability of Numerical Algorithms, §3.1; u = 2**-24). The result then rounds
+    once to main_grad's dtype and once more in the add (u_out each: fp32 2**-24, bf16 2**-8, fp16 2**-11). The
+    faults it exists for are far outside it: a GEMM that overwrites main_grad instead of adding moves an element by
+    the old main_grad (O(1) against a limit of about 1e-4 of the gradient's scale), one that rounds its products
+    to bf16 before summing by about 2**-8 of each."""
+    u = UNIT_ROUNDOFF["fp32"]
+    gamma = depth * u / (1 - depth * u)
+    return gamma, {"fp32": u, "bf16": UNIT_ROUNDOFF["bf16"], "fp16": UNIT_ROUNDOFF_FP16}[out]
+
+
 def guarded_ratio(num: float, den: float) -> float:
     """num / den for comparisons against a tolerance: inf when either is not finite (a NaN never
     passes), 0 for 0/0, inf for x/0."""

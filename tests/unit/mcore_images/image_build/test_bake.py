@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.catalogue import components, gpu_archs, platforms, tags
+from mcore_images.catalogue import components, gpu_archs, platforms, tags, wgrad_fusion
 from mcore_images.catalogue.images import label
 from mcore_images.catalogue.stacks import Stack, groups
 from mcore_images.image_build import debian_base, dockerfile
@@ -73,6 +73,17 @@ def test_kernels_and_up_label_the_gpu_architectures_from_the_one_table(printed: 
                 continue
             assert labels[label(gpu_archs.LABEL)] == s.cuda_archs, (s.name, layer)
             assert labels[label(gpu_archs.GPUS_LABEL)] == gpu_archs.serves(s.cuda_archs), (s.name, layer)
+
+
+def test_kernels_and_up_name_the_gradient_accumulation_fusion_provider(printed: dict,
+                                                                       stacks: dict[str, Stack]) -> None:
+    """io.mcore-images.wgrad-fusion is apex where the stack has apex and this project's module where it has none
+    (catalogue.wgrad_fusion.expected_provider); the base layer carries no such label."""
+    for s in stacks.values():
+        for layer in s.built_layers:
+            labels = printed["target"][tags.target(layer, s)]["labels"]
+            want = None if layer == "base" else wgrad_fusion.expected_provider(s)
+            assert labels.get(wgrad_fusion.LABEL) == want, (s.name, layer)
 
 
 def test_layers_chain_through_target_contexts(printed: dict, stacks: dict[str, Stack]) -> None:

@@ -259,28 +259,32 @@ def test_an_fp8_row_whose_loss_left_bf16s_fails() -> None:
 
 def test_variants_drop_what_the_environment_cannot_run_and_say_why() -> None:
     production = bench_model.VARIANTS["production"]
-    settings, dropped = bench_model.resolve_variant(production, moe=False, te=True, cpu=False, apex=True)
+    settings, dropped = bench_model.resolve_variant(production, moe=False, te=True, cpu=False, wgrad_fusion=True)
     assert settings["gradient_accumulation_fusion"] and settings["normalization"] == "RMSNorm"
     assert "moe_permute_fusion" not in settings and dropped == []
-    settings, dropped = bench_model.resolve_variant(production, moe=False, te=True, cpu=False, apex=False)
+    settings, dropped = bench_model.resolve_variant(production, moe=False, te=True, cpu=False, wgrad_fusion=False)
     assert "gradient_accumulation_fusion" not in settings  # the output layer is megatron's own linear
-    assert dropped == ["gradient_accumulation_fusion (the output layer needs apex's fused_weight_gradient_mlp_cuda)"]
-    local, dropped = bench_model.resolve_variant(production, moe=False, te=False, cpu=False, apex=True)
+    assert dropped == ["gradient_accumulation_fusion (the output layer needs fused_weight_gradient_mlp_cuda, which "
+                       "does not import here or does not run on this device)"]
+    local, dropped = bench_model.resolve_variant(production, moe=False, te=False, cpu=False, wgrad_fusion=True)
     assert "persist_layer_norm" not in local and any("torch norm refuses it" in d for d in dropped)
-    settings, dropped = bench_model.resolve_variant(production, moe=True, te=False, cpu=False, apex=False)
+    settings, dropped = bench_model.resolve_variant(production, moe=True, te=False, cpu=False, wgrad_fusion=False)
     assert "gradient_accumulation_fusion" not in settings and "moe_router_fusion" not in settings
-    assert any("apex" in d for d in dropped) and any("Transformer Engine's kernel" in d for d in dropped)
+    assert any("fused_weight_gradient_mlp_cuda" in d for d in dropped)
+    assert any("Transformer Engine's kernel" in d for d in dropped)
     ce, _ = bench_model.resolve_variant(bench_model.VARIANTS["production+ce"], moe=False, te=True, cpu=False,
-                                        apex=False)
+                                        wgrad_fusion=False)
+    on_cpu, dropped = bench_model.resolve_variant(production, moe=False, te=False, cpu=True, wgrad_fusion=True)
+    assert on_cpu["gradient_accumulation_fusion"] and not any("gradient_accumulation" in d for d in dropped)
     assert ce["cross_entropy_loss_fusion"] and ce["cross_entropy_fusion_impl"] == "te"
 
 
 def test_drop_pad_sets_capacity_on_moe_models_only_and_survives_the_local_spec() -> None:
     drop_pad = bench_model.VARIANTS["fusions+drop-pad"]
-    moe, dropped = bench_model.resolve_variant(drop_pad, moe=True, te=False, cpu=True, apex=False)
+    moe, dropped = bench_model.resolve_variant(drop_pad, moe=True, te=False, cpu=True, wgrad_fusion=False)
     assert moe["moe_expert_capacity_factor"] == 1.0 and moe["moe_pad_expert_input_to_capacity"] is True
     assert not any("capacity" in d for d in dropped)  # megatron-core pads without TE's kernels
-    dense, _ = bench_model.resolve_variant(drop_pad, moe=False, te=True, cpu=False, apex=False)
+    dense, _ = bench_model.resolve_variant(drop_pad, moe=False, te=True, cpu=False, wgrad_fusion=False)
     assert not set(bench_model.DROP_PAD) & set(dense)
 
 
