@@ -1,6 +1,7 @@
 """Facts about FlashAttention and Transformer Engine: which FlashAttention each TE release accepts and prefers, and
-which CuTe DSL release each FlashAttention 4 release runs on. The rules (``te-flash-attn``, ``flash-attn-cutlass``,
-``flash-attn-archs``), the doctor's attention check and the image tests read them from here.
+which CuTe DSL release each FlashAttention 4 release runs on, and what was measured of them on GPUs. The rules
+(``te-flash-attn``, ``flash-attn-cutlass``, ``flash-attn-archs``, ``flash-attn-measured``), the doctor's attention
+check, the image tests and the smoke's attention check read them from here.
 
 Why it matters: megatron-core's ``attention_backend=flash`` (verl's default) sets ``NVTE_FLASH_ATTN=1
 NVTE_FUSED_ATTN=0 NVTE_UNFUSED_ATTN=0``, and a TE that then finds no FlashAttention it accepts raises "No dot
@@ -17,9 +18,11 @@ Sources (read from each release's own files):
   ``cute.core.ThrMma``, which nvidia-cutlass-dsl removed in 4.6.0 ("module 'cutlass.cute.core' has no attribute
   'ThrMma'"); b16 and newer use ``cute.ThrMma``. b20 to b26 require nvidia-cutlass-dsl==4.6.0.dev0. From 4.6.0
   nvidia-cutlass-dsl always installs its CUDA 12 libraries; its ``cu13`` extra adds the CUDA 13 ones.
-  Measured: b36 with nvidia-cutlass-dsl 4.8.1 ran forward and backward under TE 2.20 on an H200, and its output
-  was wrong (``MEASURED``); TE's own install hint, ``flash-attn-4==4.0.0b11 nvidia-cutlass-dsl[cu13]``, resolves to
-  4.8.1 and fails to import.
+  TE's own install hint, ``flash-attn-4==4.0.0b11 nvidia-cutlass-dsl[cu13]``, resolves to 4.8.1 and fails to import.
+- Measured on an H200 (``MEASURED``, docs/measurements/): FlashAttention 4 b36 and b40 on nvidia-cutlass-dsl 4.8.1
+  called directly were right; TE 2.20.2's flash backend, which selected them, was wrong in every case. ``judge``
+  says what that means for a pair under a TE release; the rule flash-attn-measured, the doctor's te.attention and
+  the certificate's attention section read it from there.
 - FlashAttention 4 has no dropout (TE then falls back to another backend or has none), serves forward on sm80 to
   sm120 and backward on sm90 to sm120 only.
 
@@ -31,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mcore_images.catalogue.versions import Version, at_least
+from mcore_images.catalogue.versions import Version, at_least, major_minor
 
 FA4_DISTRIBUTION = "flash-attn-4"
 """The PyPI distribution TE reads FlashAttention 4's version from."""
@@ -177,66 +180,175 @@ def flash_usable(view: FlashView, te: str, sm: int | None, training: bool = True
 
 WRONG = "wrong"
 RIGHT = "right"
+MEASURE_SCRIPT = ".ci/gpu/attention-pairs.sh"
+"""The GPU script that measures TE releases and FlashAttention 4 pairs by name (``pair_name``)."""
+
+
+@dataclass(frozen=True)
+class Half:
+    """One half of a measurement: the cases it ran, how many were wrong, and the lowest and highest largest
+    |out - reference| over them."""
+
+    cases: int
+    wrong: int
+    out_error: tuple[float, float]
+
+    @property
+    def verdict(self) -> str:
+        return WRONG if self.wrong else RIGHT
+
+
+def _verdict(half: Half | None) -> str | None:
+    return half.verdict if half else None
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """One FlashAttention 4 pair (flash-attn-4 + nvidia-cutlass-dsl) checked against a reference on one GPU
-    architecture: forward and backward outputs compared with an attention computed another way."""
+    """One FlashAttention 4 pair (flash-attn-4 + nvidia-cutlass-dsl) on one GPU architecture against an fp32
+    reference (out, dq, dk, dv; kit.numerics.attention's tolerance), in two halves on the same inputs: called directly
+    (``direct``: flash_attn.cute.interface, the pair's own kernels) and through the flash backend of TE ``te``
+    (``through_te``: DotProductAttention under the variables megatron-core sets for attention_backend=flash). The
+    halves tell a fault of FlashAttention 4 from one of TE's integration; a half not run is None."""
 
     fa4: str
     cutlass: str
     te: str | None
-    """The TE release that selected it; None where FlashAttention 4 was called directly (then the verdict holds
-    under every TE). A right verdict under TE holds for that TE's release line (``TE_LINES``), where TE's
-    FlashAttention integration changes; so does a wrong one once FlashAttention 4 called directly on the same inputs
-    was right (``direct``), which puts the fault in TE. Until then a wrong verdict holds under every TE: the pair's
-    own kernels are the likelier cause."""
     sm: int
-    verdict: str
-    """``WRONG`` or ``RIGHT``."""
-    max_abs_error: Mapping[str, float]
-    """Case → the largest |backend − reference| over the output."""
-    reference: str
-    control: str
-    """What else ran on the same inputs to tell the pair from its surroundings ("not run" where nothing did)."""
-    measured: str
-    """When and on what, e.g. "2026-12-05, one H200"."""
+    direct: Half | None
+    through_te: Half | None
+    out_limit: tuple[float, float]
+    """The lowest and highest limit on the out error over the cases."""
+    date: str
+    setting: str
+    """The machine and what differs from an image (host Python and torch)."""
+    command: str
+    evidence: str
+    """The attention section the check wrote, in this repository."""
     note: str = ""
-    direct: str | None = None
-    """The verdict of FlashAttention 4 called directly (flash_attn.cute.interface) on the same inputs; None: not run."""
 
+    def record(self) -> dict[str, object]:
+        """The measurement as a certificate names it."""
+        return {"fa4": self.fa4, "cutlass": self.cutlass, "te": self.te, "sm": self.sm, "date": self.date,
+                "direct": _verdict(self.direct), "through_te": _verdict(self.through_te), "evidence": self.evidence,
+                "command": self.command}
+
+
+_SETTING = ("one H200 (driver 580.159), host Python 3.12.3, torch 2.11.0+cu130, cuDNN 9.19.0; TE's extension compiled "
+            "there against that torch")
+_COMMAND = ('PAIR_SET="te2.20-b36-c4.8.1 te2.20-b40-c4.8.1" bash .ci/gpu/attention-pairs.sh: prepare, stash x 9, '
+            "install, check each pair, table (at 50d7c45)")
+_EVIDENCE = "docs/measurements/2026-12-06-attention-pairs"
+_ZEROS = ("every tensor's error through TE equals the reference's largest value (out, dq, dk, dv alike): what TE "
+          "returned is consistent with zeros, a kind of defect TE has fixed before on sm_100 (TransformerEngine #3528)")
 
 MEASURED: tuple[Measurement, ...] = (
     Measurement(
-        fa4="4.0.0b36", cutlass="4.8.1", te="2.20.2", sm=90, verdict=WRONG,
-        max_abs_error={"MHA sbhd 2x4096x16x128 causal": 3.92, "GQA 32/8 sbhd causal": 4.28,
-                       "thd, three packed sequences, causal": 3.70, "GQA thd causal": 3.23},
-        reference="torch.nn.functional.scaled_dot_product_attention on the same bf16 inputs (outputs of that size: "
-                  "the result has nothing to do with attention)",
-        control="not run (cuDNN fused attention on the same inputs, FlashAttention 4 called directly, TE 2.16: the "
-                "machine was withdrawn)",
-        measured="2026-12-05, one H200, the debian runtime replicated (torch 2.11.0+cu130), "
-                 "NVTE_FLASH_ATTN=1 NVTE_FUSED_ATTN=0 NVTE_UNFUSED_ATTN=0",
-        note="cutlass-dsl printed `Argument aux_data (position 17) cannot be converted to a JitArgument` for "
-             "flash_fwd_sm90 and flash_bwd_sm90",
+        fa4="4.0.0b36", cutlass="4.8.1", te="2.20.2", sm=90,
+        direct=Half(12, 0, (7.74e-3, 9.60e-3)), through_te=Half(12, 12, (2.95, 3.91)), out_limit=(7.48e-2, 9.33e-2),
+        date="2026-12-06", setting=_SETTING, command=_COMMAND, evidence=f"{_EVIDENCE}/te2.20-b36-c4.8.1.json",
+        note=f"{_ZEROS}. It repeats the 2026-12-05 run of this pair (SDPA as the reference, no control: out errors 3.2 "
+             "to 4.3, cutlass-dsl warning `Argument aux_data (position 17) cannot be converted to a JitArgument` for "
+             "flash_fwd_sm90 and flash_bwd_sm90)",
+    ),
+    Measurement(
+        fa4="4.0.0b40", cutlass="4.8.1", te="2.20.2", sm=90,
+        direct=Half(4, 0, (8.16e-3, 9.17e-3)), through_te=Half(4, 4, (3.75, 3.91)), out_limit=(8.41e-2, 9.33e-2),
+        date="2026-12-06", setting=_SETTING, command=_COMMAND, evidence=f"{_EVIDENCE}/te2.20-b40-c4.8.1.json",
+        note=f"the four shapes of the first measurement (--quick); {_ZEROS}",
     ),
 )
-"""Every FlashAttention 4 pair measured against a reference on a GPU, oldest first."""
+"""Every FlashAttention 4 pair measured against a reference on a GPU, oldest first. Not a measurement: flash-attn-4
+4.0.0b11 with nvidia-cutlass-dsl 4.5.2 on the same day (te2.20-b11-c4.5.2.json there) imported neither half, because
+the site carried quack-kernels 0.6.5, which needs cutlass-dsl 4.7 or newer (`cannot import name 'Vector' from
+'cutlass.base_dsl.typing'`); b11 itself does not import that name, and with its own needs (quack-kernels 0.5.0) that
+pair is still to be measured."""
 
 
-def _holds_under(m: Measurement, te: str | None) -> bool:
-    """Whether measurement ``m`` speaks for a stack with TE ``te`` (see ``Measurement.te``)."""
-    if m.te is None or (m.verdict == WRONG and m.direct != RIGHT):
-        return True
+def series(te: str) -> str:
+    """TE's release series ('2.20.2' -> '2.20'): TE changes how it calls FlashAttention between series and fixes it
+    in patch releases, so a measurement of one release speaks for its series until a later patch is measured."""
+    return major_minor(te)
+
+
+def pair_name(te: str, fa4: str, cutlass: str) -> str:
+    """A pair as MEASURE_SCRIPT takes it: te2.21.0-b40-c4.8.1 (flash-attn-4 4.0.0b40), te2.21.0-fa4.1.0-c4.9.0."""
+    beta = f"b{fa4.removeprefix('4.0.0b')}" if fa4.startswith("4.0.0b") and fa4[6:].isdigit() else f"fa{fa4}"
+    return f"te{te}-{beta}-c{cutlass}"
+
+
+def measure_command(te: str) -> str:
+    """The one command that starts measuring TE ``te``: every pair FlashAttention 4 called directly was right with."""
+    pairs = sorted({(m.fa4, m.cutlass) for m in MEASURED if _verdict(m.direct) == RIGHT},
+                   key=lambda p: (Version(p[0]), Version(p[1])))
+    names = " ".join(pair_name(te, fa4, cutlass) for fa4, cutlass in pairs)
+    return f'PAIR_SET="{names}" bash {MEASURE_SCRIPT} prepare'
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What the measurements say of a FlashAttention 4 pair under a TE release on one GPU architecture."""
+
+    verdict: str | None
+    """``WRONG``, ``RIGHT`` or None (no measurement speaks for it)."""
+    why: str
+    rests_on: tuple[Measurement, ...] = ()
+
+
+def _same(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and Version(a) == Version(b)
+
+
+def _speaking_release(te: str, sm: int) -> str | None:
+    """The measured TE release that speaks for TE ``te``'s flash backend on ``sm``: in its series, the newest
+    measured at or below ``te``, else the oldest measured above it."""
+    releases = sorted({Version(m.te) for m in MEASURED if m.te and m.through_te and m.sm == sm
+                       and series(m.te) == series(te)})
+    below = [r for r in releases if r <= Version(te)]
+    chosen = below[-1] if below else (releases[0] if releases else None)
+    return None if chosen is None else str(chosen)
+
+
+def _pairs(found: list[Measurement]) -> str:
+    fa4 = " and ".join(sorted({m.fa4 for m in found}, key=Version))
+    dsl = " and ".join(sorted({m.cutlass for m in found}, key=Version))
+    return f"flash-attn-4 {fa4} on {CUTLASS_DSL} {dsl}"
+
+
+def judge(fa4: str | None, cutlass: str | None, te: str | None, sm: int) -> Judgement:
+    """The verdict on flash-attn-4 ``fa4`` + nvidia-cutlass-dsl ``cutlass`` under TE ``te``'s flash backend on
+    ``sm`` (``fa4`` None: any FlashAttention 4; ``te`` None: called directly). A pair wrong called directly is
+    wrong under every TE, and so is one wrong through TE that was not also called directly (the fault may be its
+    own). A TE release whose flash backend was wrong while FlashAttention 4 called directly was right on the same
+    inputs is wrong with every pair, unless that very pair was measured right under it: the fault is TE's."""
+    pair = [m for m in MEASURED if m.sm == sm and _same(m.fa4, fa4) and _same(m.cutlass, cutlass)]
+    own = [m for m in pair if _verdict(m.direct) == WRONG or (m.direct is None and _verdict(m.through_te) == WRONG)]
+    if own:
+        m = own[0]
+        how = "called directly" if m.direct else f"under TE {m.te}, not also called directly (so under every TE)"
+        return Judgement(WRONG, f"{_pairs(own)} was measured wrong on sm_{sm} {how} ({m.date}, {m.evidence})",
+                         tuple(own))
     if te is None:
-        return False
-    line, ours = te_line(m.te), te_line(te)
-    return line is not None and line == ours
-
-
-def measured_wrong(fa4: str, cutlass: str | None, te: str | None, sms: set[int]) -> list[Measurement]:
-    """The measurements that found flash-attn-4 ``fa4`` on nvidia-cutlass-dsl ``cutlass`` wrong on one of the
-    architectures ``sms``, and speak for TE ``te`` (``Measurement.te``)."""
-    return [m for m in MEASURED if m.verdict == WRONG and Version(m.fa4) == Version(fa4) and cutlass is not None
-            and Version(m.cutlass) == Version(cutlass) and _holds_under(m, te) and m.sm in sms]
+        right = [m for m in pair if m.direct]
+        return Judgement(RIGHT, f"{_pairs(right)} called directly was measured right on sm_{sm}", tuple(right)) \
+            if right else Judgement(None, "FlashAttention 4 called directly has no measurement there")
+    release = _speaking_release(te, sm)
+    if release is None:
+        return Judgement(None, f"TE {series(te)}.x's flash backend has no measurement with FlashAttention 4 there")
+    at = [m for m in MEASURED if _same(m.te, release) and m.sm == sm and m.through_te]
+    exact = [m for m in at if m in pair]
+    if exact and not any(_verdict(m.through_te) == WRONG for m in exact):
+        return Judgement(RIGHT, f"{_pairs(exact)} under TE {release} was measured right on sm_{sm}", tuple(exact))
+    blamed = [m for m in at if _verdict(m.through_te) == WRONG and _verdict(m.direct) == RIGHT]
+    if blamed:
+        low = min(m.through_te.out_error[0] for m in blamed if m.through_te)
+        high = max(m.through_te.out_error[1] for m in blamed if m.through_te)
+        limits = min(m.out_limit[0] for m in blamed), max(m.out_limit[1] for m in blamed)
+        evidence = sorted({m.evidence.rsplit("/", 1)[0] for m in blamed})
+        return Judgement(WRONG, (
+            f"TE {release}'s flash backend, which selects FlashAttention 4, was measured wrong on sm_{sm} "
+            f"({blamed[0].date}: every case of {_pairs(blamed)}, out error {low:.3g} to {high:.3g} against limits of "
+            f"{limits[0]:.3g} to {limits[1]:.3g}), and FlashAttention 4 called directly on the same inputs was right: "
+            f"the fault is TE {series(release)}'s integration, not FlashAttention 4 ({', '.join(evidence)})"),
+            tuple(blamed))
+    return Judgement(None, f"TE {release}'s flash backend was measured there with other FlashAttention 4 pairs only "
+                     f"({_pairs(at)})", tuple(at))

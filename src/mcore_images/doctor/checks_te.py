@@ -196,8 +196,8 @@ FLASH_VIEW = "transformer_engine.pytorch.attention.dot_product_attention.utils"
 ATTENTION_FIX = (
     "use cuDNN's fused attention: attention_backend=fused (verl: "
     "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=fused; Megatron-LM: "
-    "--attention-backend fused); a FlashAttention only where one is measured right on this GPU "
-    "(catalogue/flash_attention.py MEASURED)"
+    "--attention-backend fused); TE's flash backend only with a TE release measured right with its FlashAttention on "
+    "this GPU (catalogue/flash_attention.py MEASURED)"
 )
 PROBE = ("-m", "mcore_images.smoke.attention", "--probe", "--json")
 """The smoke's attention check, one small case: the doctor runs it as a child process (it never imports the
@@ -240,8 +240,7 @@ def te_attention(ctx: Context) -> Outcome:
                "gpus": [f"{g.name} (sm_{g.cc})" for g in gpus] or why}
     where = sorted({g.cc for g in gpus}) or [None]
     if flash and view.fa4 and (wrong := _measured_wrong(view.fa4, te, where)):
-        return trip(f"{asked.source} lets TE select FlashAttention {view.fa4}, whose pair was measured wrong: {wrong}",
-                    **details)
+        return trip(f"{asked.source} lets TE {te} select FlashAttention {view.fa4}: {wrong}", **details)
     if fused or unfused:
         allowed = [name for name, on in (("flash", flash), ("fused", fused), ("unfused", unfused)) if on]
         return _probed(ctx, f"{asked.source}: TE may choose among {', '.join(allowed)} attention", gpus, details)
@@ -260,15 +259,15 @@ def te_attention(ctx: Context) -> Outcome:
 
 
 def _measured_wrong(fa4: str, te: str, where: list[int | None]) -> str | None:
-    """The measurement that found this FlashAttention pair wrong on one of these GPUs (catalogue), as a clause."""
+    """What a measurement found wrong of this FlashAttention 4 under this TE on one of these GPUs (catalogue), as a
+    clause that says which half was wrong: FlashAttention 4 itself, or TE's flash backend around it."""
     cutlass = probes.dist_version(flash_attention.CUTLASS_DSL)
-    sms = {sm for sm in where if sm is not None} or {90, 100}  # no GPU visible: the GPUs FA4 trains on
-    found = flash_attention.measured_wrong(fa4, cutlass[1] if cutlass else None, te, sms)
-    if not found:
-        return None
-    m = found[0]
-    return (f"with {flash_attention.CUTLASS_DSL} {m.cutlass} under TE {m.te or 'any'} on sm_{m.sm} ({m.measured}; "
-            f"max |output - reference| up to {max(m.max_abs_error.values()):g})")
+    sms = sorted({sm for sm in where if sm is not None}) or [90, 100]  # no GPU visible: the GPUs FA4 trains on
+    for sm in sms:
+        judged = flash_attention.judge(fa4, cutlass[1] if cutlass else None, te, sm)
+        if judged.verdict == flash_attention.WRONG:
+            return judged.why
+    return None
 
 
 def _probed(ctx: Context, judged: str, gpus: tuple[probes.Gpu, ...], details: dict) -> Outcome:

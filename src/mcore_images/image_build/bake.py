@@ -344,7 +344,7 @@ def build(request: BuildRequest) -> int:
     if target_platform is not None:
         say(f"platform: {target_platform.name}" + ("" if emulation.native(target_platform) else
                                                      f" (emulated on this {emulation.machine()} machine: QEMU)"))
-    for note in (n for p in plans for n in p.needs):  # a model's need: told, not refused (env/needs.json)
+    for note in (n for p in plans for n in p.told):  # notes and a model's needs: told, not refused
         say(f"note: {note}")
     targets = bake_targets(selected, request.stack, group, request.layer)
     stacks_json = root / "docker-bake.json"

@@ -8,7 +8,10 @@ Components that come with the base image (NGC's torch and TE) or from a git comm
 or their repository, not PyPI, and cuDNN follows torch's exact requirement (a torch bump names the cuDNN it
 needs through the rule cudnn-torch): they are reported as such. ``--bump STACK`` writes the newest rule-clean
 versions of that stack into env/stacks.json (then `make update` re-locks); the scheduled workflow
-(.github/workflows/outdated.yml) does that and opens a pull request for CI to judge.
+(.github/workflows/outdated.yml) does that and opens a pull request for CI to judge. A TE release newer than the
+newest whose flash backend was measured with FlashAttention 4 (catalogue flash_attention.MEASURED) is named once as
+the candidate to measure, with the command that measures it: no stack ships FlashAttention 4 until a TE release is
+measured right with it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images.catalogue import components
+from mcore_images.catalogue import components, flash_attention
 from mcore_images.catalogue.stacks import NONE, SHARED_LAYERS, Stack, checkout_root, get_stack, load_stacks, stacks_file
 from mcore_images.catalogue.versions import InvalidVersion, Version
 from mcore_images.command import Command, print_json
@@ -57,7 +60,7 @@ class Finding:
     component: str
     pinned: str
     newest: str | None
-    status: str  # current, newer, untracked (not from PyPI here), error
+    status: str  # current, newer, untracked (not from PyPI here), error, measure (a TE release to measure)
     breaks: tuple[str, ...] = ()
     note: str = ""
 
@@ -65,6 +68,8 @@ class Finding:
         if self.status == "newer":
             verdict = "rules ok, resolves" if not self.breaks else "would break " + "; ".join(self.breaks)
             return f"{self.stack:<16} {self.component:<16} {self.pinned:>10} → {self.newest:<10} {verdict}"
+        if self.status == "measure":
+            return f"{self.stack:<16} {self.component:<16} {self.pinned:>10} → {self.newest:<10} {self.note}"
         note = f": {self.note}" if self.note else ""
         return f"{self.stack:<16} {self.component:<16} {self.pinned:>10}   {self.status}{note}"
 
@@ -144,6 +149,33 @@ def check_stack(stack: Stack, fetch: Fetch, cache: dict[tuple[str, bool], Any], 
     return out
 
 
+MEASURED_ACROSS = "(measured)"
+"""The stack column of the measurement candidate: it concerns every stack with TE and FlashAttention 4."""
+
+
+def measure_candidate(fetch: Fetch, cache: dict[tuple[str, bool], Any]) -> Finding | None:
+    """PyPI's newest TE release when it is newer than the newest TE release whose flash backend was measured with
+    FlashAttention 4: the candidate to measure, with its command. None: nothing newer, or nothing measured yet."""
+    measured = [m.te for m in flash_attention.MEASURED if m.te and m.through_te]
+    if not measured:
+        return None
+    last = max(measured, key=Version)
+    name = components.BY_KEY["te"].distribution or "transformer-engine"
+    try:
+        if (name, False) not in cache:
+            cache[(name, False)] = newest_release(fetch(name))
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        return Finding(MEASURED_ACROSS, "te", last, None, "error", note=f"PyPI: {error}")
+    newest = cache[(name, False)]
+    if newest is None or Version(newest) <= Version(last):
+        return None
+    verdicts = sorted({f"{m.through_te.verdict} on sm_{m.sm}" for m in flash_attention.MEASURED
+                       if m.te == last and m.through_te})
+    return Finding(MEASURED_ACROSS, "te", last, newest, "measure", note=(
+        f"the candidate to measure: TE's flash backend with FlashAttention 4 was last measured on {last} "
+        f"({', '.join(verdicts)}); {flash_attention.measure_command(newest)}"))
+
+
 def bump(stack: Stack, findings: list[Finding], path: Path, write: bool = True) -> dict[str, str]:
     """Write the rule-clean newer versions of ``stack`` into env/stacks.json; returns {component: version}.
     The bumps are applied together only if the stack stays valid with all of them; stacks that build on
@@ -195,6 +227,8 @@ def _run(args: argparse.Namespace, fetch: Fetch = fetch_pypi, resolve: Resolve =
         print(f"[outdated] {stack.name} ({number}/{len(chosen)}): PyPI's newest releases, judged by the rules and uv",
               file=sys.stderr, flush=True)
         findings += check_stack(stack, fetch, cache, resolve)
+    if candidate := measure_candidate(fetch, cache):
+        findings.append(candidate)
     if args.json:
         print_json([asdict(f) for f in findings])
     else:

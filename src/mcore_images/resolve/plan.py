@@ -20,6 +20,13 @@ class StackPlan:
     violations: list[rules.Violation] = field(default_factory=list)
     needs: list[str] = field(default_factory=list)
     """Known needs of models and recipes the stack falls short of (env/needs.json): told, never refused."""
+    notes: list[str] = field(default_factory=list)
+    """The rules' notes (rules.NOTES): what no measurement decides yet, told, never refused."""
+
+    @property
+    def told(self) -> list[str]:
+        """Every line `plan` and `build` tell and do not refuse: the rules' notes, then the needs."""
+        return [*self.notes, *self.needs]
 
     @property
     def base_status(self) -> str:
@@ -42,6 +49,7 @@ class StackPlan:
             "targets": self.targets,
             "violations": [str(v) for v in self.violations],
             "needs": self.needs,
+            "notes": self.notes,
         }
 
 
@@ -73,6 +81,7 @@ def make_plan(selected: list[Stack], group: str | None = None, registry: str = "
             plan.targets[tags.target(layer, stack)] = tags.tags(layer, stack, registry)
         plan.violations = rules.check(stack) + tag_content.violations(stack, every, index)
         plan.needs = needs.lines(stack, known)
+        plan.notes = rules.notes(stack)
         plans.append(plan)
     return plans
 
@@ -89,7 +98,7 @@ def render_text(plans: list[StackPlan]) -> str:
         for target, target_tags in p.targets.items():
             lines.append(f"  {target:<24} {target_tags[0]}")
         lines.extend(f"  ERROR {v}" for v in p.violations)
-        lines.extend(f"  NOTE {n}" for n in p.needs)
+        lines.extend(f"  NOTE {n}" for n in p.told)
     return "\n".join(lines)
 
 

@@ -208,26 +208,59 @@ def _flash_attn_archs(s: Stack) -> Iterator[tuple[str, str]]:
              "flash_attn='none'")
 
 
+def _fa4_judgements(s: Stack) -> Iterator[tuple[int, flash_attention.Judgement]]:
+    """What the measurements say of the stack's FlashAttention 4 pair under its TE on each GPU it claims where TE
+    selects FlashAttention 4 for training (sm_90 and newer, from the TE line's floor)."""
+    line = flash_attention.te_line(s.te) if s.has("flash_attn") and s.has("te") else None
+    if line is None or not line.fa4:
+        return  # te-flash-attn: nothing selects it
+    pinned = [spec.version for spec in constraint_on(s, flash_attention.CUTLASS_DSL) if spec.operator == "=="]
+    sms = sorted({n for a in gpu_archs.parse(s.cuda_archs)
+                  if (n := gpu_archs.number(a)) is not None and n >= max(90, line.fa4_min_sm)})
+    for sm in sms:
+        yield sm, flash_attention.judge(s.flash_attn, pinned[0] if len(pinned) == 1 else None, s.te, sm)
+
+
 @rule("flash-attn-measured",
-      'no stack ships a FlashAttention 4 pair (with its nvidia-cutlass-dsl, under its TE) measured wrong against a '
-      'reference on a GPU architecture the stack claims (flash_attention.MEASURED)')
+      'no stack ships FlashAttention 4 where a measurement against a reference found it wrong on a GPU architecture '
+      'the stack claims: beside a TE release series whose flash backend was wrong while FlashAttention 4 called '
+      'directly was right (with any pair), or a pair wrong on its own (under any TE) (flash_attention.MEASURED)')
 def _flash_attn_measured(s: Stack) -> Iterator[tuple[str, str]]:
     # TE selects FlashAttention under attention_backend=flash (verl's default); a wrong one trains on while the loss
-    # still falls, so nothing but a reference sees it. Policy: none ships unless it is not known to be wrong.
-    if not s.has("flash_attn"):
-        return
-    pinned = [spec.version for spec in constraint_on(s, flash_attention.CUTLASS_DSL) if spec.operator == "=="]
-    sms = {n for a in gpu_archs.parse(s.cuda_archs) if (n := gpu_archs.number(a)) is not None}
-    for m in flash_attention.measured_wrong(s.flash_attn, pinned[0] if len(pinned) == 1 else None,
-                                            s.te if s.has("te") else None, sms):
-        under = f"under TE {m.te} (which holds for every TE until it is called directly and found right)" \
-            if m.te else "called directly"
-        worst = max(m.max_abs_error.values())
-        yield (f"flash-attn-4 {m.fa4} on {flash_attention.CUTLASS_DSL} {m.cutlass} {under} was measured wrong on "
-               f"sm_{m.sm}, which the stack claims ({m.measured}: max |output - reference| up to {worst:g}); TE "
-               "selects it under attention_backend=flash"), \
-            ("set flash_attn='none' (attention_backend=fused then serves training on cuDNN), or pin a pair measured "
-             "right there (src/mcore_images/catalogue/flash_attention.py MEASURED)")
+    # still falls, so nothing but a reference sees it. Refused: what a measurement found wrong; a TE release with no
+    # measurement is told (the note flash-attn-unmeasured), not refused.
+    for sm, judged in _fa4_judgements(s):
+        if judged.verdict == flash_attention.WRONG:
+            yield (f"FlashAttention {s.flash_attn} beside TE {s.te} on sm_{sm}, under attention_backend=flash "
+                   f"(verl's default): {judged.why}"), \
+                ("set flash_attn='none' (attention_backend=fused then serves training on cuDNN), or pin a TE release "
+                 "measured right with it (`mcore-images outdated` names the candidate to measure and its command)")
+
+
+Note = Callable[[Stack], Iterator[str]]
+NOTES: dict[str, Note] = {}
+"""Told where a stack is chosen (`plan`, `build`), never refused: what no measurement or fact decides yet."""
+
+
+def note(note_id: str, description: str) -> Callable[[Note], Note]:
+    def register(func: Note) -> Note:
+        NOTES[note_id] = func
+        DESCRIPTIONS[note_id] = f"(a note, never a refusal) {description}"
+        return func
+    return register
+
+
+@note("flash-attn-unmeasured",
+      'a stack whose TE release series has no measurement of its flash backend with FlashAttention 4 on a GPU it '
+      'claims is told so, with the one command that measures it')
+def _flash_attn_unmeasured(s: Stack) -> Iterator[str]:
+    unmeasured = [(sm, judged.why) for sm, judged in _fa4_judgements(s) if judged.verdict is None]
+    if unmeasured:
+        on = ", ".join(f"sm_{sm}" for sm, _ in unmeasured)
+        why = "; ".join(dict.fromkeys(why for _, why in unmeasured))
+        yield (f"FlashAttention {s.flash_attn} under TE {s.te} (attention_backend=flash, verl's default) is unchecked "
+               f"against a reference on {on}: {why}; the GPU script measures it on an H200 (sm_90): "
+               f"{flash_attention.measure_command(s.te)}")
 
 
 @rule("te-cuda", "a transformer-engine-cuXX wheel exists for the stack's CUDA major (cu13 from TE 2.9)")
@@ -567,3 +600,8 @@ def check(stack: Stack) -> list[Violation]:
         for message, fix in func(stack):
             out.append(Violation(rule_id, stack.name, message, fix))
     return out
+
+
+def notes(stack: Stack) -> list[str]:
+    """Every note for one stack, one line each."""
+    return [f"[{note_id}] stack '{stack.name}': {text}" for note_id, func in NOTES.items() for text in func(stack)]

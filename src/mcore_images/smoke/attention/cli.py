@@ -48,7 +48,7 @@ def _environment(torch: Any, device: Any) -> dict[str, Any]:
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
         env.update(gpu=torch.cuda.get_device_name(device), sm=f"{major}{minor}", cuda=torch.version.cuda)
-    for name in ("transformer-engine", "flash-attn-4", "nvidia-cutlass-dsl", "megatron-core"):
+    for name in ("transformer-engine", "flash-attn-4", "nvidia-cutlass-dsl", "quack-kernels", "megatron-core"):
         env[name] = envinfo.distribution_version(name)
     return env
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from mcore_images.catalogue import flash_attention
 from mcore_images.smoke.kit.numerics import attention_limit
 
 TENSORS = ("out", "dq", "dk", "dv")
@@ -46,11 +47,31 @@ def failure_line(res: dict[str, Any]) -> str:
     return f"{who} × {res['case']}: " + (", ".join(worst) if worst else (res.get("reason") or "failed"))
 
 
+def measured(environment: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the GPU measurements (catalogue flash_attention.MEASURED) say of TE's flash backend with FlashAttention 4
+    in this environment: its TE release and, where installed, its FlashAttention 4 pair, on its GPU's architecture (on
+    CPU: each one measured). Whether an image ships FlashAttention 4 beside its TE rests on this; the evidence is in
+    the repository."""
+    te = environment.get("transformer-engine")
+    if not te:
+        return []
+    sm = environment.get("sm")
+    sms = [int(sm)] if sm else sorted({m.sm for m in flash_attention.MEASURED})
+    out = []
+    for arch in sms:
+        judged = flash_attention.judge(environment.get(flash_attention.FA4_DISTRIBUTION),
+                                       environment.get(flash_attention.CUTLASS_DSL), te, arch)
+        out.append({"te": te, "sm": arch, "verdict": judged.verdict, "why": judged.why,
+                    "rests_on": [m.record() for m in judged.rests_on]})
+    return out
+
+
 def section(results: list[dict[str, Any]], *, backends: list[dict[str, Any]], cases: list[str],
             environment: dict[str, Any], tolerance: dict[str, Any], wall_s: float,
             error: str | None = None) -> dict[str, Any]:
     """The certificate's ``attention`` section with its verdict: failed when any selected backend is wrong on any
-    case; could-not-run when nothing ran (or ``error`` says why the check could not start)."""
+    case; could-not-run when nothing ran (or ``error`` says why the check could not start). ``measured``: the GPU
+    measurement of TE's flash backend the flash row rests on."""
     failed = [failure_line(r) for r in results if r["status"] == "failed"]
     ran = [r for r in results if r["status"] in RAN]
     if error is not None or not ran:
@@ -60,7 +81,8 @@ def section(results: list[dict[str, Any]], *, backends: list[dict[str, Any]], ca
         status = "failed" if failed else "passed"
         error = f"attention wrong: {'; '.join(failed)}" if failed else None
     return {"status": status, "error": error, "environment": environment, "tolerance": tolerance,
-            "backends": backends, "cases": cases, "results": results, "failed": failed, "wall_s": wall_s}
+            "backends": backends, "cases": cases, "results": results, "failed": failed, "wall_s": wall_s,
+            "measured": measured(environment)}
 
 
 def failed_to_finish(error: str) -> dict[str, Any]:
@@ -111,6 +133,11 @@ def markdown(sec: dict[str, Any]) -> list[str]:
     if (sec.get("tolerance") or {}).get("why"):
         lines.append(f"- Tolerance: {sec['tolerance']['why']}")
     lines += [f"- {b['name']}: {b['about']}" for b in sec.get("backends", [])]
+    for m in sec.get("measured") or []:
+        evidence = sorted({r["evidence"] for r in m.get("rests_on") or []})
+        lines.append(f"- TE {m['te']}'s flash backend with FlashAttention 4 on sm_{m['sm']}, as measured on a GPU: "
+                     f"{m['verdict'] or 'not measured'}: {m['why']}"
+                     + (f" (evidence: {', '.join(evidence)})" if evidence else ""))
     if not sec.get("results"):
         return lines
     lines += ["", "| backend | selected | case | status | max abs error out | dq | dk | dv | bf16 PyTorch out |",

@@ -280,8 +280,9 @@ TE_NO_BACKEND = "No dot product attention backend is available"
 """What TE raises at the first attention forward when the NVTE variables megatron-core's attention_backend set
 allow no backend it has (flash with no FlashAttention installed: src/mcore_images/catalogue/flash_attention.py)."""
 NO_FLASH_IN_IMAGE = "no-flash-attention-in-image"
-"""The flash case's expected refusal: TE found no FlashAttention, as this image ships none (the FlashAttention
-4 pair these images carried was measured wrong on an H200: catalogue/flash_attention.py holds the facts)."""
+"""The flash case's expected refusal: TE found no FlashAttention, as this image ships none (TE's flash backend was
+measured wrong on an H200 with a FlashAttention 4 that was right called directly: catalogue/flash_attention.py holds
+the facts)."""
 CASE_STATUSES = ("passed", "failed", NO_FLASH_IN_IMAGE, "not-run")
 
 

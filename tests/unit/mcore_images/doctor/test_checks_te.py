@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mcore_images.catalogue import flash_attention
 from mcore_images.doctor.model import Status
 from tests.unit.mcore_images.doctor.world import World, status, unversioned_libraries
@@ -148,9 +150,13 @@ def probe_answer(errors: dict[str, tuple[float, float, float]] | None, status: s
 RIGHT = {"out": (0.011, 0.012, 4.0), "dq": (0.02, 0.015, 3.0), "dk": (0.02, 0.02, 3.0), "dv": (0.03, 0.03, 5.0)}
 
 
+UNMEASURED_TE = "2.21.0"
+"""A TE release whose flash backend no measurement speaks for: the probe decides."""
+
+
 def test_te_attention_flash_with_flash_attention_4_on_hopper_runs_the_probe(world: World) -> None:
     world.torch(ccs=(90, 90))
-    fake_te_flash(world, fa4="4.0.0b40")
+    fake_te_flash(world, te=UNMEASURED_TE, fa4="4.0.0b40")
     world.environ.update({flash_attention.ASKED: "flash"})
     world.programs = [probe_answer(RIGHT)]
     found = world.run("te.attention")
@@ -161,7 +167,7 @@ def test_te_attention_flash_with_flash_attention_4_on_hopper_runs_the_probe(worl
 
 def test_te_attention_fails_when_the_probe_finds_the_selected_backend_wrong(world: World) -> None:
     world.torch(ccs=(90,))
-    fake_te_flash(world, fa4="4.0.0b40")
+    fake_te_flash(world, te=UNMEASURED_TE, fa4="4.0.0b40")
     world.environ.update(MEGATRON_FLASH)
     world.programs = [probe_answer({**RIGHT, "out": (3.92, 0.012, 4.0)})]
     found = world.run("te.attention")
@@ -179,15 +185,32 @@ def test_te_attention_probe_that_cannot_finish_is_a_warning(world: World) -> Non
     assert found.status == Status.WARN and "ran past 300 s" in found.finding
 
 
-def test_te_attention_flash_measured_wrong_fails_without_running_it(world: World) -> None:
-    """flash-attn-4 4.0.0b36 on nvidia-cutlass-dsl 4.8.1 under TE 2.20.2 was measured wrong on an H200."""
+@pytest.mark.parametrize(("fa4", "cutlass"), [("4.0.0b36", "4.8.1"), ("4.0.0b40", "4.8.1"), ("4.0.0b37", None)])
+def test_te_attention_flash_measured_wrong_fails_without_running_it_and_says_which_half(
+        world: World, fa4: str, cutlass: str | None) -> None:
+    """TE 2.20.2's flash backend was measured wrong on an H200 with FlashAttention 4 b36 and b40, which were right
+    called directly: the finding blames TE's integration, not FlashAttention 4, whatever pair is installed."""
     world.torch(ccs=(90,))
-    fake_te_flash(world, te="2.20.2", fa4="4.0.0b36")
-    world.dist("nvidia-cutlass-dsl", "4.8.1")
+    fake_te_flash(world, te="2.20.2", fa4=fa4)
+    if cutlass:
+        world.dist("nvidia-cutlass-dsl", cutlass)
     world.environ.update({flash_attention.ASKED: "flash"})
     found = world.run("te.attention")
-    assert found.status == Status.FAIL and "measured wrong" in found.finding and "sm_90" in found.finding
+    assert found.status == Status.FAIL and "measured wrong on sm_90" in found.finding
+    assert f"lets TE 2.20.2 select FlashAttention {fa4}" in found.finding
+    assert "FlashAttention 4 called directly on the same inputs was right" in found.finding
+    assert "the fault is TE 2.20's integration, not FlashAttention 4" in found.finding
     assert "attention_backend=fused" in found.fix and not getattr(world, "ran", [])
+
+
+def test_te_attention_fused_beside_the_measured_pair_is_not_blamed(world: World) -> None:
+    """attention_backend=fused never reaches TE's flash backend: the measurement says nothing against it."""
+    world.torch(ccs=(90,))
+    fake_te_flash(world, te="2.20.2", fa4="4.0.0b36")
+    world.environ.update({flash_attention.ASKED: "fused"})
+    world.programs = [probe_answer(RIGHT)]
+    found = world.run("te.attention")
+    assert found.status == Status.OK and "measured" not in found.finding
 
 
 def test_te_attention_flash_4_cannot_train_on_an_a100(world: World) -> None:

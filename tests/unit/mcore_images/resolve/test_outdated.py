@@ -157,3 +157,28 @@ def test_cudnn_follows_torch_not_pypi() -> None:
     assert found["cudnn"].status == "untracked" and found["cudnn"].note == "follows torch's exact requirement, not PyPI"
     ngc = {f.component: f for f in outdated.check_stack(stacks["ngc"], lambda name: PYPI[name], {}, resolves)}
     assert ngc["cudnn"].note.startswith("comes with the base image nvcr.io/nvidia/pytorch")
+
+
+def test_a_te_release_newer_than_the_measured_one_is_the_candidate_to_measure(capsys: pytest.CaptureFixture) -> None:
+    """TE's flash backend was measured with FlashAttention 4 on 2.20.2 (wrong on sm_90); PyPI's 2.21.0 is named once,
+    with the command that measures it, and does not change the exit code."""
+    args = argparse.Namespace(bump=None, stack="debian", json=False, dry_run=False)
+    assert outdated._run(args, fetch=lambda name: PYPI[name], resolve=resolves) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "the candidate to measure" in line]
+    assert len(lines) == 1 and lines[0].startswith(outdated.MEASURED_ACROSS), lines
+    assert "2.20.2 → 2.21.0" in lines[0] and "wrong on sm_90" in lines[0]
+    assert lines[0].endswith('PAIR_SET="te2.21.0-b36-c4.8.1 te2.21.0-b40-c4.8.1" bash .ci/gpu/attention-pairs.sh '
+                             "prepare")
+
+
+@pytest.mark.parametrize("newest", ["2.20.2", "2.19.0"])
+def test_no_candidate_when_pypi_has_nothing_newer_than_the_measured_te(newest: str) -> None:
+    pypi = {**PYPI, "transformer-engine": release("2.19.0", newest)}
+    assert outdated.measure_candidate(lambda name: pypi[name], {}) is None
+
+
+def test_a_later_patch_of_the_measured_series_is_a_candidate_too() -> None:
+    """A patch release may carry TE's fix: 2.20.3 is measured before any stack ships FlashAttention 4 beside it."""
+    pypi = {**PYPI, "transformer-engine": release("2.20.2", "2.20.3")}
+    found = outdated.measure_candidate(lambda name: pypi[name], {})
+    assert found is not None and found.newest == "2.20.3" and "te2.20.3-b40-c4.8.1" in found.note

@@ -209,44 +209,111 @@ def test_te_2_20_serves_flash_attention_4_from_hopper_only(stacks: dict[str, Sta
     assert not [v for v in rules.check(stack) if v.rule == "flash-attn-archs"]
 
 
-@pytest.mark.parametrize(("changes", "refused"), [
-    ({"flash_attn": "4.0.0b36"}, True),  # the measured triple on a stack claiming sm_90
-    ({"flash_attn": "4.0.0b36", "te": "2.20.5"}, True),  # the same TE line: its FlashAttention integration
-    ({"flash_attn": "4.0.0b36", "cuda_archs": "100"}, False),  # measured on sm_90 only
-    ({"flash_attn": "4.0.0b36", "constraints": ("nvidia-cutlass-dsl==4.8.0", "transformers<5")}, False),
-    ({"flash_attn": "4.0.0b37"}, False),  # another release: not measured
-    ({"flash_attn": "4.0.0b36", "te": "2.16.0", "te_source": "build"}, True),  # another TE: the pair's kernels
+def _measured(stack: Stack) -> tuple[list[str], list[str]]:
+    """The stack's flash-attn-measured refusals and its flash-attn-unmeasured notes."""
+    return ([str(v) for v in rules.check(stack) if v.rule == "flash-attn-measured"],
+            [n for n in rules.notes(stack) if n.startswith("[flash-attn-unmeasured]")])
+
+
+@pytest.mark.parametrize("changes", [
+    {"flash_attn": "4.0.0b36"},  # measured 2026-12-06 under TE 2.20.2 on an H200: every case wrong through TE
+    {"flash_attn": "4.0.0b40"},
+    {"flash_attn": "4.0.0b36", "te": "2.20.5"},  # a later patch of the series, not measured: the series' verdict
+    {"flash_attn": "4.0.0b37"},  # FlashAttention 4 was right called directly: the fault is TE's, with every pair
+    {"flash_attn": "4.0.0b36", "constraints": ("nvidia-cutlass-dsl==4.8.0", "transformers<5")},
 ])
-def test_flash_attention_measured_wrong_is_refused_where_it_was_measured(
-        stacks: dict[str, Stack], changes: dict, refused: bool) -> None:
-    """The rule holds what was measured (pair, architecture), and a wrong verdict under one TE for every TE until
-    FlashAttention 4 called directly is found right (then the fault is TE's integration, and its line alone is
-    refused)."""
-    lines = [str(v) for v in rules.check(variant(stacks["debian"], **changes)) if v.rule == "flash-attn-measured"]
-    assert bool(lines) == refused, lines
-    if refused:
-        assert "sm_90" in lines[0] and "flash_attn='none'" in lines[0] and "attention_backend=fused" in lines[0]
+def test_flash_attention_4_under_te_2_20_on_sm_90_is_refused_naming_the_measurement(
+        stacks: dict[str, Stack], changes: dict) -> None:
+    refused, _ = _measured(variant(stacks["debian"], **changes))
+    assert len(refused) == 1, refused
+    line = refused[0]
+    assert "sm_90" in line and "2026-12-06" in line and "docs/measurements/2026-12-06-attention-pairs" in line
+    assert "TE 2.20.2's flash backend" in line
+    assert "FlashAttention 4 called directly on the same inputs was right" in line
+    assert "not FlashAttention 4" in line and "flash_attn='none'" in line and "attention_backend=fused" in line
 
 
-def test_a_wrong_verdict_blamed_on_te_holds_for_its_line_alone(stacks: dict[str, Stack],
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("changes", [
+    {"flash_attn": "4.0.0b36", "te": "2.16.0", "te_source": "build"},  # right called directly; TE 2.16 not measured
+    {"flash_attn": "4.0.0b36", "te": "2.21.0"},  # the next TE series: the candidate to measure
+    {"flash_attn": "4.0.0b36", "cuda_archs": "100"},  # measured on sm_90 only
+])
+def test_flash_attention_4_under_a_te_release_with_no_measurement_is_a_plan_note_not_a_refusal(
+        stacks: dict[str, Stack], changes: dict) -> None:
+    from mcore_images.resolve import plan
+
+    stack = variant(stacks["debian"], **changes)
+    refused, told = _measured(stack)
+    assert refused == [] and len(told) == 1, (refused, told)
+    assert "no measurement" in told[0] and "bash .ci/gpu/attention-pairs.sh prepare" in told[0]
+    made = plan.make_plan([stack], every=stacks)[0]
+    assert not [v for v in made.violations if v.rule.startswith("flash-attn")] and told[0] in made.notes
+    assert f"  NOTE {told[0]}" in plan.render_text([made]).splitlines()
+    assert made.to_dict()["notes"] == made.notes
+
+
+def test_the_note_names_the_command_that_measures_the_te_release(stacks: dict[str, Stack]) -> None:
+    _, told = _measured(variant(stacks["debian"], flash_attn="4.0.0b40", te="2.21.0", cuda_archs="90"))
+    assert told[0].endswith('PAIR_SET="te2.21.0-b36-c4.8.1 te2.21.0-b40-c4.8.1" bash .ci/gpu/attention-pairs.sh '
+                            "prepare"), told
+
+
+def test_flash_attention_4_called_directly_is_not_called_wrong(stacks: dict[str, Stack]) -> None:
+    """Every pair measured: right called directly; the refusal blames TE's integration; under a TE series that was not
+    measured wrong the same pair is not refused."""
     from mcore_images.catalogue import flash_attention
 
-    blamed = dataclasses.replace(flash_attention.MEASURED[0], direct=flash_attention.RIGHT)
-    monkeypatch.setattr(flash_attention, "MEASURED", (blamed,))
-    other = variant(stacks["debian"], flash_attn="4.0.0b36", te="2.16.0", te_source="build")
-    assert not [v for v in rules.check(other) if v.rule == "flash-attn-measured"]
-    assert [v for v in rules.check(variant(stacks["debian"], flash_attn="4.0.0b36")) if v.rule == "flash-attn-measured"]
+    for m in flash_attention.MEASURED:
+        judged = flash_attention.judge(m.fa4, m.cutlass, None, m.sm)
+        assert judged.verdict == flash_attention.RIGHT and "called directly was measured right" in judged.why
+        assert m.direct is not None and m.direct.verdict == flash_attention.RIGHT
+        other = variant(stacks["debian"], flash_attn=m.fa4, te="2.16.0", te_source="build")
+        assert _measured(other)[0] == []
+    refused, _ = _measured(variant(stacks["debian"], flash_attn="4.0.0b36"))
+    assert "the fault is TE 2.20's integration, not FlashAttention 4" in refused[0]
 
 
-def test_a_pair_called_directly_and_measured_wrong_is_refused_under_every_te(stacks: dict[str, Stack],
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def _half(wrong: int) -> object:
     from mcore_images.catalogue import flash_attention
 
-    direct = dataclasses.replace(flash_attention.MEASURED[0], te=None)
-    monkeypatch.setattr(flash_attention, "MEASURED", (direct,))
-    stack = variant(stacks["debian"], flash_attn="4.0.0b36", te="2.16.0", te_source="build")
-    assert [v for v in rules.check(stack) if v.rule == "flash-attn-measured"]
+    return flash_attention.Half(4, wrong, (3.9, 3.9) if wrong else (0.008, 0.009))
+
+
+def test_a_later_patch_measured_right_takes_over_from_its_release(stacks: dict[str, Stack],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcore_images.catalogue import flash_attention
+
+    fixed = dataclasses.replace(flash_attention.MEASURED[0], te="2.20.4", through_te=_half(0))
+    monkeypatch.setattr(flash_attention, "MEASURED", (*flash_attention.MEASURED, fixed))
+    refused, told = _measured(variant(stacks["debian"], flash_attn="4.0.0b36", te="2.20.4"))
+    assert refused == [] and "unchecked against a reference on sm_100:" in told[0]  # right on sm_90
+    assert _measured(variant(stacks["debian"], flash_attn="4.0.0b36", te="2.20.7"))[0] == []
+    assert _measured(variant(stacks["debian"], flash_attn="4.0.0b36"))[0]  # 2.20.2 stays measured wrong
+    # measured right with b36 only: another pair under 2.20.4 is a note, not passed and not refused
+    refused, told = _measured(variant(stacks["debian"], flash_attn="4.0.0b40", te="2.20.4", cuda_archs="90"))
+    assert refused == [] and "other FlashAttention 4 pairs only" in told[0]
+
+
+def test_a_pair_wrong_called_directly_is_refused_under_every_te(stacks: dict[str, Stack],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcore_images.catalogue import flash_attention
+
+    broken = dataclasses.replace(flash_attention.MEASURED[0], direct=_half(4))
+    monkeypatch.setattr(flash_attention, "MEASURED", (broken,))
+    refused, _ = _measured(variant(stacks["debian"], flash_attn="4.0.0b36", te="2.16.0", te_source="build"))
+    assert refused and "was measured wrong on sm_90 called directly" in refused[0]
+    assert _measured(variant(stacks["debian"], flash_attn="4.0.0b40", te="2.16.0", te_source="build"))[0] == []
+
+
+def test_a_pair_wrong_through_te_and_not_called_directly_is_refused_under_every_te(
+        stacks: dict[str, Stack], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the direct half the fault may be the pair's own: it holds under every TE, for that pair alone."""
+    from mcore_images.catalogue import flash_attention
+
+    unsplit = dataclasses.replace(flash_attention.MEASURED[0], direct=None)
+    monkeypatch.setattr(flash_attention, "MEASURED", (unsplit,))
+    assert _measured(variant(stacks["debian"], flash_attn="4.0.0b36", te="2.16.0", te_source="build"))[0]
+    assert _measured(variant(stacks["debian"], flash_attn="4.0.0b37"))[0] == []  # TE not blamed: other pairs unjudged
 
 
 def test_verl_0_9_needs_a_bridge_and_on_python_3_11_has_none(stacks: dict[str, Stack]) -> None:

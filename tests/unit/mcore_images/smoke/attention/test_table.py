@@ -86,3 +86,38 @@ def test_a_malformed_attention_section_is_a_certificate_problem() -> None:
     assert certificate.validate(_cert({"status": "maybe", "results": [{"backend": "flash"}]})) == [
         "attention status 'maybe' not one of passed/failed/could-not-run",
         "attention results[0] is not a result (backend, case, status, tensors)"]
+
+
+def _unavailable_flash(environment: dict) -> dict:
+    rows = [table.result("flash", "every case", "unavailable", reason="TE selects no backend: …"),
+            table.result("fused", "sbhd MHA d64", "", selected="cuDNN fused", errors=GOOD)]
+    return table.section(rows, backends=[], cases=[], environment=environment, tolerance={}, wall_s=1.0)
+
+
+def test_the_section_links_the_measurement_its_te_flash_backend_rests_on() -> None:
+    """An image of TE 2.20.2 on an H200 ships no FlashAttention 4: its certificate names the 2026-12-06 measurement
+    (TE's flash backend wrong, FlashAttention 4 called directly right) and its evidence in the repository."""
+    sec = _unavailable_flash({"gpu": "NVIDIA H200", "sm": "90", "transformer-engine": "2.20.2", "flash-attn-4": None})
+    [measured] = sec["measured"]
+    assert measured["verdict"] == "wrong" and measured["sm"] == 90
+    assert "FlashAttention 4 called directly on the same inputs was right" in measured["why"]
+    evidence = {r["evidence"] for r in measured["rests_on"]}
+    assert evidence == {"docs/measurements/2026-12-06-attention-pairs/te2.20-b36-c4.8.1.json",
+                        "docs/measurements/2026-12-06-attention-pairs/te2.20-b40-c4.8.1.json"}
+    assert all(r["direct"] == "right" and r["through_te"] == "wrong" and r["date"] == "2026-12-06"
+               for r in measured["rests_on"])
+    cert = _cert(sec)
+    assert certificate.validate(cert) == []
+    text = certificate.render_markdown(cert)
+    assert "- TE 2.20.2's flash backend with FlashAttention 4 on sm_90, as measured on a GPU: wrong: " in text
+    assert "docs/measurements/2026-12-06-attention-pairs/te2.20-b36-c4.8.1.json" in text
+
+
+def test_a_te_release_with_no_measurement_is_said_so_and_cpu_runs_name_every_measured_gpu() -> None:
+    sec = _unavailable_flash({"sm": "90", "transformer-engine": "2.16.0"})
+    assert [(m["verdict"], m["rests_on"]) for m in sec["measured"]] == [(None, [])]
+    assert "as measured on a GPU: not measured: TE 2.16.x's flash backend has no measurement" in "\n".join(
+        table.markdown(sec))
+    cpu = _unavailable_flash({"device": "cpu", "transformer-engine": "2.20.2"})
+    assert [(m["sm"], m["verdict"]) for m in cpu["measured"]] == [(90, "wrong")]
+    assert _unavailable_flash({"device": "cpu"})["measured"] == []  # no TE: nothing to rest on
