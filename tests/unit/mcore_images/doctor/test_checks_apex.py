@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from mcore_images.catalogue import wgrad_fusion
 from mcore_images.doctor.model import Status
 from tests.unit.mcore_images.doctor.world import World, status
 
@@ -24,3 +25,44 @@ def test_apex_broken_and_ok(world: World) -> None:
     world.module_file("amp_C", "")
     sys.modules.pop("amp_C", None)
     assert status(world, "apex.fused") == Status.OK
+
+
+def _ours(world: World) -> None:
+    """This project's fusion module, installed as its distribution installs it (top_level.txt names the module)."""
+    world.module_file(wgrad_fusion.MODULE, f"PROVIDER = {wgrad_fusion.OURS!r}\n")
+    world.dist(wgrad_fusion.OURS, "0.1.0")
+    info = world.site / f"{wgrad_fusion.OURS.replace('-', '_')}-0.1.0.dist-info"
+    (info / "top_level.txt").write_text(f"{wgrad_fusion.MODULE}\n")
+
+
+def test_wgrad_fusion_skips_without_megatron_core(world: World) -> None:
+    assert status(world, "wgrad.fusion") == Status.SKIP
+
+
+def test_wgrad_fusion_absent_fails_naming_each_frameworks_switch(world: World) -> None:
+    world.megatron()
+    found = world.run("wgrad.fusion")
+    assert found.status == Status.FAIL and "stops at the first step" in found.finding
+    for flag in wgrad_fusion.OFF_FLAGS.values():
+        assert flag in found.fix
+    assert "\n" not in found.fix
+
+
+def test_wgrad_fusion_from_this_project_needs_transformer_engine(world: World) -> None:
+    world.megatron()
+    _ours(world)
+    found = world.run("wgrad.fusion")
+    assert found.status == Status.FAIL and "Transformer Engine" in found.finding
+    world.package("transformer_engine.pytorch")
+    found = world.run("wgrad.fusion")
+    assert found.status == Status.OK and wgrad_fusion.OURS in found.finding and "general_gemm" in found.finding
+    # apex.fused leaves the module to wgrad.fusion: it is not called a missing or present apex extension
+    apex = world.run("apex.fused")
+    assert wgrad_fusion.MODULE not in apex.finding
+
+
+def test_wgrad_fusion_from_apex(world: World) -> None:
+    world.megatron()
+    world.module_file(wgrad_fusion.MODULE)  # apex's extension: no PROVIDER, no distribution of ours
+    found = world.run("wgrad.fusion")
+    assert found.status == Status.OK and "apex's CUDA extension" in found.finding
