@@ -74,11 +74,11 @@ prepare() {
   printf '  run(carry=%s, timeout_s=600, command="bash .ci/gpu/bench-variants.sh measure %s")\n' "$small" "$DIR_DEFAULT"
 }
 
-# A command that needs the GPU: run it under its time limit, or, with BENCH_VARIANTS_STOP_AT_GPU=1, name it and stop
-# (everything before it ran on the CPU).
+# A command that needs the GPU: run it, or, with BENCH_VARIANTS_STOP_AT_GPU=1, name it on the script's own stdout
+# (descriptor 3: the command's output goes to its log) and stop: everything before it ran on the CPU.
 gpu() {
   if [[ "${BENCH_VARIANTS_STOP_AT_GPU:-}" == 1 ]]; then
-    printf '[bench-variants] first command that needs a GPU: %s\n' "$*"
+    printf '[bench-variants] first command that needs a GPU: %s\n' "$*" >&3
     exit 0
   fi
   "$@"
@@ -99,6 +99,7 @@ measure() {
   cp "$ROOT/env/bench-baselines.json" "$out/bench-baselines.json"
   local group name seconds started rc
   local -a args
+  exec 3>&1
   for group in "${BENCH_GROUPS[@]}"; do
     name="$(group_field "$group" name)" seconds="$(group_field "$group" seconds)"
     read -r -a args <<<"$(group_field "$group" args)"
