@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,8 @@ def test_measure_checks_every_group_on_the_cpu_then_stops_at_the_first_gpu_comma
     assert first.startswith("[bench-variants] first command that needs a GPU: timeout --kill-after=10 140 bash ")
     assert first.endswith(f"--cuda-graphs local,te --out {tmp_path}/out/graphs --write-baselines "
                           f"{tmp_path}/out/bench-baselines.json")
-    assert (tmp_path / "out" / "bench-baselines.json").read_text() == (ROOT / "env" / "bench-baselines.json").read_text()
+    stored = (ROOT / "env" / "bench-baselines.json").read_text()
+    assert (tmp_path / "out" / "bench-baselines.json").read_text() == stored  # this call's rows go into a copy
 
 
 def test_a_bad_flag_in_a_group_stops_the_call_before_the_gpu(tmp_path: Path) -> None:
@@ -71,7 +73,7 @@ def test_a_bad_flag_in_a_group_stops_the_call_before_the_gpu(tmp_path: Path) -> 
     (lambda t: (t / "carried" / "constraints.txt").unlink(), "constraints.txt not found: carry it with this call"),
     (lambda t: shutil.rmtree(t / "replica" / "site"), "no replica installed under"),
 ])
-def test_what_the_call_needs_is_checked_first(tmp_path: Path, breaks, message: str) -> None:  # noqa: ANN001
+def test_what_the_call_needs_is_checked_first(tmp_path: Path, breaks: Callable[[Path], object], message: str) -> None:
     env = replica(tmp_path)
     breaks(tmp_path)
     out = run(SCRIPT, "measure", str(tmp_path / "carried"), env=env)
