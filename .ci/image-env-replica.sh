@@ -6,7 +6,8 @@
 #                                               DIR/constraints.txt: its PIP_CONSTRAINT file; DIR/path-tools.txt:
 #                                               every command on the image's PATH
 #   .ci/image-env-replica.sh locks STACK DIR [FREEZE]
-#                                               (where PyPI is reachable) the same DIR from a stack's locks
+#                                               (where PyPI is reachable; REPLICA_PYTHON=3.12 for a GPU host whose
+#                                               Python is not the stack's) the same DIR from a stack's locks
 #                                               instead of a built image (a release stack whose base cannot be
 #                                               pulled here): the kernels, runtime and app locks' wheels, hash-
 #                                               checked, less what FREEZE (`pip freeze` of the GPU host) already
@@ -109,6 +110,9 @@ print(f"[replica] {stack.name}: {len(carried)} wheels to carry, {len(env)} image
 PY
   local python
   python="$(PYTHONPATH="$ROOT/src" python3 -c 'import sys; from mcore_images.catalogue.stacks import get_stack; print(get_stack(sys.argv[1]).python)' "$stack")"
+  # REPLICA_PYTHON: the GPU host's Python where it is not the stack's (the debian stacks have 3.13, the H200 3.12):
+  # the wheels must install there; the certificate lists the difference.
+  python="${REPLICA_PYTHON:-$python}"
   # Wheels for the stack's Python and platform, hash-checked; a release with no wheel (fast-hadamard-transform)
   # comes as its sdist, fetched by its index URL and checked against the lock's hashes (building its metadata
   # here would need torch), and is built on the GPU host.

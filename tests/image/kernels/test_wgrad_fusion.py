@@ -15,9 +15,9 @@ import uuid
 from typing import Any
 
 import pytest
+from tests.image.utils import docker, layers
 
 from mcore_images.catalogue import wgrad_fusion
-from tests.image.utils import docker, layers
 
 PROVIDER = ("python -c \"import importlib.metadata as m, fused_weight_gradient_mlp_cuda; "
             "print((m.packages_distributions().get('fused_weight_gradient_mlp_cuda') or ['(none)'])[0])\"")

@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from mcore_images import SOURCE_TREE, create_only
+from mcore_images.catalogue import flash_attention
 from mcore_images.errors import InputError
 from mcore_images.options import OneLineParser, number
 from mcore_images.smoke.bench import data as bench_data
 from mcore_images.smoke.bench import gate as bench_gate
+from mcore_images.smoke.bench import graphs
 from mcore_images.smoke.bench import model as bench_model
 from mcore_images.smoke.bench.model import BenchConfig
 from mcore_images.smoke.kit import accumulation, errors, gpt_builder, seeds
@@ -65,6 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated, of: " + ", ".join(bench_model.PRECISIONS) + " (default: bf16 on GPUs, "
                         "fp32 with --cpu; FP8 rows need the te spec and an FP8 GPU, and each is compared with the "
                         "bf16 row of the same model, which runs too)")
+    p.add_argument("--cuda-graphs", default="", metavar="IMPL[,IMPL]",
+                   help="beside each TE row, the same row with CUDA graphs captured by each of: "
+                        + ", ".join(f"{k} (cuda_graph_impl={v})" for k, v in bench_model.GRAPH_IMPLS.items())
+                        + "; each is compared with its eager row (speed-up, loss), and records what was captured")
+    p.add_argument("--attention-backend", choices=bench_model.ATTENTION_BACKENDS, default="auto",
+                   help="megatron-core's attention_backend for the TE rows (default auto: TE chooses); flash is "
+                        "refused where no FlashAttention TE can run is installed, or the one installed was measured "
+                        "wrong (catalogue/flash_attention.py)")
     p.add_argument("--dispatcher", choices=("allgather", "alltoall"), default="allgather",
                    help="MoE token dispatcher (default allgather: the bench runs no expert parallelism, and on one "
                         "H200 it stepped moe-small 14 %% faster than alltoall, docs/bench.md)")
@@ -115,6 +125,20 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
     args.specs = specs
     if args.cpu and "te" in specs:
         raise errors.CouldNotRun("--specs te needs a GPU: drop --cpu")
+    args.cuda_graphs = _choose(args.cuda_graphs, bench_model.GRAPH_IMPLS, "--cuda-graphs") if args.cuda_graphs else []
+    te_only = [flag for flag, on in (("--cuda-graphs", args.cuda_graphs),
+                                     ("--attention-backend", args.attention_backend != "auto")) if on]
+    if te_only and (args.cpu or specs == ["local"]):
+        raise errors.CouldNotRun(f"{te_only[0]} applies to the TE rows, and {'--cpu' if args.cpu else '--specs local'} "
+                                 f"runs the local spec only: drop one of them")
+    if args.cuda_graphs and args.warmup < graphs.WARMUP_NEEDED:
+        raise errors.CouldNotRun(f"--cuda-graphs needs --warmup {graphs.WARMUP_NEEDED} or more (a step that captures "
+                                 "and one that replays before the timed steps)")
+    if args.attention_backend == "flash" and (problem := te.flash_problem()):
+        raise errors.CouldNotRun(problem)
+    asked = flash_attention.requested({**os.environ, flash_attention.ASKED: args.attention_backend})
+    if asked.conflict:
+        raise errors.CouldNotRun(f"{asked.conflict}: unset them, and choose with --attention-backend")
     args.variants = _choose(args.variants, bench_model.VARIANTS, "--variants")
     if needs := sorted({v.dispatcher for n in args.variants if (v := bench_model.VARIANTS[n]).dispatcher}
                        - {args.dispatcher}):
@@ -179,9 +203,12 @@ def dry_run(args: argparse.Namespace) -> int:
         print(f"{cfg.name}: N={cfg.size.active_params() / 1e9:.3f} B active, "
               f"{cfg.size.total_params() / 1e9:.3f} B total, "
               f"T={cfg.tokens_per_step()} tokens/step, FLOPs/step={sum(terms.values()):.4e} "
-              f"(dense {terms['dense']:.3e}, attention {terms['attention']:.3e}, logits {terms['logits']:.3e})")
+              f"(dense {terms['dense']:.3e}, attention {terms['attention']:.3e}, logits {terms['logits']:.3e}); "
+              f"{cfg.size.layers} layers, micro-batch {cfg.micro_batch} × {cfg.micro_batches}, predicted peak on one "
+              f"GPU {cfg.predicted_peak_gib():.1f} GiB bf16, {cfg.predicted_peak_gib(fp8=True):.1f} GiB FP8")
+    graphs = f" × eager and graphs-{', graphs-'.join(args.cuda_graphs)} (TE rows)" if args.cuda_graphs else ""
     print(f"rows per config and spec: variants {', '.join(args.variants)} × precisions {', '.join(args.precisions)}"
-          " (FP8 on the te spec only)")
+          f" (FP8 on the te spec only){graphs}; attention backend {args.attention_backend}")
     return errors.PASSED
 
 
@@ -217,16 +244,25 @@ class Case:
     spec: str
     variant: str
     precision: str
+    graphs: str | None = None  # a --cuda-graphs name; None: eager
+    attention: str = "auto"  # --attention-backend of the TE rows
+
+    @property
+    def row_variant(self) -> str:
+        return bench_model.row_variant(self.variant, self.graphs, self.attention)
 
     @property
     def label(self) -> str:
-        return f"{self.cfg.name}/{self.spec}/{self.variant}/{self.precision}"
+        return f"{self.cfg.name}/{self.spec}/{self.row_variant}/{self.precision}"
 
 
 def cases(configs: list[BenchConfig], specs: list[str], args: argparse.Namespace) -> list[Case]:
-    """Every row to measure, bf16 before the FP8 rows it is compared with; FP8 only where TE runs it."""
-    return [Case(cfg, spec, variant, precision) for cfg in configs for spec in specs for variant in args.variants
-            for precision in args.precisions if spec == "te" or not bench_model.PRECISIONS[precision].fp8]
+    """Every row to measure, bf16 before the FP8 rows it is compared with, each eager row before its graphed ones;
+    FP8, graphs and the attention backend only where TE runs."""
+    return [Case(cfg, spec, variant, precision, graphs, args.attention_backend if spec == "te" else "auto")
+            for cfg in configs for spec in specs for variant in args.variants for precision in args.precisions
+            if spec == "te" or not bench_model.PRECISIONS[precision].fp8
+            for graphs in [None, *(args.cuda_graphs if spec == "te" else [])]]
 
 
 def run_one(case: Case, args: argparse.Namespace, world: int, wgrad_fusion: bool) -> dict[str, Any]:
@@ -242,6 +278,21 @@ def run_one(case: Case, args: argparse.Namespace, world: int, wgrad_fusion: bool
     settings, dropped = bench_model.resolve_variant(variant, moe=cfg.size.moe, te=spec == "te", cpu=cpu,
                                                      wgrad_fusion=wgrad_fusion)
     settings.update(precision.settings)
+    if case.graphs:
+        settings.update(bench_model.graph_settings(case.graphs, moe=cfg.size.moe, te=spec == "te"))
+    if case.attention != "auto":
+        from megatron.core.transformer.enums import AttnBackend
+
+        settings["attention_backend"] = AttnBackend[case.attention]
+    # megatron-core sets the NVTE variables from attention_backend and asserts that those already set agree: each row
+    # starts from the process's own, and TE chooses its backend again.
+    for name, value in NVTE_AT_START.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if spec == "te":
+        te.forget_attention_choice()
     gc.collect()  # what an earlier run in this process left must not count towards this run's memory
     before_gib = None
     if not cpu:
@@ -249,10 +300,13 @@ def run_one(case: Case, args: argparse.Namespace, world: int, wgrad_fusion: bool
         before_gib = torch.cuda.memory_allocated() / 2**30
     t0 = time.perf_counter()
     # The same base seed for every row: each row of a config starts from the same weights (FP8 is compared with bf16).
-    bootstrap.init_parallel(tp=args.tp, cpu=cpu, timeout_s=args.timeout, seed=args.seed)
+    bootstrap.init_parallel(tp=args.tp, cpu=cpu, timeout_s=args.timeout, seed=args.seed, graphs=bool(case.graphs),
+                            te_rng_tracker=bool(case.graphs) and spec == "te")
     dp = ps.get_data_parallel_world_size()
     model = gpt(cfg, spec, args)
     config, unknown = gpt_builder.transformer_config(model, **settings)
+    if missing := [k for k in unknown if k in ("cuda_graph_impl", "attention_backend")]:
+        raise RuntimeError(f"this megatron-core has no {missing[0]} setting: the row cannot run as named")
     dropped += [f"{k} (not in this megatron-core)" for k in unknown]
     chunks, opt = bootstrap.wrap(gpt_builder.build(model, config), config, dist_opt=args.dist_opt and not cpu,
                                  cpu=cpu, lr=1e-4, weight_decay=0.01, check_for_nan=False)
@@ -275,12 +329,36 @@ def run_one(case: Case, args: argparse.Namespace, world: int, wgrad_fusion: bool
         reduced, _ = bootstrap.train_step(chunks, opt, next(taken), seq=cfg.size.seq, micro_batch=cfg.micro_batch)
         return bootstrap.reduced_pair(reduced, dp_group)
 
+    capture = graphs.Capture(str(settings["cuda_graph_impl"])) if case.graphs else None
+    try:
+        return _measure_row(case, args, world, step, chunks, config, opt, dp, capture, t0, before_gib, settings,
+                            unknown, dropped)
+    finally:
+        if capture is not None:
+            graphs.release(capture)
+        ps.destroy_model_parallel()  # the model and optimizer go with this frame; the next run collects them first
+
+
+NVTE_AT_START = {name: os.environ.get(name) for name in flash_attention.NVTE_VARIABLES}
+"""The NVTE attention variables as this process was given them (megatron-core sets them for each row)."""
+
+
+def _measure_row(case: Case, args: argparse.Namespace, world: int, step: Any, chunks: list[Any], config: Any,
+                 opt: Any, dp: int, capture: Any, t0: float, before_gib: float | None, settings: dict[str, Any],
+                 unknown: list[str], dropped: list[str]) -> dict[str, Any]:
+    """Warm up (capturing graphs where asked), time the steps, read what ran; the record of one row."""
+    import torch
+
+    cfg, spec, cpu = case.cfg, case.spec, args.cpu
     if not cpu:
         torch.cuda.synchronize()
     build_s = time.perf_counter() - t0
     t1 = time.perf_counter()
-    for _ in range(args.warmup):
+    for i in range(args.warmup):
         step()
+        if capture is not None and i == 0:
+            graphs.after_first_step(capture, chunks, config, opt, seq=cfg.size.seq, micro_batch=cfg.micro_batch,
+                                    micro_batches=cfg.micro_batches, dp=dp)
     if not cpu:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -308,10 +386,14 @@ def run_one(case: Case, args: argparse.Namespace, world: int, wgrad_fusion: bool
         reserved_gib = torch.cuda.max_memory_reserved() / 2**30
     loss = [float(p[0] / p[1]) for p in pairs]
     windows = [bench_model.median(step_s[i * args.steps:(i + 1) * args.steps]) for i in range(args.repeats)]
+    chosen = te.attention_backend(spec)
+    if case.attention != "auto" and not chosen.startswith(f"te {case.attention}"):
+        raise RuntimeError(f"attention_backend={case.attention} was asked, and TE ran {chosen}")
     record = {
-        "config": cfg.name, "spec": spec, "variant": case.variant, "precision": case.precision,
+        "config": cfg.name, "spec": spec, "variant": case.row_variant, "precision": case.precision,
+        "base_variant": case.variant, "attention_asked": case.attention, "cuda_graphs": case.graphs,
         "status": "ok", "error": None,
-        "settings": {k: v for k, v in settings.items() if k not in unknown},
+        "settings": {k: getattr(v, "name", v) for k, v in settings.items() if k not in unknown},  # enums by name
         "dropped": dropped, "dispatcher": config.moe_token_dispatcher_type if cfg.size.moe else None,
         "world_size": world, "dp": dp, "tp": args.tp, "sequence_parallel": bool(config.sequence_parallel),
         "micro_batch": cfg.micro_batch, "micro_batches": cfg.micro_batches, "seq": cfg.size.seq,
@@ -324,13 +406,16 @@ def run_one(case: Case, args: argparse.Namespace, world: int, wgrad_fusion: bool
         "build_s": build_s, "warmup_s": warmup_s,
         "peak_mem_gib": peak_gib, "peak_reserved_gib": reserved_gib, "allocated_before_gib": before_gib,
         "loss": loss, "loss_first": loss[0], "loss_last": loss[-1],
-        "attention_backend": te.attention_backend(spec), "optimizer": _optimizer_name(opt),
+        "attention_backend": chosen, "optimizer": _optimizer_name(opt),
+        "predicted_peak_gib": cfg.predicted_peak_gib(fp8=bench_model.PRECISIONS[case.precision].fp8)
+        if world == 1 and not cpu else None,
     }
+    if capture is not None:
+        record["cuda_graphs_captured"] = graphs.captured(capture, chunks)
     if args.profile:
         from mcore_images.smoke.bench import profile
 
         record["profile"] = profile.steps(step, steps=PROFILED_STEPS, cpu=cpu, step_ms=record["step_ms_median"])
-    ps.destroy_model_parallel()  # the model and optimizer go with this frame; the next run collects them first
     return record
 
 
@@ -372,6 +457,9 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     specs = (["local", "te"] if te_ok else ["local"]) if args.specs == ["auto"] else args.specs
     if "te" in specs and not te_ok:
         raise errors.CouldNotRun(te_error or "--specs te needs Transformer Engine: it is not installed")
+    if "te" not in specs and (args.cuda_graphs or args.attention_backend != "auto"):
+        raise errors.CouldNotRun("--cuda-graphs and --attention-backend apply to the TE rows, and Transformer Engine "
+                                 "is not installed here: drop them")
     if any(bench_model.PRECISIONS[p].fp8 for p in args.precisions):
         if "te" not in specs:
             raise errors.CouldNotRun("FP8 rows run through Transformer Engine: add te to --specs or drop the fp8 ones")
@@ -390,7 +478,7 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         print(f"[bench] stack {stack}: {stack_how}", flush=True)
     results = []
     for case in cases(configs_for(args), specs, args):
-        key = {"gpu": gpu, "stack": stack, "config": case.cfg.name, "spec": case.spec, "variant": case.variant,
+        key = {"gpu": gpu, "stack": stack, "config": case.cfg.name, "spec": case.spec, "variant": case.row_variant,
                "precision": case.precision, "world_size": world}
         try:
             rec = run_one(case, args, world, fusion["on"])
@@ -405,7 +493,7 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         results.append(rec)
         if rank == 0:
             print(_line(rec), flush=True)
-    results = bench_model.compare_precisions(results)
+    results = bench_model.compare_graphs(bench_model.compare_precisions(results))
     status, judged = bench_gate.gate(results, args.baseline_data, args.max_drop_pct)
     if te_error:
         status = "failed"
@@ -417,6 +505,8 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         "cudnn_loaded": te.cudnn_libraries(), "cudnn_torch": None if args.cpu else te.torch_cudnn(),
         "cudnn_home": os.environ.get("CUDNN_HOME") or os.environ.get("CUDNN_PATH"),
         "te_available": te_ok, "gradient_accumulation_fusion": fusion, "specs": specs, "variants": args.variants,
+        "cuda_graphs": args.cuda_graphs, "attention_backend": args.attention_backend,
+        "graph_loss_rtol": bench_model.GRAPH_LOSS_RTOL,
         "precisions": args.precisions, "warmup": args.warmup, "steps": args.steps, "repeats": args.repeats,
         "peak_tflops": peak, "peak_source": peak_source, "formula": FORMULA,
         "fp8_loss_rtol": bench_model.FP8_LOSS_RTOL,

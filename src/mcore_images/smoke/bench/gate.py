@@ -149,6 +149,13 @@ def judge(result: dict[str, Any], baseline: dict[str, Any] | None, max_drop_pct:
     if fp8 is not None and not fp8["loss_ok"]:
         return {"status": "failed", "reason": f"FP8 loss differs from bf16's by {fp8['loss_rel']:.2%} on average over "
                                               f"the timed steps (limit {fp8['loss_rtol']:.0%})"}
+    graphed = result.get("vs_eager")
+    if graphed is not None and not graphed["loss_ok"]:
+        return {"status": "failed", "reason": f"the graphed loss differs from eager's by {graphed['loss_rel']:.2%} on "
+                                              f"average over the timed steps (limit {graphed['loss_rtol']:.0%})"}
+    captured = result.get("cuda_graphs_captured")
+    if result.get("cuda_graphs") and captured is not None and not captured.get("captured"):
+        return {"status": "failed", "reason": f"no CUDA graph was captured ({captured.get('how')}): the row ran eager"}
     if is_adhoc(str(result.get("stack", ""))):
         return {"status": "ungated", "reason": "ad hoc versions: no stack's baseline applies"}
     if baseline is None:
@@ -228,8 +235,8 @@ def render_markdown(bench: dict[str, Any]) -> str:
         "window's median)",
         f"- FLOPs per step = {bench.get('formula', '–')}",
         "",
-        "| config | spec | variant | precision | step ms | tokens/s | TFLOP/s/GPU | MFU | vs bf16 | peak mem GiB "
-        "| gate |",
+        "| config | spec | variant | precision | step ms | tokens/s | TFLOP/s/GPU | MFU | vs bf16 / eager "
+        "| peak mem GiB | gate |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     notes = []
@@ -242,8 +249,10 @@ def render_markdown(bench: dict[str, Any]) -> str:
         if r.get("status") == "error":
             lines.append(f"{head} – | – | – | – | – | – | failed: {r.get('error')} |")
             continue
-        mfu, fp8 = r.get("mfu"), r.get("vs_bf16")
-        versus = "–" if not fp8 else f"{fp8['speedup']:.2f}× (loss {fp8['loss_rel']:.2%})"
+        mfu, versus = r.get("mfu"), "–"
+        for against in (r.get("vs_bf16"), r.get("vs_eager")):
+            if against:
+                versus = f"{against['speedup']:.2f}× (loss {against['loss_rel']:.2%})"
         lines.append(
             f"{head} {_fmt(r.get('step_ms_median'), '.1f')} | {_fmt(r.get('tokens_per_s'), ',.0f')} | "
             f"{_fmt(r.get('tflops_per_gpu'), '.1f')} | {'–' if mfu is None else f'{mfu * 100:.1f} %'} | {versus} | "

@@ -22,10 +22,12 @@ MFU = achieved model FLOP/s per GPU ÷ the GPU's dense bf16 peak (table below, v
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from mcore_images.smoke.bench import memory
 from mcore_images.smoke.kit.model_size import ModelSize
 
 
@@ -55,11 +57,23 @@ class BenchConfig:
     def flops_per_step(self, dp: int = 1) -> float:
         return sum(self.flops_terms(dp).values())
 
+    def predicted_peak_gib(self, *, fp8: bool = False) -> float:
+        """Peak memory of one GPU training this config alone (memory.py's formula), in GiB."""
+        return memory.peak_bytes(self.size, self.micro_batch, fp8=fp8) / memory.GIB
+
     def to_dict(self) -> dict[str, object]:
         return {"name": self.name, **asdict(self.size), "micro_batch": self.micro_batch,
                 "micro_batches": self.micro_batches, "family": self.family,
                 "active_params": self.size.active_params(), "total_params": self.size.total_params(),
                 "tokens_per_step_per_dp_rank": self.tokens_per_step()}
+
+
+LLAMA3_8B = ModelSize(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256, seq=8192)
+"""Llama-3-8B's shape (Meta's config.json: hidden 4096, 32 heads in 8 key/value groups, SwiGLU 14336, vocabulary
+128256, context 8192; untied embedding and output layer)."""
+DENSE_8B_MICRO_BATCH = 1
+"""One sequence of 8192 tokens per micro-batch: GEMMs of 8192 × 4096 rows are large enough to keep the GPU busy
+(dense-1b needed 4 × 4096 tokens for that at hidden 2048), and every sequence more costs activations a layer."""
 
 
 CONFIGS: dict[str, BenchConfig] = {
@@ -77,9 +91,18 @@ CONFIGS: dict[str, BenchConfig] = {
     # Small MoE: 8 experts, top-2 (0.17 B active in N, 0.65 B total): kept to compare with earlier results.
     "moe-small": BenchConfig("moe-small", ModelSize(layers=8, hidden=1024, heads=16, ffn=2816, vocab=32768, seq=4096,
                                                     experts=8, topk=2, moe_ffn=2816), micro_batch=8, micro_batches=1),
-    # Seconds-long shapes for CPU runs of the bench code (tests), not for numbers.
+    # Llama-3-8B's layer, as many layers as fit one H200 with the optimizer and FP8's weight copies (memory.py: the
+    # formula, the 10 % kept free), 4 micro-batches of one 8192-token sequence: the same 32768 tokens a step as the
+    # others.
+    "dense-8b": BenchConfig("dense-8b", dataclasses.replace(LLAMA3_8B, layers=memory.layers_that_fit(
+        LLAMA3_8B, DENSE_8B_MICRO_BATCH)), micro_batch=DENSE_8B_MICRO_BATCH, micro_batches=4,
+        family="Llama-3-8B (Meta): its layer shape, the layers one H200 holds"),
+    # Seconds-long shapes for CPU runs of the bench code (tests), not for numbers; tiny-gqa has the 8B's four query
+    # heads per key/value group.
     "tiny": BenchConfig("tiny", ModelSize(layers=2, hidden=64, heads=4, ffn=128, vocab=256, seq=32),
                         micro_batch=2, micro_batches=2),
+    "tiny-gqa": BenchConfig("tiny-gqa", ModelSize(layers=2, hidden=64, heads=8, kv_heads=2, ffn=224, vocab=256, seq=32),
+                            micro_batch=2, micro_batches=2),
     "tiny-moe": BenchConfig("tiny-moe", ModelSize(layers=2, hidden=64, heads=4, ffn=128, vocab=256, seq=32, experts=4,
                                                   topk=2, moe_ffn=64), micro_batch=2, micro_batches=2),
 }
@@ -95,6 +118,7 @@ class Variant:
     why: str
     ce_fusion: bool = False
     dispatcher: str | None = None  # the MoE token dispatcher its settings need (--dispatcher), if any
+    grouped_gemm: bool = False  # MoE experts in one grouped GEMM (TE's GroupedLinear; the TE spec's MoE rows all do)
 
 
 # What Megatron-LM's training scripts turn on by default (megatron/training/arguments.py: --no-bias-swiglu-fusion,
@@ -123,6 +147,9 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("fusions+drop-pad", {**FUSIONS, **DROP_PAD}, "MoE: the fusions, experts at capacity factor 1.0 padded to "
             "capacity (no device-to-host sync per layer; tokens over capacity dropped); needs --dispatcher alltoall",
             dispatcher="alltoall"),
+    Variant("dropless", FUSIONS, "MoE as Megatron-LM trains it without a capacity: every token reaches its top-k "
+            "experts, in one grouped GEMM (TE's GroupedLinear), with TE's fused permutation and router, through the "
+            "alltoall dispatcher; needs --dispatcher alltoall", dispatcher="alltoall", grouped_gemm=True),
 )}
 DEFAULT_VARIANTS = ("production",)
 
@@ -139,6 +166,9 @@ def resolve_variant(variant: Variant, *, moe: bool, te: bool, cpu: bool, wgrad_f
         for key in TE_MOE_KERNELS:
             if settings.pop(key, False):
                 dropped.append(f"{key} (Transformer Engine's kernel)")
+    if moe and variant.grouped_gemm and not te:
+        dropped.append("moe_grouped_gemm (Transformer Engine's GroupedLinear; the local spec's needs the grouped_gemm "
+                       "package)")
     if variant.ce_fusion:
         settings.update(cross_entropy_loss_fusion=True, cross_entropy_fusion_impl="te" if te else "native")
     if cpu:
@@ -156,6 +186,40 @@ def resolve_variant(variant: Variant, *, moe: bool, te: bool, cpu: bool, wgrad_f
         if settings.pop("persist_layer_norm", False):
             dropped.append("persist_layer_norm (apex's persistent LayerNorm; the local spec's torch norm refuses it)")
     return settings, dropped
+
+
+GRAPH_IMPLS: dict[str, str] = {"local": "local", "te": "transformer_engine"}
+"""``--cuda-graphs`` names → megatron-core's ``cuda_graph_impl``: its own capture (``CudaGraphManager``: each layer
+recorded in the first step, captured at its end by the schedule) or Transformer Engine's ``make_graphed_callables``
+(``TECudaGraphHelper``, which the training loop calls after its warm-up steps, as Megatron-LM's does)."""
+GRAPHED_MOE_SCOPE = ["attn"]
+"""What is captured of an MoE layer: its attention. A dropless expert part moves a different number of tokens every
+step, which a graph cannot replay (megatron-core refuses an ``moe`` scope without drop-and-pad); dense layers are
+captured whole (megatron-core's default scope)."""
+GRAPH_LOSS_RTOL = 0.01
+"""A graphed row's training loss over the timed steps must stay within 1 % (relative, mean over the steps) of the
+eager row's from the same weights and batches. A graph replays the kernels the eager step ran, on the same inputs,
+so only a different choice of GEMM algorithm at capture separates them (nothing measured yet); a graph that replays
+stale inputs trains on the wrong batches, and bf16's loss falls about 2 % a step early on (37 % over 20 steps on
+dense-1b), so one stale step moves the mean by more than this. A fifth of FP8's limit (``FP8_LOSS_RTOL``)."""
+ATTENTION_BACKENDS = ("auto", "fused", "unfused", "flash")
+"""``--attention-backend``: megatron-core's ``attention_backend`` for the TE rows (it sets TE's NVTE variables from
+it: catalogue/flash_attention.py MEGATRON_SETS). ``auto`` lets TE choose; ``local`` is the local spec."""
+
+
+def graph_settings(impl: str, *, moe: bool, te: bool) -> dict[str, object]:
+    """TransformerConfig settings of a graphed row (Megatron-LM turns TE's RNG tracker on for graphs of TE layers)."""
+    settings: dict[str, object] = {"cuda_graph_impl": GRAPH_IMPLS[impl], "use_te_rng_tracker": te}
+    if moe:
+        settings["cuda_graph_scope"] = list(GRAPHED_MOE_SCOPE)
+    return settings
+
+
+def row_variant(variant: str, graphs: str | None = None, attention: str = "auto") -> str:
+    """The variant a row is recorded and gated under: the settings' name, then the graph capture and the attention
+    backend where they are not the default (``production+ce+graphs-te``, ``fusions+attn-unfused``)."""
+    name = variant + (f"+graphs-{graphs}" if graphs else "")
+    return name + (f"+attn-{attention}" if attention != "auto" else "")
 
 
 @dataclass(frozen=True)
@@ -232,6 +296,35 @@ def median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+def mean_relative_difference(loss: list[float], reference: list[float]) -> float:
+    """Σ|loss − reference| / Σ|reference| over the steps both have."""
+    pairs = list(zip(loss, reference, strict=False))
+    return sum(abs(a - b) for a, b in pairs) / max(sum(abs(b) for _, b in pairs), 1e-30)
+
+
+def compare_graphs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each graphed row gets ``vs_eager``: its speed-up in tokens/s over the eager row of the same config, spec,
+    variant and precision, and its loss against that row's (limit GRAPH_LOSS_RTOL); None where that row failed."""
+    out = []
+    for rec in results:
+        if not rec.get("cuda_graphs") or rec.get("status") != "ok":
+            out.append(rec)
+            continue
+        eager = next((r for r in results if r.get("status") == "ok" and not r.get("cuda_graphs")
+                      and r.get("base_variant") == rec.get("base_variant")
+                      and all(r.get(k) == rec.get(k) for k in ("config", "spec", "precision", "attention_asked"))),
+                     None)
+        if eager is None:
+            out.append({**rec, "vs_eager": None})
+            continue
+        loss_rel = mean_relative_difference(rec["loss"], eager["loss"])
+        out.append({**rec, "vs_eager": {
+            "speedup": rec["tokens_per_s"] / eager["tokens_per_s"], "loss_rel": loss_rel, "loss_rtol": GRAPH_LOSS_RTOL,
+            "loss_ok": loss_rel <= GRAPH_LOSS_RTOL, "eager_step_ms": eager["step_ms_median"],
+        }})
+    return out
+
+
 def compare_precisions(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each FP8 row gets ``vs_bf16``: its speed-up in tokens/s over the bf16 row of the same config, spec and
     variant, and its loss over the timed steps against that row's (mean relative difference, limit
@@ -246,8 +339,7 @@ def compare_precisions(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if bf16 is None:
             out.append({**rec, "vs_bf16": None})
             continue
-        pairs = list(zip(rec["loss"], bf16["loss"], strict=False))
-        loss_rel = sum(abs(a - b) for a, b in pairs) / max(sum(abs(b) for _, b in pairs), 1e-30)
+        loss_rel = mean_relative_difference(rec["loss"], bf16["loss"])
         out.append({**rec, "vs_bf16": {
             "speedup": rec["tokens_per_s"] / bf16["tokens_per_s"], "loss_rel": loss_rel, "loss_rtol": FP8_LOSS_RTOL,
             "loss_ok": loss_rel <= FP8_LOSS_RTOL, "bf16_loss_last": bf16["loss_last"],

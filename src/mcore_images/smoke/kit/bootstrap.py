@@ -48,10 +48,12 @@ def init_process_group(cpu: bool, timeout_s: float) -> tuple[int, int]:
 
 
 def init_parallel(*, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1, ep: int = 1, cpu: bool,
-                  timeout_s: float, seed: int) -> None:
+                  timeout_s: float, seed: int, graphs: bool = False, te_rng_tracker: bool = False) -> None:
     """(Re-)initialise megatron's process groups for one layout and seed torch's generator and megatron's RNG
     trackers with the base seed, as Megatron-LM's training does (its ``_set_random_seed``); the world group
-    stays, so NCCL's setup is paid once per process."""
+    stays, so NCCL's setup is paid once per process. ``graphs``: a tracker CUDA graphs can capture (TE's where
+    ``te_rng_tracker``, as Megatron-LM chooses for TE layers); the tracker is made anew each time, so that a graphed
+    model and the next eager one each get their own kind."""
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
     ps.destroy_model_parallel()
@@ -63,7 +65,8 @@ def init_parallel(*, tp: int = 1, pp: int = 1, vpp: int = 1, cp: int = 1, ep: in
         create_gloo_process_groups=cpu,
     ))
     torch.manual_seed(seed)
-    model_parallel_cuda_manual_seed(seed)
+    model_parallel_cuda_manual_seed(seed, **supported(model_parallel_cuda_manual_seed, te_rng_tracker=te_rng_tracker,
+                                                      use_cudagraphable_rng=graphs, force_reset_rng=True))
 
 
 def teardown() -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
+
+from mcore_images.catalogue import components, flash_attention
 
 
 def state(wanted: bool) -> tuple[bool, str | None]:
@@ -73,3 +77,53 @@ def attention_backend(spec: str) -> str:
         return "te (not selected yet)"
     kind, detail = choice
     return f"te {kind} ({detail})" if detail else f"te {kind}"
+
+
+def forget_attention_choice() -> None:
+    """Make TE choose its attention backend again at the next forward. TE keeps its choice in module state and
+    chooses again only when the attention's shapes change, not when megatron-core sets other NVTE variables: the
+    next row of another ``attention_backend`` would otherwise run the backend the previous row chose. No-op where TE
+    keeps no such state."""
+    try:
+        from transformer_engine.pytorch.attention.dot_product_attention import _attention_backends as chosen
+    except Exception:  # older/newer TE: nothing cached to forget
+        return
+    chosen["attention_params"] = None
+    chosen["backend_selection_requires_update"] = True
+
+
+def installed_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+FLASH_DISTRIBUTIONS = {"fa2": "flash-attn", "fa3": "flash-attn-3", "fa4": flash_attention.FA4_DISTRIBUTION}
+"""The distributions TE reads each FlashAttention generation's version from."""
+
+
+def flash_problem(version: Callable[[str], str | None] = installed_version) -> str | None:
+    """Why megatron-core's ``attention_backend=flash`` would run no right attention under the TE installed here, or
+    None. Read from what is installed (no GPU needed, so before anything runs): a FlashAttention TE can run for
+    training, none of whose pairs was measured wrong (catalogue/flash_attention.py MEASURED, on the GPUs measured)."""
+    fix = "choose --attention-backend fused (cuDNN) or unfused"
+    te = version(str(components.BY_KEY["te"].distribution))
+    if te is None:
+        return f"--attention-backend flash selects Transformer Engine's FlashAttention, and TE is not installed: {fix}"
+    view = flash_attention.FlashView(**{key: version(dist) for key, dist in FLASH_DISTRIBUTIONS.items()})
+    if not flash_attention.flash_usable(view, te, None):
+        installed = ", ".join(f"{dist} {v}" for dist, v in zip(FLASH_DISTRIBUTIONS.values(), view.__dict__.values(),
+                                                                strict=True) if v) or "none of " + ", ".join(
+            FLASH_DISTRIBUTIONS.values())
+        return (f"--attention-backend flash leaves TE {te} no backend: it has no FlashAttention it can train with "
+                f"(installed: {installed}), and megatron-core turns fused and unfused off (NVTE_FUSED_ATTN=0 "
+                f"NVTE_UNFUSED_ATTN=0): {fix}")
+    cutlass = version(flash_attention.CUTLASS_DSL)
+    sms = {m.sm for m in flash_attention.MEASURED}
+    if view.fa4 and (wrong := flash_attention.measured_wrong(view.fa4, cutlass, te, sms)):
+        m = wrong[0]
+        return (f"--attention-backend flash would run {flash_attention.FA4_DISTRIBUTION} {view.fa4} on "
+                f"{flash_attention.CUTLASS_DSL} {cutlass} under TE {te}, measured wrong on sm_{m.sm} ({m.measured}; "
+                f"catalogue/flash_attention.py MEASURED): {fix}")
+    return None

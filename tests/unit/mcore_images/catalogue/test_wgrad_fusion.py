@@ -4,8 +4,9 @@ image tests, the doctor and the smoke, and the module's own package agreeing wit
 from __future__ import annotations
 
 import ast
-import tomllib
 from types import SimpleNamespace
+
+import tomllib
 
 from mcore_images.catalogue import wgrad_fusion
 from mcore_images.catalogue.stacks import load_stacks
@@ -20,8 +21,8 @@ def test_the_package_is_the_distribution_and_module_the_catalogue_names() -> Non
     assert project["project"]["dependencies"] == []  # torch and TE come with the image's lower layers
     assert project["tool"]["setuptools"]["py-modules"] == [wgrad_fusion.MODULE]
     tree = ast.parse((PACKAGE / f"{wgrad_fusion.MODULE}.py").read_text())
-    values = {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
-              if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id.isupper()}
+    assigned = [node for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)]
+    values = {node.targets[0].id: ast.literal_eval(node.value) for node in assigned if node.targets[0].id.isupper()}
     assert values["PROVIDER"] == wgrad_fusion.OURS
     functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
     # what megatron-core's tensor_parallel/layers.py and utils.py call

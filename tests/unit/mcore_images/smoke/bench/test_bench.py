@@ -401,3 +401,142 @@ def test_a_host_run_is_matched_on_the_catalogue_distributions() -> None:
     from mcore_images.smoke.bench import gate
 
     assert {key: components.BY_KEY[key].distributions[0] for key in ("torch", "te", "mcore")} == gate.MATCHED
+
+
+# ------------------------------------------------------------------- CUDA graphs, attention backend, 8B, dropless
+
+
+def test_dry_run_prints_the_8b_shape_and_its_predicted_peak() -> None:
+    out = bench("--dry-run", "--configs", "dense-8b", "--specs", "te", "--cuda-graphs", "local,te")
+    assert out.returncode == 0, out.stderr
+    assert "dense-8b: N=3.708 B active, 4.759 B total, T=32768 tokens/step" in out.stdout
+    assert "17 layers, micro-batch 1 × 4, predicted peak on one GPU 107.9 GiB bf16, 114.8 GiB FP8" in out.stdout
+    assert "× eager and graphs-local, graphs-te (TE rows)" in out.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--cpu", "--cuda-graphs", "te"], "--cuda-graphs applies to the TE rows, and --cpu runs the local spec only"),
+    (["--specs", "local", "--attention-backend", "fused"], "--attention-backend applies to the TE rows, and --specs "
+     "local runs the local spec only"),
+    (["--cuda-graphs", "cudnn"], "unknown --cuda-graphs ['cudnn']: choose from local, te"),
+    (["--cuda-graphs", "te", "--warmup", "1"], "--cuda-graphs needs --warmup 2 or more"),
+    (["--variants", "dropless"], "needs the alltoall MoE dispatcher: add --dispatcher alltoall"),
+])
+def test_bad_variant_flags_are_one_line_and_exit_2(args: list[str], message: str) -> None:
+    out = bench(*args, "--dry-run")
+    assert out.returncode == errors.COULD_NOT_RUN
+    assert message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_nvte_variables_that_contradict_the_backend_are_refused_before_anything_runs() -> None:
+    """Before: megatron-core asserted at the first model build (`NVTE_FUSED_ATTN set to 0, but expected 1`)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MCORE_IMAGES_STACK")}
+    env.update(PYTHONPATH=PYTHONPATH, CUDA_VISIBLE_DEVICES="", NVTE_FUSED_ATTN="0")
+    out = subprocess.run([sys.executable, "-m", "mcore_images.smoke.bench", "--dry-run", "--attention-backend",
+                          "fused"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == errors.COULD_NOT_RUN
+    assert "NVTE_FUSED_ATTN=0 does not: unset them, and choose with --attention-backend" in out.stderr
+
+
+def versions(**installed: str) -> Any:
+    return lambda dist: installed.get(dist)
+
+
+def test_flash_is_refused_without_transformer_engine_or_a_flashattention_it_can_train_with() -> None:
+    from mcore_images.smoke.kit import transformer_engine as te
+
+    assert "TE is not installed" in (te.flash_problem(versions()) or "")
+    none = te.flash_problem(versions(**{"transformer-engine": "2.20.2"}))
+    assert none is not None and "no FlashAttention it can train with (installed: none of flash-attn, flash-attn-3, " \
+                                 "flash-attn-4)" in none and none.endswith("choose --attention-backend fused (cuDNN) " \
+                                                                           "or unfused")
+    assert te.flash_problem(versions(**{"transformer-engine": "2.20.2", "flash-attn": "2.8.3"})) is None
+
+
+def test_flash_is_refused_where_the_installed_flashattention_4_was_measured_wrong() -> None:
+    from mcore_images.smoke.kit import transformer_engine as te
+
+    wrong = te.flash_problem(versions(**{"transformer-engine": "2.20.2", "flash-attn-4": "4.0.0b36",
+                                         "nvidia-cutlass-dsl": "4.8.1"}))
+    assert wrong is not None and "flash-attn-4 4.0.0b36 on nvidia-cutlass-dsl 4.8.1 under TE 2.20.2, measured " \
+                                 "wrong on sm_90" in wrong
+
+
+def test_the_flash_refusal_reaches_the_command_line_in_one_line() -> None:
+    out = bench("--dry-run", "--attention-backend", "flash")
+    assert out.returncode == errors.COULD_NOT_RUN and len(out.stderr.strip().splitlines()) == 1
+    assert "--attention-backend flash" in out.stderr and "fused" in out.stderr
+
+
+def test_graphed_rows_follow_their_eager_row_on_the_te_spec_only() -> None:
+    from mcore_images.smoke.bench import cli
+
+    args = cli.normalise(cli.build_parser().parse_args(["--configs", "dense-1b", "--cuda-graphs", "local,te",
+                                                        "--attention-backend", "unfused", "--variants", "fusions"]))
+    rows = [c.label for c in cli.cases(cli.configs_for(args), ["local", "te"], args)]
+    assert rows == ["dense-1b/local/fusions/bf16", "dense-1b/te/fusions+attn-unfused/bf16",
+                    "dense-1b/te/fusions+graphs-local+attn-unfused/bf16",
+                    "dense-1b/te/fusions+graphs-te+attn-unfused/bf16"]
+
+
+def test_graph_settings_capture_dense_layers_whole_and_moe_attention_only() -> None:
+    assert bench_model.graph_settings("local", moe=False, te=True) == {"cuda_graph_impl": "local",
+                                                                       "use_te_rng_tracker": True}
+    assert bench_model.graph_settings("te", moe=True, te=True) == {
+        "cuda_graph_impl": "transformer_engine", "use_te_rng_tracker": True, "cuda_graph_scope": ["attn"]}
+
+
+def graphed(loss: list[float], captured: bool = True, **over: Any) -> dict[str, Any]:
+    return result(500.0, variant="production+graphs-te", base_variant="production", cuda_graphs="te",
+                  attention_asked="auto", tokens_per_s=80000.0, loss=loss,
+                  cuda_graphs_captured={"captured": captured, "graphs": 16 if captured else 0, "how": "test"}, **over)
+
+
+def test_a_graphed_row_is_compared_with_its_eager_row_and_fails_when_its_loss_leaves_it() -> None:
+    eager = result(450.0, base_variant="production", cuda_graphs=None, attention_asked="auto", loss=[10.0, 9.0],
+                   step_ms_median=500.0)
+    rows = bench_model.compare_graphs([eager, graphed([10.0, 9.05]), graphed([10.0, 9.5])])
+    good, bad = rows[1]["vs_eager"], rows[2]["vs_eager"]
+    assert good["speedup"] == pytest.approx(80000 / 65000) and good["loss_ok"] and not bad["loss_ok"]
+    overall, judged = bench_gate.gate(rows, None)
+    assert overall == "failed" and [r["gate"]["status"] for r in judged] == ["no-baseline", "no-baseline", "failed"]
+    assert judged[2]["gate"]["reason"] == ("the graphed loss differs from eager's by 2.63% on average over the timed "
+                                           "steps (limit 1%)")
+    assert "1.23× (loss 0.26%)" in bench_gate.render_markdown({"results": judged})
+
+
+def test_a_graphed_row_that_captured_nothing_fails_as_having_run_eager() -> None:
+    overall, judged = bench_gate.gate([graphed([10.0, 9.0], captured=False)], None)
+    assert overall == "failed" and judged[0]["gate"]["reason"].startswith("no CUDA graph was captured (test)")
+
+
+def test_dropless_names_the_grouped_gemm_the_local_spec_cannot_run() -> None:
+    dropless = bench_model.VARIANTS["dropless"]
+    assert dropless.dispatcher == "alltoall" and dropless.grouped_gemm
+    settings, dropped = bench_model.resolve_variant(dropless, moe=True, te=True, cpu=False, apex=False)
+    assert settings["moe_permute_fusion"] and "capacity" not in str(settings) and not any("grouped" in d for d in
+                                                                                         dropped)
+    _, dropped = bench_model.resolve_variant(dropless, moe=True, te=False, cpu=True, apex=False)
+    assert any(d.startswith("moe_grouped_gemm (Transformer Engine's GroupedLinear") for d in dropped)
+
+
+def test_the_goals_table_judges_each_row_and_names_the_goals_no_row_reached() -> None:
+    from mcore_images.smoke.bench import goals
+
+    one_by_eight = {"micro_batch": 1, "micro_batches": 8, "step_ms": [500.0, 510.0, 490.0]}
+    rows = [
+        bench_model.compare_graphs([
+            result(450.0, mfu=0.40, base_variant="production", attention_asked="auto", loss=[10.0, 9.0],
+                   **one_by_eight),
+            graphed([10.0, 9.0], mfu=0.56, **one_by_eight)])[1],
+        graphed([10.0, 9.0], mfu=0.57, micro_batch=1, micro_batches=8, step_ms=[500.0, 560.0, 500.0]),
+        result(200.0, config="moe-olmoe-4l", variant="dropless", base_variant="dropless", mfu=0.27,
+               step_ms=[300.0, 301.0]),
+    ]
+    text = goals.table([{"results": rows}])
+    assert "| dense-1b | production+graphs-te | bf16 | 1 × 8 | 500.0 (±2.0%) |" in text
+    assert "MFU ≥ 55 %, steps within ±5 %: met (0.56)" in text
+    assert "MFU ≥ 55 %, steps within ±5 %: MISSED (0.57; steps within ±12.0% of the median, over ±5 %)" in text
+    assert "MFU ≥ 30 %: MISSED (0.27)" in text and "0.00% vs eager (1.23×)" in text
+    assert "- FP8 on the 8B shape (≥ 1.35× bf16): not measured, no row of it ran" in text
+    assert "- drop-pad MoE (MFU ≥ 40 %): not measured" in text
