@@ -105,7 +105,8 @@ for line in (repo_root() / "Dockerfile").read_text().replace("\\\n", " ").splitl
         env += [item.replace("${STACK}", stack.name) for item in line[4:].split()]
 (out / "image-env.json").write_text(json.dumps(env) + "\n")
 (out / "path-tools.txt").write_text("\n".join(["bash", "cat", "cc", "c++", "env", "g++", "gcc", "git", "ls", "make",
-                                              "nvidia-smi", "python3-config", "sh", "uname", "which"]) + "\n")
+                                              "mkdir", "mktemp", "nvidia-smi", "python3-config", "sh", "tar", "torchrun",
+                                              "uname", "which"]) + "\n")
 print(f"[replica] {stack.name}: {len(carried)} wheels to carry, {len(env)} image variables")
 PY
   local python
@@ -254,6 +255,10 @@ PY
   printf '#!/bin/sh\nexec %s "$@"\n' "$py" >"$REPLICA/bin/python"
   chmod +x "$REPLICA/bin/python"
   ln -sf python "$REPLICA/bin/python3"
+  # torch's console script in the image's venv: the host's torch, through the same interpreter
+  rm -f "$REPLICA/bin/torchrun"  # a link to the host's would be written through
+  printf '#!/bin/sh\nexec %s -m torch.distributed.run "$@"\n' "$py" >"$REPLICA/bin/torchrun"
+  chmod +x "$REPLICA/bin/torchrun"
   printf '[replica] %s wheels in %s; %s commands in %s\n' "$(find "$REPLICA/wheels" -name '*.whl' | wc -l)" "$REPLICA/site" \
     "$(find "$REPLICA/bin" -mindepth 1 | wc -l)" "$REPLICA/bin"
   differences "$dir"

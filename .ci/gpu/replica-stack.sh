@@ -7,6 +7,8 @@
 #           (FREEZE: what `.ci/gpu/replica-stack.sh freeze` printed there; without it every wheel goes)
 #           .ci/gpu/replica-stack.sh apex-source APEX_CHECKOUT build/replica-cuda   (optional: apex's gradient
 #           accumulation extension's sources at the stack's commit, compiled there beside ours for the comparison)
+#           .ci/gpu/replica-stack.sh megatron-lm-source MEGATRON_LM_CHECKOUT DIR   (optional: Megatron-LM at the
+#           stack's megatron-core release, core_vX.Y.Z, as DIR/megatron-lm.tar for the megatron-lm step)
 #   there:  .ci/gpu/replica-stack.sh freeze                          `pip freeze` of the host, to plan the carry
 #           .ci/image-env-replica.sh stash build/replica-cuda/parts/<part>   one call per part, back to back
 #           .ci/gpu/replica-stack.sh all build/replica-cuda "$OUT" [STEP…]   install, then each check below (or the
@@ -24,11 +26,13 @@
 #   trainer-imports  python -m mcore_images.smoke.verl_step.trainer_imports: every package verl's trainer imports
 #   verl-step        python -m mcore_images.smoke.verl_step: verl's Megatron engine (flash and fused) and one GRPO step
 #   bridge           python -m mcore_images.smoke.bridge --bridges megatron-bridge: HF -> Megatron -> HF round trip
+#   megatron-lm      Megatron-LM's pretrain_gpt.py with its defaults, the command docs/megatron-lm.md shows (read from
+#                    that page), in the carried checkout of the stack's release
 # This is a replica: the host's Python, torch build and driver are the host's, and its certificate says so.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 REPLICA_SH="$ROOT/.ci/image-env-replica.sh"
-STEPS=(install smoke wgrad apex-wgrad trainer-imports verl-step bridge)
+STEPS=(install smoke wgrad apex-wgrad trainer-imports verl-step bridge megatron-lm)
 APEX_SOURCES=(csrc/type_shim.h csrc/megatron/fused_weight_gradient_dense.cpp
   csrc/megatron/fused_weight_gradient_dense_cuda.cu csrc/megatron/fused_weight_gradient_dense_16bit_prec_cuda.cu)
 
@@ -90,6 +94,38 @@ sys.exit(0 if all(r["passed"] for r in rows) else 1)
 PY
 }
 
+# The command docs/megatron-lm.md shows for Megatron-LM's defaults: the fenced block after its marker line.
+megatron_lm_command() {
+  awk '/<!-- megatron-lm-defaults/ {found=1; next} found && /^```bash/ {inside=1; next}
+       inside && /^```/ {exit} inside {print}' "$ROOT/docs/megatron-lm.md"
+}
+
+megatron_lm() {
+  local archive="$1" command="$2" checkout
+  checkout="$(mktemp -d /tmp/megatron-lm.XXXXXX)"
+  tar -C "$checkout" -xf "$archive"
+  export MEGATRON_LM_CHECKOUT="$checkout" PYTHONPATH="$checkout:$PYTHONPATH"
+  printf '[replica-gpu] Megatron-LM %s at %s\n' "$(cat "$checkout/.release")" "$checkout"
+  bash -c "$command"
+}
+
+megatron_lm_source() {
+  local checkout="$1" dir="$2" stack mcore tag
+  [[ -f "$dir/image-env.json" ]] || die "$dir has no image-env.json: make the replica first (image-env-replica.sh locks)"
+  stack="$(python3 -c 'import json, sys; print(next(v.split("=", 1)[1] for v in json.load(open(sys.argv[1])) if v.startswith("MCORE_IMAGES_STACK=")))' "$dir/image-env.json")"
+  mcore="$(PYTHONPATH="$ROOT/src" python3 -c 'import sys; from mcore_images.catalogue.stacks import get_stack; print(get_stack(sys.argv[1]).mcore)' "$stack")"
+  tag="core_v$mcore"
+  git -C "$checkout" rev-parse -q --verify "refs/tags/$tag" >/dev/null || die "$checkout has no tag $tag (the $stack stack's megatron-core)"
+  [[ ! -e "$dir/megatron-lm.tar" ]] || die "$dir/megatron-lm.tar exists: remove it first (megatron-lm-source creates it)"
+  local staging
+  staging="$(mktemp -d)"
+  git -C "$checkout" archive "$tag" | tar -C "$staging" -x
+  printf '%s\n' "$tag" >"$staging/.release"
+  tar -C "$staging" -cf "$dir/megatron-lm.tar" .
+  rm -rf "$staging"
+  printf '[replica-gpu] Megatron-LM %s: %s\n' "$tag" "$(du -h "$dir/megatron-lm.tar" | cut -f1)"
+}
+
 apex_source() {
   local checkout="$1" dir="$2" commit file
   commit="$(PYTHONPATH="$ROOT/src" python3 -c 'from mcore_images.catalogue.stacks import get_stack; print(get_stack("cuda").apex)')"
@@ -133,6 +169,13 @@ all() {
         step verl-step "$out" bash "$REPLICA_SH" run "$dir" python -m mcore_images.smoke.verl_step \
           --keep "$(mktemp -u /tmp/replica-verl-step.XXXXXX)" --out "$out/verl-step" ;;
       bridge) step bridge "$out" bash "$REPLICA_SH" run "$dir" python -m mcore_images.smoke.bridge --bridges megatron-bridge ;;
+      megatron-lm)
+        [[ -f "$dir/megatron-lm.tar" ]] || die "megatron-lm needs $dir/megatron-lm.tar (\`$0 megatron-lm-source CHECKOUT $dir\` here)"
+        local command
+        command="$(megatron_lm_command)"
+        [[ -n "$command" ]] || die "docs/megatron-lm.md has no megatron-lm-defaults block"
+        step megatron-lm "$out" bash "$REPLICA_SH" run "$dir" bash -c \
+          "ROOT='$ROOT'; $(declare -f megatron_lm); megatron_lm '$dir/megatron-lm.tar' \"\$1\"" _ "$command" ;;
     esac
   done
   cat "$out/summary.txt"
@@ -142,6 +185,8 @@ case "${1:-}" in
   freeze) [[ $# -eq 1 ]] || die "usage: $0 freeze"
     python3 --version; python3 -m pip freeze; nvidia-smi --query-gpu=name,driver_version --format=csv ;;
   apex-source) shift; [[ $# -eq 2 ]] || die "usage: $0 apex-source APEX_CHECKOUT DIR"; apex_source "$@" ;;
+  megatron-lm-source) shift; [[ $# -eq 2 ]] || die "usage: $0 megatron-lm-source MEGATRON_LM_CHECKOUT DIR"
+    megatron_lm_source "$@" ;;
   all) shift; [[ $# -ge 2 ]] || die "usage: $0 all DIR OUT [STEP…]"; all "$@" ;;
-  *) die "usage: $0 freeze | apex-source APEX_CHECKOUT DIR | all DIR OUT [STEP…] (steps: ${STEPS[*]}; all by default)" ;;
+  *) die "usage: $0 freeze | apex-source APEX_CHECKOUT DIR | megatron-lm-source MEGATRON_LM_CHECKOUT DIR | all DIR OUT [STEP…] (steps: ${STEPS[*]}; all by default)" ;;
 esac
