@@ -67,6 +67,15 @@ def padding_helpers() -> str:
     return ", ".join(sorted({f"{getattr(f, '__module__', '?')}" for f in functions}))
 
 
+def fusion_used(engine: Any) -> dict[str, Any]:
+    """Whether the engine's model runs megatron-core's gradient accumulation fusion (verl's default, through the
+    bridge's provider) and who provides the module (catalogue.wgrad_fusion), read from the built TransformerConfig."""
+    from mcore_images.catalogue import wgrad_fusion
+
+    config = getattr(engine, "tf_config", None)
+    return {"on": getattr(config, "gradient_accumulation_fusion", None), "provider": wgrad_fusion.provider()}
+
+
 def _cls(obj: Any) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
@@ -148,7 +157,8 @@ def run(backend: str, model: Path, batch_file: Path, bridge: str) -> dict[str, A
         record.update(worker=_cls(worker), engine=_cls(engine),
                       bridge_class=_cls(getattr(engine, "bridge", None)),
                       vanilla_mbridge=bool(getattr(engine, "vanilla_bridge", False)),
-                      nvte={k: os.environ.get(k) for k in ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")})
+                      nvte={k: os.environ.get(k) for k in ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")},
+                      gradient_accumulation_fusion=fusion_used(engine))
         stage = "log-probs (TrainingWorker.infer_batch)"
         old, data = log_probs(worker, batch)
         record["te_backend"] = transformer_engine.attention_backend("te")
