@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from mcore_images.catalogue import components, flash_attention, gpu_archs, platforms, tags
+from mcore_images.catalogue import components, flash_attention, fused_attention, gpu_archs, platforms, tags
 from mcore_images.catalogue.components import FROM_BASE
 from mcore_images.catalogue.stacks import NONE, Stack, canonical
 from mcore_images.catalogue.versions import (
@@ -261,6 +261,38 @@ def _flash_attn_unmeasured(s: Stack) -> Iterator[str]:
         yield (f"FlashAttention {s.flash_attn} under TE {s.te} (attention_backend=flash, verl's default) is unchecked "
                f"against a reference on {on}: {why}; the GPU script measures it on an H200 (sm_90): "
                f"{flash_attention.measure_command(s.te)}")
+
+
+def _fused_pairs(s: Stack) -> Iterator[tuple[int, fused_attention.FusedMeasurement | None]]:
+    """The stack's TE × cuDNN pair on each GPU architecture it serves: its measurement there, or None."""
+    if not (s.has("te") and s.has("cudnn")) or FROM_BASE in (s.te, s.cudnn):
+        return
+    for sm in sorted({n for a in gpu_archs.parse(s.cuda_archs) if (n := gpu_archs.number(a)) is not None}):
+        yield sm, fused_attention.measurement(s.te, s.cudnn, sm)
+
+
+@rule("te-fused-attention",
+      "no stack pairs a TE release with a cuDNN release whose cuDNN fused attention (megatron-core's default "
+      "attention_backend, and `fused`) was measured failing on a GPU the stack serves (fused_attention.MEASURED)")
+def _te_fused_attention(s: Stack) -> Iterator[tuple[str, str]]:
+    for sm, found in _fused_pairs(s):
+        if found is not None and found.verdict != fused_attention.RIGHT:
+            right = [m.te for m in fused_attention.others(s.cudnn, sm) if m.verdict == fused_attention.RIGHT]
+            yield (f"TE {s.te}'s cuDNN fused attention with cuDNN {s.cudnn} {found.verdict} on sm_{sm} "
+                   f"({found.date}, {found.evidence}): {found.detail}"), \
+                (f"pin a TE release measured right with this cuDNN ({', '.join(right) or 'none yet'}), or a cuDNN TE "
+                 f"{s.te} runs with, and measure it ({fused_attention.MEASURE_COMMAND})")
+
+
+@note("te-fused-attention-unmeasured",
+      "a stack whose TE × cuDNN pair has no measurement of its cuDNN fused attention on sm_90 (the architecture of "
+      "the GPUs lent for measuring), where it serves sm_90, is told so, with what was measured beside it")
+def _te_fused_attention_unmeasured(s: Stack) -> Iterator[str]:
+    sm = fused_attention.MEASURABLE_SM
+    if any(at == sm and found is None for at, found in _fused_pairs(s)):
+        beside = ", ".join(f"{m.te} {m.verdict}" for m in fused_attention.others(s.cudnn, sm))
+        yield (f"TE {s.te} × cuDNN {s.cudnn}: fused attention unchecked on sm_{sm}"
+               f"{f' (with this cuDNN: TE {beside})' if beside else ''}; measure: {fused_attention.MEASURE_COMMAND}")
 
 
 @rule("te-cuda", "a transformer-engine-cuXX wheel exists for the stack's CUDA major (cu13 from TE 2.9)")

@@ -56,6 +56,9 @@ BAD = [
     ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b11"}),  # TE's own install hint, on cutlass-dsl 4.8.1
     ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b24"}),
     ("flash-attn-archs", "debian-verl", {"cuda_archs": "80;90;100", "flash_attn": "4.0.0b37"}),
+    # TE 2.17.1 with cuDNN 9.19.0.56: its fused attention raised on an H200 (fused_attention.MEASURED), the cuda
+    # stack's recipe of 50d7c45
+    ("te-fused-attention", "cuda", {"te": "2.17.1"}),
     # the pair measured wrong on an H200 under TE 2.20.2 (flash_attention.MEASURED), shipped where sm_90 is claimed
     ("flash-attn-measured", "debian", {"flash_attn": "4.0.0b36"}),
     ("flash-attn-measured", "debian-mcore019", {"flash_attn": "4.0.0b36", "cuda_archs": "90a"}),
@@ -327,3 +330,28 @@ def test_verl_0_9_needs_a_bridge_and_on_python_3_11_has_none(stacks: dict[str, S
     assert "mbridge-transformers" in {v.rule for v in rules.check(on_311)}
     with_cap = variant(stacks["debian-verl"], verl="0.9.1")  # transformers<5 keeps mbridge reading its configs
     assert any(v.rule == "verl-requirements" and "transformers" in v.message for v in rules.check(with_cap))
+
+
+def test_a_te_and_cudnn_pair_with_no_fused_attention_measurement_on_sm90_is_a_note_naming_its_neighbours(
+        stacks: dict[str, Stack]) -> None:
+    """The cuda stack's TE 2.18.0 with cuDNN 9.19.0.56 is unmeasured: a note (never a refusal) that names what was
+    measured with that cuDNN; TE 2.20.2 with it was measured right (no note); a stack not serving sm_90 gets none."""
+    cuda = stacks["cuda"]
+    found = [n for n in rules.notes(cuda) if n.startswith("[te-fused-attention-unmeasured]")]
+    assert found == ["[te-fused-attention-unmeasured] stack 'cuda': TE 2.18.0 × cuDNN 9.19.0.56: fused attention "
+                     "unchecked on sm_90 (with this cuDNN: TE 2.17.1 raises, 2.20.2 right); measure: "
+                     "docs/verl-step.md, 'On a GPU' (the replica's smoke runs the attention check)"]
+    assert not rules.check(cuda)
+    measured = variant(cuda, te="2.20.2")
+    assert not [n for n in rules.notes(measured) if n.startswith("[te-fused-attention-unmeasured]")]
+    elsewhere = variant(cuda, cuda_archs="100;120")
+    assert not [n for n in rules.notes(elsewhere) if n.startswith("[te-fused-attention-unmeasured]")]
+    assert not [n for n in rules.notes(stacks["ngc"]) if n.startswith("[te-fused-attention")]  # NGC's own cuDNN
+
+
+def test_the_fused_attention_refusal_names_the_measurement_and_a_release_measured_right(
+        stacks: dict[str, Stack]) -> None:
+    problems = rules.check(variant(stacks["cuda"], te="2.17.1"))
+    (problem, fix), = [(v.message, v.fix) for v in problems if v.rule == "te-fused-attention"]
+    assert "raises on sm_90" in problem and "docs/measurements/2026-12-06-cuda-replica/attention.json" in problem
+    assert "CUDNN_ATTR_OPERATION_RESHAPE_MODE" in problem and "2.20.2" in fix
