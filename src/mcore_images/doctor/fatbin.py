@@ -188,7 +188,8 @@ def kernel_binaries(locate: Callable[[str], Path | None] = find_spec_path) -> di
         ext = [top]
     if ext:
         found["te-torch"] = ext
-    if apex := [p for name in APEX_MODULES if (p := locate(name)) is not None and p.is_file()]:
+    # compiled extensions only: where apex is absent, fused_weight_gradient_mlp_cuda is this project's Python module
+    if apex := [p for name in APEX_MODULES if (p := locate(name)) is not None and p.is_file() and p.suffix == ".so"]:
         found["apex"] = apex
     return found
 

@@ -133,6 +133,8 @@ def test_runs_alone_and_prints_the_kernel_binaries(tmp_path: Path) -> None:
     (te / "__init__.py").write_text("")
     write_so(te / "wheel_lib" / "libtransformer_engine.so", [(2, 90), (2, -103)])
     write_so(tmp_path / "amp_C.so", [(2, 80), (1, 90)])
+    # where apex is absent, the images' fused_weight_gradient_mlp_cuda is a Python module: no kernel binary
+    (tmp_path / "fused_weight_gradient_mlp_cuda.py").write_text("PROVIDER = 'mcore-images-wgrad-fusion'\n")
     ext = te / "wheel_lib" / "transformer_engine_torch.cpython-311-x86_64-linux-gnu.so"  # where TE 2.x keeps it
     ext.write_bytes(elf_with({".text": b"\x90" * 16}))
     source = Path(fatbin.__file__).read_text()
