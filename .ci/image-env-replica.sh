@@ -104,9 +104,10 @@ for line in (repo_root() / "Dockerfile").read_text().replace("\\\n", " ").splitl
     elif stage and line.startswith("ENV "):
         env += [item.replace("${STACK}", stack.name) for item in line[4:].split()]
 (out / "image-env.json").write_text(json.dumps(env) + "\n")
-(out / "path-tools.txt").write_text("\n".join(["bash", "cat", "cc", "c++", "env", "g++", "gcc", "git", "ls", "make",
-                                              "mkdir", "mktemp", "nvidia-smi", "python3-config", "sh", "tar", "torchrun",
-                                              "uname", "which"]) + "\n")
+# gcc runs binutils' as and ld by PATH, and Triton finds libcuda through ldconfig: its kernels compile with them.
+(out / "path-tools.txt").write_text("\n".join(["as", "bash", "cat", "cc", "c++", "env", "g++", "gcc", "git", "ld",
+                                              "ldconfig", "ls", "make", "mkdir", "mktemp", "nvidia-smi",
+                                              "python3-config", "sh", "tar", "torchrun", "uname", "which"]) + "\n")
 print(f"[replica] {stack.name}: {len(carried)} wheels to carry, {len(env)} image variables")
 PY
   local python

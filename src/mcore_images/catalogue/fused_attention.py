@@ -60,6 +60,16 @@ MEASURED: tuple[FusedMeasurement, ...] = (
         evidence="docs/measurements/2026-12-06-attention-pairs/te2.20-b36-c4.8.1.json",
         detail="fused and auto (which selected cuDNN's fused attention) passed every case",
     ),
+    FusedMeasurement(
+        te="2.18.0", cudnn="9.19.0.56", sm=90, verdict=RIGHT, date="2026-12-06",
+        setting="one H100 80GB HBM3 (driver 580.159), host Python 3.12.3, torch 2.11.0+cu130 with its cuDNN 9.19.0 "
+                "(nvidia-cudnn-cu13 9.19.0.56)",
+        command='bash .ci/gpu/replica-stack.sh all build/replica-cuda "$OUT/b" smoke verl-step (the cuda stack at '
+                "c3e5527)",
+        evidence="docs/measurements/2026-12-06-cuda-replica-te2.18/attention.json",
+        detail="fused and auto (which selected cuDNN's fused attention) passed every case; largest output error "
+               "0.117 of its limit",
+    ),
 )
 """Every TE × cuDNN fused attention measurement on a GPU, oldest first."""
 

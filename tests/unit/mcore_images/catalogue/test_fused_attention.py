@@ -27,5 +27,7 @@ def test_each_measurement_is_what_its_evidence_says() -> None:
 
 def test_measurement_finds_exactly_the_pair() -> None:
     assert fused_attention.measurement("2.17.1", "9.19.0.56", 90).verdict == fused_attention.RAISES
-    assert fused_attention.measurement("2.18.0", "9.19.0.56", 90) is None
+    assert fused_attention.measurement("2.18.0", "9.19.0.56", 90).verdict == fused_attention.RIGHT
+    assert fused_attention.measurement("2.18.0", "9.19.0.56", 100) is None
+    assert fused_attention.measurement("2.19.1", "9.19.0.56", 90) is None
     assert fused_attention.measurement("2.17.1", "9.19.0.56", 100) is None

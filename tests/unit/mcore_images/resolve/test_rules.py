@@ -334,17 +334,20 @@ def test_verl_0_9_needs_a_bridge_and_on_python_3_11_has_none(stacks: dict[str, S
 
 def test_a_te_and_cudnn_pair_with_no_fused_attention_measurement_on_sm90_is_a_note_naming_its_neighbours(
         stacks: dict[str, Stack]) -> None:
-    """The cuda stack's TE 2.18.0 with cuDNN 9.19.0.56 is unmeasured: a note (never a refusal) that names what was
-    measured with that cuDNN; TE 2.20.2 with it was measured right (no note); a stack not serving sm_90 gets none."""
+    """TE 2.19.1 with the cuda stack's cuDNN 9.19.0.56 is unmeasured: a note (never a refusal) that names what was
+    measured with that cuDNN; the stack's own TE 2.18.0 and 2.20.2 were measured right (no note); a stack not
+    serving sm_90 gets none."""
     cuda = stacks["cuda"]
-    found = [n for n in rules.notes(cuda) if n.startswith("[te-fused-attention-unmeasured]")]
-    assert found == ["[te-fused-attention-unmeasured] stack 'cuda': TE 2.18.0 × cuDNN 9.19.0.56: fused attention "
-                     "unchecked on sm_90 (with this cuDNN: TE 2.17.1 raises, 2.20.2 right); measure: "
+    assert not [n for n in rules.notes(cuda) if n.startswith("[te-fused-attention")]
+    unmeasured = variant(cuda, te="2.19.1")
+    found = [n for n in rules.notes(unmeasured) if n.startswith("[te-fused-attention-unmeasured]")]
+    assert found == ["[te-fused-attention-unmeasured] stack 'cuda': TE 2.19.1 × cuDNN 9.19.0.56: fused attention "
+                     "unchecked on sm_90 (with this cuDNN: TE 2.17.1 raises, 2.20.2 right, 2.18.0 right); measure: "
                      "docs/verl-step.md, 'On a GPU' (the replica's smoke runs the attention check)"]
     assert not rules.check(cuda)
     measured = variant(cuda, te="2.20.2")
     assert not [n for n in rules.notes(measured) if n.startswith("[te-fused-attention-unmeasured]")]
-    elsewhere = variant(cuda, cuda_archs="100;120")
+    elsewhere = variant(unmeasured, cuda_archs="100;120")
     assert not [n for n in rules.notes(elsewhere) if n.startswith("[te-fused-attention-unmeasured]")]
     assert not [n for n in rules.notes(stacks["ngc"]) if n.startswith("[te-fused-attention")]  # NGC's own cuDNN
 
