@@ -109,9 +109,10 @@ print(f"[replica] {stack.name}: {len(carried)} wheels to carry, {len(env)} image
 PY
   local python
   python="$(PYTHONPATH="$ROOT/src" python3 -c 'import sys; from mcore_images.catalogue.stacks import get_stack; print(get_stack(sys.argv[1]).python)' "$stack")"
-  # Wheels for the stack's Python and platform, hash-checked; a release with no wheel (fast-hadamard-transform)
+  # Wheels for the stack's Python and platform, hash-checked; a release with no wheel (antlr4-python3-runtime, wget)
   # comes as its sdist, fetched by its index URL and checked against the lock's hashes (building its metadata
-  # here would need torch), and is built on the GPU host.
+  # here could need torch), and is built on the GPU host, offline: `lock` refuses a locked sdist whose build reaches
+  # for the network (src/mcore_images/resolve/sdist_builds.py), and the stack's left_out keeps one out of the locks.
   PYTHONPATH="$ROOT/src" python3 - "$dir" "$python" <<'PY'
 import hashlib, re, subprocess, sys, urllib.request
 from pathlib import Path
