@@ -115,9 +115,10 @@ PY
   # REPLICA_PYTHON: the GPU host's Python where it is not the stack's (the debian stacks have 3.13, the H200 3.12):
   # the wheels must install there; the certificate lists the difference.
   python="${REPLICA_PYTHON:-$python}"
-  # Wheels for the stack's Python and platform, hash-checked; a release with no wheel (fast-hadamard-transform)
+  # Wheels for the stack's Python and platform, hash-checked; a release with no wheel (antlr4-python3-runtime, wget)
   # comes as its sdist, fetched by its index URL and checked against the lock's hashes (building its metadata
-  # here would need torch), and is built on the GPU host.
+  # here could need torch), and is built on the GPU host, offline: `lock` refuses a locked sdist whose build reaches
+  # for the network (src/mcore_images/resolve/sdist_builds.py), and the stack's left_out keeps one out of the locks.
   PYTHONPATH="$ROOT/src" python3 - "$dir" "$python" <<'PY'
 import hashlib, re, subprocess, sys, urllib.request
 from pathlib import Path

@@ -24,7 +24,8 @@ from mcore_images.catalogue.components import FROM_BASE, LAYERS, NONE
 from mcore_images.catalogue.versions import InvalidRequirement, InvalidVersion, Requirement, Version
 from mcore_images.errors import InputError, shown
 
-__all__ = ["LAYERS", "NONE", "Override", "Stack", "get_stack", "groups", "load_stacks", "repo_root", "stacks_file"]
+__all__ = ["LAYERS", "NONE", "LeftOut", "Override", "Stack", "get_stack", "groups", "load_stacks", "repo_root",
+           "stacks_file"]
 
 _MAJOR_MINOR = re.compile(r"^\d+\.\d+$")
 
@@ -65,6 +66,27 @@ class Override:
 
     def to_entry(self) -> dict[str, str]:
         return {"pin": self.pin, "over": self.over, "why": self.why}
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A distribution the stack's locks leave out: uv still resolves it (so its own requirements hold the others), but
+    no lock pins it and no image installs it (uv's ``--no-emit-package``), where it cannot be installed as the images
+    install (an sdist whose build needs the network, or sources it does not ship). The lock headers name it, and the
+    image's pip check excepts its absence, nothing else."""
+
+    distribution: str
+    """The distribution left out (``fast-hadamard-transform``)."""
+    why: str
+    """Who requires it, who imports it, and why the image runs without it."""
+
+    @property
+    def name(self) -> str:
+        """The distribution, canonical."""
+        return canonical(self.distribution)
+
+    def to_entry(self) -> dict[str, str]:
+        return {"name": self.distribution, "why": self.why}
 
 
 INSTALLED_DATA = PACKAGE / "data"
@@ -135,6 +157,9 @@ class Stack:
     overrides: tuple[Override, ...] = ()
     """Declared overrides every lock of the stack is resolved with (the rule overrides judges their form; `lock`
     proves each needed)."""
+    left_out: tuple[LeftOut, ...] = ()
+    """Distributions its locks resolve but leave out (the rule overrides judges their form; `lock` refuses one no lock
+    resolves)."""
 
     def __getattr__(self, name: str) -> str:
         """A component's pin by its key: ``stack.mcore``."""
@@ -196,13 +221,15 @@ class Stack:
         entry: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                                  if f.name != "pins" and not (f.name == "layers_from" and not self.layers_from)
                                  and not (f.name == "substitutes" and not self.substitutes)
-                                 and not (f.name == "overrides" and not self.overrides)}
+                                 and not (f.name in ("overrides", "left_out") and not getattr(self, f.name))}
         entry.update(constraints=list(self.constraints), platforms=list(self.platforms), groups=list(self.groups),
                      size_budget_gb=dict(self.size_budget_gb), **self.pins)
         if self.substitutes:
             entry["substitutes"] = dict(self.substitutes)
         if self.overrides:
             entry["overrides"] = [o.to_entry() for o in self.overrides]
+        if self.left_out:
+            entry["left_out"] = [o.to_entry() for o in self.left_out]
         return entry
 
 
@@ -280,7 +307,8 @@ def _parse(path: Path, entry: dict[str, Any]) -> Stack:
         except InvalidRequirement:
             raise InputError(f"{path}: stack '{name}': override pin {override.pin!r} is not a requirement; write one "
                              "such as 'flashinfer-python==0.6.12'") from None
-    settings.update(substitutes=dict(entry.get("substitutes") or {}), overrides=overrides,
+    left_out = tuple(LeftOut(item["name"], item["why"]) for item in entry.get("left_out") or [])
+    settings.update(substitutes=dict(entry.get("substitutes") or {}), overrides=overrides, left_out=left_out,
                     groups=tuple(entry["groups"]), constraints=tuple(entry["constraints"]),
                     platforms=tuple(entry["platforms"]),
                     size_budget_gb=dict(entry["size_budget_gb"]))

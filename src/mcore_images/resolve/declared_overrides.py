@@ -1,67 +1,107 @@
-"""A stack's declared overrides (env/stacks.json ``overrides``) in its locks: how each lock's header names them, what
-`lock --check` holds offline, and what `lock` proves with uv before it writes anything.
+"""A stack's declared overrides and left-out distributions (env/stacks.json ``overrides``, ``left_out``) in its
+locks: how each lock's header names them, what `lock --check` holds offline, and what `lock` proves with uv before
+it writes anything.
 
 uv's ``--override`` replaces every requirement on the overridden distribution, not only the one the stack means to
 override. So an override is accepted only when (1) without it uv finds no joint lock (it is needed), and (2) every
 other package in the lock that requires the distribution accepts the overriding release (it hides nothing but the
-one requirement it names). The image's pip check then excepts exactly that requirement: docker/pip-check.py reads
-the header lines written here (tests/unit/docker/test_pip_check.py holds the two formats together).
+one requirement it names). A left-out distribution is still resolved (its requirements hold the others) but not
+emitted (``--no-emit-package``): a layer's header names it where uv resolved it for that layer or a layer below, as
+uv's own list of what it left out says, and no lock pins it. The image's pip check then excepts exactly the
+overridden requirement and the left-out distribution's absence: docker/pip-check.py reads the header lines written
+here (tests/unit/docker/test_pip_check.py holds the formats together).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from mcore_images.catalogue.components import LOCK_LAYERS
-from mcore_images.catalogue.stacks import Override, Stack, canonical
+from mcore_images.catalogue.stacks import LeftOut, Override, Stack, canonical
 from mcore_images.catalogue.versions import Requirement
 from mcore_images.errors import InputError
 from mcore_images.resolve import pypi, uv_compile
-from mcore_images.resolve.lock_files import DEFAULT_MACHINE, SIDE_LAYERS
+from mcore_images.resolve.lock_files import DEFAULT_MACHINE, SIDE_LAYERS, excluded, held_by_layer, pins
 
 LINE = "# Override: {pin} over {over}'s own requirement on it (env/stacks.json says why).\n"
 """How a lock's header names a declared override (docker/pip-check.py parses it)."""
 _LINE = re.compile(r"^# Override: (?P<pin>\S+) over (?P<over>\S+)'s own requirement")
+LEFT_OUT_LINE = "# Left out: {name}, resolved but not installed (env/stacks.json says why).\n"
+"""How a lock's header names a left-out distribution (docker/pip-check.py parses it)."""
+_LEFT_OUT_LINE = re.compile(r"^# Left out: (?P<name>[^\s,]+),")
 _BLOCK = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==(\S+)")
 
 
-def header_lines(stack: Stack, held: Iterable[str]) -> str:
-    """The header lines of a lock whose layer (with the layers below it) holds the distributions ``held``: one per
-    override of a distribution held there, so that each layer's pip check knows every override installed so far."""
+def header_lines(stack: Stack, held: Iterable[str], left_out: Iterable[str] = ()) -> str:
+    """The header lines of a lock whose layer (with the layers below it) holds the distributions ``held`` and resolved
+    the left-out distributions ``left_out``: one per override of a distribution held there and one per left-out one,
+    so that each layer's pip check knows every override installed and every distribution left out so far."""
     names = {canonical(n) for n in held}
-    return "".join(LINE.format(pin=o.pin, over=o.over) for o in stack.overrides if o.name in names)
+    gone = {canonical(n) for n in left_out}
+    return ("".join(LINE.format(pin=o.pin, over=o.over) for o in stack.overrides if o.name in names)
+            + "".join(LEFT_OUT_LINE.format(name=o.name) for o in stack.left_out if o.name in gone))
+
+
+def _header(text: str) -> Iterator[str]:
+    """A lock's header: its leading comment lines."""
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            return
+        yield line
 
 
 def named(text: str) -> list[tuple[str, str]]:
     """(pin, over) of every override line in a lock's header."""
-    out = []
-    for line in text.splitlines():
-        if not line.startswith("#"):
-            break
-        if match := _LINE.match(line):
-            out.append((match["pin"], match["over"]))
-    return out
+    return [(match["pin"], match["over"]) for line in _header(text) if (match := _LINE.match(line))]
+
+
+def named_left_out(text: str) -> list[str]:
+    """Every distribution a lock's header names as left out."""
+    return [match["name"] for line in _header(text) if (match := _LEFT_OUT_LINE.match(line))]
+
+
+def left_out_by_layer(stack: Stack, texts: Mapping[str, str]) -> dict[str, list[str]]:
+    """Each lock layer -> the stack's left-out distributions that uv resolved for it or for a layer below it (its list
+    of what it left out of the lock text), in the stack's order: what the layer's header names."""
+    found = held_by_layer(stack, dict(texts), excluded)
+    return {layer: [o.name for o in stack.left_out if o.name in names] for layer, names in found.items()}
 
 
 def problems(stack: Stack, held_by_layer: Mapping[str, Mapping[str, str]],
              texts: Mapping[str, str]) -> dict[str, list[str]]:
-    """Offline, for each lock layer: what its header or pins disagree with the stack's overrides on. ``held_by_layer``
-    maps a layer to {distribution: version} of it and the layers below it (its pip check sees them all), ``texts``
-    to its lock's text. A layer with a problem is stale: `lock` re-resolves it."""
+    """Offline, for each lock layer: what its header or pins disagree with the stack's overrides and left-out
+    distributions on. ``held_by_layer`` maps a layer to {distribution: version} of it and the layers below it (its pip
+    check sees them all), ``texts`` to its lock's text. A layer with a problem is stale: `lock` re-resolves it."""
     out: dict[str, list[str]] = {}
+    resolved = left_out_by_layer(stack, texts)
     for layer, held in held_by_layer.items():
         found: list[str] = []
+        text = texts.get(layer, "")
         wanted = [(o.pin, o.over) for o in stack.overrides if o.name in held]
-        if named(texts.get(layer, "")) != wanted:
-            found.append(f"its header names overrides {named(texts.get(layer, ''))}, the stack declares {wanted}")
+        if named(text) != wanted:
+            found.append(f"its header names overrides {named(text)}, the stack declares {wanted}")
         found += [f"it pins {o.name} {held[o.name]}, the stack's override {o.pin}" for o in stack.overrides
                   if o.name in held and held[o.name] != o.version]
+        if named_left_out(text) != resolved.get(layer, []):
+            found.append(f"its header names {named_left_out(text)} left out, uv left out {resolved.get(layer, [])} "
+                         "of the stack's left_out")
+        mine = pins(text)
+        found += [f"it pins {o.name} {mine[o.name]}, which the stack leaves out" for o in stack.left_out
+                  if o.name in mine]
         if found:
             out[layer] = found
     return out
+
+
+def unresolved(stack: Stack, texts: Mapping[str, str]) -> list[LeftOut]:
+    """Left-out distributions no lock of the stack resolves: nothing requires them, so leaving them out says nothing
+    (one a lock still pins is not counted here: ``problems`` names it)."""
+    resolved = {name for names in left_out_by_layer(stack, texts).values() for name in names}
+    pinned = {name for text in texts.values() for name in pins(text)}
+    return [o for o in stack.left_out if o.name not in resolved | pinned]
 
 
 def unheld(stack: Stack, held: Iterable[str]) -> list[Override]:

@@ -3,7 +3,8 @@
 For each platform of a stack: every layer's lock is there, pins each component at env/stacks.json's version, has
 hashes and was resolved for the stack's Python, platform and constraints; no layer re-pins a lower layer's
 package; another machine than x86_64 pins what the x86_64 locks pin (the platforms of one tag hold the same
-releases); the declared overrides are named and held; the runtime lock holds what megatron-core needs undeclared.
+releases); the declared overrides are named and held, and the left-out distributions named and unpinned; the runtime
+lock holds what megatron-core needs undeclared.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def check_machine(stack: Stack, root: Path | None, machine: str) -> list[str]:
 
 
 def _override_problems(stack: Stack, root: Path | None, machine: str) -> list[str]:
-    """Where the committed locks disagree with the stack's declared overrides (offline)."""
+    """Where the committed locks disagree with the stack's declared overrides and left-out distributions
+    (offline)."""
     paths = {layer: lock_path(stack, layer, root, machine) for layer in LOCK_LAYERS}
     texts = {layer: path.read_text() if path.is_file() else "" for layer, path in paths.items()}
     held = held_by_layer(stack, texts)
@@ -100,4 +102,7 @@ def _override_problems(stack: Stack, root: Path | None, machine: str) -> list[st
     problems += [f"stack '{stack.name}': override {o.pin} pins a distribution no lock of the stack holds, so it is not "
                  f"needed; remove it from the stack's overrides, or {fix}"
                  for o in declared_overrides.unheld(stack, held["app"])]
+    problems += [f"stack '{stack.name}': left_out names {o.distribution}, which none of its locks resolves, so leaving "
+                 f"it out says nothing; remove it from the stack's left_out, or {fix}"
+                 for o in declared_overrides.unresolved(stack, texts)]
     return problems

@@ -12,6 +12,7 @@ and the layer's top-level requirements): a lock whose header differs from today'
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from mcore_images.catalogue import platforms, tags
@@ -37,6 +38,23 @@ def pins(text: str) -> dict[str, str]:
         match = PIN.match(line.strip())
         if match:
             out[match.group(1).lower().replace("_", "-")] = match.group(3)
+    return out
+
+
+EXCLUDED = "# The following packages were excluded from the output:"
+"""How uv opens its list of the packages it resolved but did not emit (``--no-emit-package``)."""
+
+
+def excluded(text: str) -> dict[str, str]:
+    """name -> '' for every package uv's lock text lists as resolved but left out of the output (the layers below,
+    and the stack's left-out distributions)."""
+    lines = text.splitlines()
+    start = lines.index(EXCLUDED) + 1 if EXCLUDED in lines else len(lines)
+    out = {}
+    for line in lines[start:]:
+        if not line.startswith("# "):
+            break
+        out[line[2:].strip().lower().replace("_", "-")] = ""
     return out
 
 
@@ -71,18 +89,20 @@ def base_lock_source(stack: Stack, text: str, root: Path | None = None,
     return source if original.is_file() and original.read_text() == text else None
 
 
-def held_by_layer(stack: Stack, texts: dict[str, str]) -> dict[str, dict[str, str]]:
+def held_by_layer(stack: Stack, texts: dict[str, str],
+                  read: Callable[[str], dict[str, str]] = pins) -> dict[str, dict[str, str]]:
     """Each lock layer -> {distribution: version} it and the layers below it install (a side layer: with the base
-    alone), from the lock texts given (a layer of ``layers_from`` read where it is when not given)."""
+    alone), from the lock texts given (a layer of ``layers_from`` read where it is when not given). ``read`` (a lock
+    text -> its entries) picks what is gathered: the pins, or uv's list of what it resolved and left out."""
     chain: dict[str, str] = {}
     out = {}
     for layer in LOCK_LAYERS:
         text = texts.get(layer) or ""
         if not text and stack.layer_stack(layer) != stack.name and lock_path(stack, layer).is_file():
             text = lock_path(stack, layer).read_text()
-        mine = pins(text)
+        mine = read(text)
         if layer in SIDE_LAYERS:
-            out[layer] = {**pins(texts.get("base") or ""), **mine}
+            out[layer] = {**read(texts.get("base") or ""), **mine}
             continue
         chain.update(mine)
         out[layer] = dict(chain)

@@ -15,7 +15,7 @@ from mcore_images.catalogue import platforms
 from mcore_images.catalogue.components import LOCK_LAYERS
 from mcore_images.catalogue.stacks import Stack
 from mcore_images.errors import InputError
-from mcore_images.resolve import declared_overrides, engine_records, engines, rules, uv_compile
+from mcore_images.resolve import declared_overrides, engine_records, engines, rules, sdist_builds, uv_compile
 from mcore_images.resolve.layer_requirements import resolved_inputs
 from mcore_images.resolve.lock_check import check_machine
 from mcore_images.resolve.lock_files import (
@@ -50,7 +50,8 @@ def stale_layers(stack: Stack, inputs: dict[str, list[str]], folder: Path,
     held = held_by_layer(stack, texts)
     stale += [layer for layer in declared_overrides.problems(stack, held, texts)
               if layer in own_layers(stack) and layer not in stale]
-    if declared_overrides.unheld(stack, held.get("app", {})) and own_layers(stack)[-1] not in stale:
+    unneeded = declared_overrides.unheld(stack, held.get("app", {})) or declared_overrides.unresolved(stack, texts)
+    if unneeded and own_layers(stack)[-1] not in stale:
         stale.append(own_layers(stack)[-1])  # `lock` then proves it needed, or refuses it
     return sorted(stale, key=LOCK_LAYERS.index)
 
@@ -67,9 +68,11 @@ def write_side_lock(stack: Stack, layer: str, inputs: dict[str, list[str]], fold
     requirements = inputs["base"] + inputs[layer]
     text = (uv_compile.compile_layer(stack, requirements, below, constraints=agreed, machine=machine)
             if inputs[layer] else "")
+    sdist_builds.refuse_network_builds(stack, machine, pins(text))
+    left_out = declared_overrides.left_out_by_layer(stack, {"base": (folder / "base.txt").read_text(), layer: text})
     path = folder / f"{layer}.txt"
     path.write_text(header(stack, layer, inputs[layer], machine)
-                    + declared_overrides.header_lines(stack, {**below, **pins(text)}) + text)
+                    + declared_overrides.header_lines(stack, {**below, **pins(text)}, left_out[layer]) + text)
     return path
 
 
@@ -87,23 +90,24 @@ def write_locks(stack: Stack, root: Path | None = None, keep_below: str | None =
     megatron-core bump then changes the runtime lock alone, and the layers below stay cached.
     Every layer gets a file (a header alone where it installs nothing). Another machine than x86_64 is resolved
     at the versions the x86_64 locks pin (``default_pins``; those of the tree ``agree_with``, an override's, when
-    given).
+    given). Nothing is written where a left-out distribution is resolved by no layer, or where a locked release has
+    no wheel for the stack and its sdist's build reaches for the network (sdist_builds.py).
     """
     inputs = resolved_inputs(stack)
     if machine == DEFAULT_MACHINE:  # another machine's locks follow x86_64's, where the overrides were proved
         declared_overrides.prove(stack, inputs, machine)
     folder = folder or lock_dir(stack, root, machine)
     agreed = default_pins(stack, machine, root, agree_with)
-    folder.mkdir(parents=True, exist_ok=True)
     shared = len(LOCK_LAYERS) - len(own_layers(stack))  # layers taken from layers_from come first
     first = max(LOCK_LAYERS.index(keep_below) if keep_below else 0, shared)
+    texts: dict[str, str] = {}  # every layer's lock text, uv's answer without the header
     below: dict[str, str] = {}
     for layer in LOCK_LAYERS[:first]:
         if stack.layer_stack(layer) != stack.name:
             text = lock_path(stack, layer, root, machine).read_text()  # the other stack's, read where it is
         else:
             text = (Path(keep_from or lock_dir(stack, machine=machine)) / f"{layer}.txt").read_text()
-            (folder / f"{layer}.txt").write_text(text)
+        texts[layer] = text
         if layer not in SIDE_LAYERS:
             below.update(pins(text))
     upper = [req for layer in LOCK_LAYERS[first:] for req in inputs[layer]]
@@ -114,22 +118,40 @@ def write_locks(stack: Stack, root: Path | None = None, keep_below: str | None =
     joint = pins(uv_compile.compile_layer(stack, upper, below, constraints=agreed, machine=machine,
                                           preferred="".join(committed.values()))) if upper else {}
     chain = [req for layer in LOCK_LAYERS[:first] if layer not in SIDE_LAYERS for req in inputs[layer]]
-    written = []
     for layer in LOCK_LAYERS[first:]:
-        path = folder / f"{layer}.txt"
         requirements = chain + inputs[layer]
-        text = (uv_compile.compile_layer(stack, requirements, below, constraints={**agreed, **joint},
-                                         machine=machine, preferred=committed[layer])
-                if inputs[layer] else "")
-        held = {**below, **pins(text)}
-        path.write_text(header(stack, layer, inputs[layer], machine) + declared_overrides.header_lines(stack, held)
-                        + text)
+        texts[layer] = (uv_compile.compile_layer(stack, requirements, below, constraints={**agreed, **joint},
+                                                 machine=machine, preferred=committed[layer])
+                        if inputs[layer] else "")
         if layer not in SIDE_LAYERS:
             # The builder is a side branch (its toolchain never reaches kernels or runtime).
             chain = requirements
-            below.update(pins(text))
+            below.update(pins(texts[layer]))
+    _refuse(stack, machine, {layer: texts[layer] for layer in own_layers(stack)})
+    held = held_by_layer(stack, texts)
+    left_out = declared_overrides.left_out_by_layer(stack, texts)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for layer in own_layers(stack):
+        path = folder / f"{layer}.txt"
+        if LOCK_LAYERS.index(layer) < first:
+            path.write_text(texts[layer])  # kept byte for byte
+            continue
+        path.write_text(header(stack, layer, inputs[layer], machine)
+                        + declared_overrides.header_lines(stack, held[layer], left_out[layer]) + texts[layer])
         written.append(path)
     return written
+
+
+def _refuse(stack: Stack, machine: str, texts: dict[str, str]) -> None:
+    """Before any lock is written: InputError where a left-out distribution is resolved by no layer (nothing requires
+    it) or a locked release would be built from an sdist whose build reaches for the network."""
+    unneeded = declared_overrides.unresolved(stack, texts)
+    if unneeded:
+        raise InputError(f"stack '{stack.name}': left_out names {unneeded[0].distribution}, which none of its locks "
+                         "resolves (no package of the stack requires it); remove it from the stack's left_out in "
+                         "env/stacks.json")
+    sdist_builds.refuse_network_builds(stack, machine, {n: v for text in texts.values() for n, v in pins(text).items()})
 
 
 

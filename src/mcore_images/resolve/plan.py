@@ -123,6 +123,11 @@ def render_markdown(plans: list[StackPlan]) -> str:
         rows += ["", "Declared overrides (env/stacks.json: the lock takes these pins over the requirement of the "
                  "package named, where no lock exists without them; `mcore-images lock` proves each needed, and the "
                  "image's pip check excepts exactly that requirement):", "", *declared]
+    left_out = [f"- `{p.stack.name}`: {o.distribution}. {o.why}" for p in plans for o in p.stack.left_out]
+    if left_out:
+        rows += ["", "Left out of the locks (env/stacks.json: uv resolves these, so their own requirements hold, but "
+                 "no lock pins them and no image installs them; each lock's header names them, and the image's pip "
+                 "check excepts exactly their absence):", "", *left_out]
     known = needs.summary([p.stack for p in plans], needs.load())
     if known:
         rows += ["", "Known needs of models and recipes (env/needs.json; `mcore-images plan` tells each stack):", "",

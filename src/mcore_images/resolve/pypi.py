@@ -11,6 +11,7 @@ the caller's.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -46,12 +47,19 @@ def resolver_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in CALLERS_OWN}
 
 
+def platform_tags(machine: str = platforms.DEFAULT.machine, glibc_minor: int = 39) -> tuple[str, ...]:
+    """The platform tags of the wheels a Linux ``machine`` with glibc 2.<glibc_minor> installs, newest first: every
+    manylinux glibc tag down to 2.17 and the legacy names (manylinux2014, and manylinux2010 and manylinux1 on
+    x86_64)."""
+    legacy = (f"manylinux2014_{machine}",
+              *((f"manylinux2010_{machine}", f"manylinux1_{machine}") if machine == "x86_64" else ()))
+    return (*(f"manylinux_2_{minor}_{machine}" for minor in range(glibc_minor, 16, -1)), *legacy)
+
+
 def wheel_platforms(machine: str = platforms.DEFAULT.machine) -> tuple[str, ...]:
     """pip's ``--platform`` arguments for the wheel tags a release may be published under on ``machine`` (pip matches
     only the tags it is given): every manylinux glibc tag up to the locks' newest (manylinux_2_39)."""
-    oldest = (f"manylinux2014_{machine}", *((f"manylinux1_{machine}",) if machine == "x86_64" else ()))
-    return tuple(arg for tag in (*(f"manylinux_2_{minor}_{machine}" for minor in range(39, 16, -1)), *oldest)
-                 for arg in ("--platform", tag))
+    return tuple(arg for tag in platform_tags(machine) for arg in ("--platform", tag))
 
 
 PLATFORMS = wheel_platforms()
@@ -67,14 +75,31 @@ def index_files(project: str, opener: Callable[..., Any] = urllib.request.urlope
     return files
 
 
+def release_files(project: str, version: str) -> list[dict[str, Any]]:
+    """The files the index lists for one release of a project (its wheels and sdists)."""
+    wanted = Version(version)
+    return [f for f in index_files(project) if file_version(f["filename"]) == wanted]
+
+
+def sdist_archive(name: str, version: str) -> tuple[str, bytes]:
+    """(file name, bytes) of a release's sdist on the index, checked against the index's sha256: read, never built."""
+    files = sorted((f for f in release_files(name, version) if f["filename"].endswith((".tar.gz", ".zip"))),
+                   key=lambda f: not f["filename"].endswith(".tar.gz"))
+    if not files:
+        raise InputError(f"no sdist of {name}=={version} on PyPI; check the pin in env/stacks.json")
+    with urllib.request.urlopen(files[0]["url"], timeout=300) as resp:
+        data = resp.read()
+    expected = files[0].get("hashes", {}).get("sha256")
+    if expected and hashlib.sha256(data).hexdigest() != expected:
+        raise InputError(f"{files[0]['filename']} does not match the index's sha256; download it again")
+    return files[0]["filename"], data
+
+
 def sdist_requirements(name: str, version: str) -> list[str]:
     """Requires-Dist of an sdist, read from its PKG-INFO (no build, no setup.py run)."""
-    files = index_files(name)
-    wanted = [f for f in files if f["filename"].endswith(".tar.gz") and f"-{version}.tar.gz" in f["filename"]]
-    if not wanted:
-        raise InputError(f"no sdist of {name}=={version} on PyPI; check the pin in env/stacks.json")
-    with urllib.request.urlopen(wanted[0]["url"], timeout=300) as resp:
-        data = resp.read()
+    filename, data = sdist_archive(name, version)
+    if not filename.endswith(".tar.gz"):
+        raise InputError(f"{filename}: only a .tar.gz sdist's PKG-INFO is read; pin a release with one")
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         member = next(m for m in tar.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO"))
         pkg_info = tar.extractfile(member).read().decode()

@@ -581,31 +581,43 @@ def _verl_requirements(s: Stack) -> Iterator[tuple[str, str]]:
 
 @rule("overrides",
       "a declared override pins one release of a package that is no component of the stack, over another package's "
-      "requirement it names, and says why; `lock` proves each needed (docs/stacks.md lists them)")
+      "requirement it names, and says why; a distribution left out of the locks is no component either, is not also "
+      "overridden, and says who requires and imports it; `lock` proves each needed (docs/stacks.md lists them)")
 def _overrides(s: Stack) -> Iterator[tuple[str, str]]:
-    # uv's --override replaces every requirement on the distribution. What an override may be is judged here,
-    # offline; that it is needed (uv finds no lock without it) and hides no other requirement, `lock` proves with
-    # uv before it writes the locks (declared_overrides.py), and `lock --check` holds the locks to it.
+    # uv's --override replaces every requirement on the distribution. What an override or a left-out distribution may
+    # be is judged here, offline; that each is needed (uv finds no lock without the override; some package requires
+    # the left-out one) and an override hides no other requirement, `lock` proves with uv before it writes the locks
+    # (declared_overrides.py), and `lock --check` holds the locks to it.
     by_dist = {d: c for c in components.CATALOGUE for d in c.distributions}
     constrained = {Requirement(c).name.lower().replace("_", "-") for c in s.constraints}
-    seen: set[str] = set()
+    overridden = {o.name for o in s.overrides}
     for override in s.overrides:
-        name = override.name
-        if not override.why.strip():
-            yield f"override {override.pin} says no why", "say in 'why' which requirement it overrides and why it runs"
-        if canonical(override.over) == name:
+        if canonical(override.over) == override.name:
             yield (f"override {override.pin} names {override.over} as the package it overrides, itself",
                    "name in 'over' the package whose own requirement on it the override replaces")
+    seen: set[tuple[str, bool]] = set()
+    entries = [(f"override {o.pin}", o.name, o.why, False) for o in s.overrides]
+    entries += [(f"left_out {o.distribution}", o.name, o.why, True) for o in s.left_out]
+    for label, name, why, left in entries:
+        if not why.strip():
+            yield (f"{label} says no why",
+                   "say in 'why' who requires it, who imports it and why the image runs without it" if left
+                   else "say in 'why' which requirement it overrides and why it runs")
         if name in by_dist:
             comp = by_dist[name]
-            yield (f"override {override.pin} pins {comp.title}, a component of the stack",
-                   f"pin {comp.title} in the stack's '{comp.key}' field instead")
+            yield (f"{label} {'leaves out' if left else 'pins'} {comp.title}, a component of the stack",
+                   f"set the stack's '{comp.key}' to 'none' instead" if left
+                   else f"pin {comp.title} in the stack's '{comp.key}' field instead")
         if name in constrained:
-            yield (f"override {override.pin} and a constraint of the stack both pin {name}",
-                   "keep one: the override when another package's requirement must give way, else the constraint")
-        if name in seen:
-            yield f"two overrides pin {name}", "keep one override per package"
-        seen.add(name)
+            yield (f"{label} and a constraint of the stack both pin {name}",
+                   "drop the constraint on a distribution the locks leave out" if left
+                   else "keep one: the override when another package's requirement must give way, else the constraint")
+        if left and name in overridden:
+            yield f"{label}: an override pins it too", "keep one: the override, or leaving it out"
+        if (name, left) in seen:
+            yield (f"left_out names {name} twice" if left else f"two overrides pin {name}",
+                   "keep one entry per distribution" if left else "keep one override per package")
+        seen.add((name, left))
 
 
 @rule("tag-length", "every tag fits OCI's 128 characters, candidate and immutable tags included")

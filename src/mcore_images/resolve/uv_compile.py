@@ -1,9 +1,9 @@
 """uv, the locks' one resolver: `uv pip compile` for a stack's Python and platform, and what its answer says.
 
 A layer is resolved at the versions given (the layers below, the stack's constraints, another machine's agreed
-pins), without re-emitting the layers below, under the stack's declared overrides, with hashes. uv runs in a
-temporary folder with relative names, so an unchanged layer resolves to the same bytes; what uv says when it finds
-no lock is cut to the lines that say why (``uv_reason``).
+pins), without re-emitting the layers below or the stack's left-out distributions, under the stack's declared
+overrides, with hashes. uv runs in a temporary folder with relative names, so an unchanged layer resolves to the
+same bytes; what uv says when it finds no lock is cut to the lines that say why (``uv_reason``).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def run(stack: Stack, requirements: list[str], below: dict[str, str], constraint
         if overrides:
             (Path(tmp) / "overrides.txt").write_text("".join(f"{o.pin}\n" for o in overrides))
             cmd += ["--override", "overrides.txt"]
-        for name in below:
+        for name in [*below, *(o.name for o in stack.left_out)]:  # uv resolves them and does not write them
             cmd += ["--no-emit-package", name]
         out = Path(tmp) / "resolved.txt"
         if preferred:
@@ -108,6 +108,8 @@ def drop_base_provided(text: str) -> str:
         match = PIN.match(line)
         if match:
             skipping = bool(BASE_PROVIDED.match(match.group(1).lower().replace("_", "-")))
+        elif not line.startswith(" "):  # the file's own lines (uv's list of what it left out) end a block
+            skipping = False
         if not skipping:
             out.append(line)
     return "\n".join(out) + "\n"

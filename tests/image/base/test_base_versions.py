@@ -17,10 +17,12 @@ PIP_CHECK = Path(__file__).resolve().parents[3] / "docker" / "pip-check.py"
 def test_pip_check(host: Any, image: Any, stack: Any) -> None:
     """Every installed distribution has its requirements (the locks are complete closures), judged as the build
     judges it: docker/pip-check.py, run in the image, accepts only NVIDIA's sbsa wheel tag on aarch64, and the
-    requirements the stack's declared overrides break, named in the lock of the image's layer."""
+    requirements the stack's declared overrides break and the distributions it leaves out, named in the lock of the
+    image's layer."""
     lock_text = lock_files.lock_path(stack, image.layer or "base", machine=image.machine).read_text()
-    overrides = [arg for pin, over in declared_overrides.named(lock_text) for arg in ("--override", f"{over}:{pin}")]
-    result = host.run("python -c %s" + " %s" * len(overrides), PIP_CHECK.read_text(), *overrides)
+    declared = [arg for pin, over in declared_overrides.named(lock_text) for arg in ("--override", f"{over}:{pin}")]
+    declared += [arg for name in declared_overrides.named_left_out(lock_text) for arg in ("--left-out", name)]
+    result = host.run("python -c %s" + " %s" * len(declared), PIP_CHECK.read_text(), *declared)
     assert result.rc == 0, f"pip check: {result.stdout.strip()} {result.stderr.strip()}"
 
 

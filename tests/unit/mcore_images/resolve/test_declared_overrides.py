@@ -1,6 +1,7 @@
-"""Declared overrides: `lock` proves each needed and hiding nothing else, with the real uv against a local index of
-made-up wheels (gamma is pinned 1.0 by alpha and 2.0 by beta); the committed locks name them and `lock --check`
-holds them; the rule judges their form offline."""
+"""Declared overrides and left-out distributions: `lock` proves each override needed and hiding nothing else, and
+leaves a left-out distribution resolved but unpinned, with the real uv against a local index of made-up wheels (gamma
+is pinned 1.0 by alpha and 2.0 by beta); the committed locks name them and `lock --check` holds them; the rule judges
+their form offline."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from mcore_images.catalogue.components import LOCK_LAYERS
-from mcore_images.catalogue.stacks import Override, Stack
+from mcore_images.catalogue.stacks import LeftOut, Override, Stack
 from mcore_images.errors import InputError
-from mcore_images.resolve import declared_overrides, lock_check, lock_files, pypi, rules, uv_compile
+from mcore_images.resolve import declared_overrides, lock_check, lock_files, lock_update, pypi, rules, uv_compile
 from tests.unit.conftest import variant
 
 GAMMA_2 = Override("gamma==2.0", "alpha", "alpha's exact pin is stricter than its code; beta needs 2.0")
@@ -132,3 +133,88 @@ def test_the_rule_refuses_a_malformed_override(stacks: dict[str, Stack], overrid
 def test_the_rule_refuses_two_overrides_of_one_package(stacks: dict[str, Stack]) -> None:
     stack = variant(stacks["debian"], overrides=(GAMMA_2, Override("gamma==3.0", "beta", "why")))
     assert any(v.rule == "overrides" and "two overrides pin gamma" in v.message for v in rules.check(stack))
+
+
+GAMMA_OUT = LeftOut("Gamma", "alpha requires it and nothing imports it")
+
+
+def _wheels_listed(index: Path):
+    """The index's file list for one release, read from the local index folder (what PyPI's JSON API lists)."""
+
+    def files_of(name: str, version: str) -> list[dict[str, str]]:
+        return [{"filename": p.name} for p in (index / name).glob(f"{name}-{version}-*.whl")]
+
+    return files_of
+
+
+@pytest.fixture
+def locking(index: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`lock`'s own path (write_locks) over the local index, with alpha, beta and delta as the base's requirements."""
+    monkeypatch.setattr(pypi, "release_files", _wheels_listed(index))
+    monkeypatch.setattr(lock_update, "resolved_inputs", lambda stack: _inputs("alpha==1.0", "delta==1.0"))
+    return index
+
+
+def test_a_left_out_distribution_is_resolved_not_locked_and_every_layer_above_names_it(
+        locking: Path, tmp_path: Path, stacks: dict[str, Stack]) -> None:
+    stack = variant(_stack(stacks), left_out=(GAMMA_OUT,))
+    written = lock_update.write_locks(stack, folder=tmp_path / "locks")
+    texts = {path.stem: path.read_text() for path in written}
+    assert lock_files.pins(texts["base"]) == {"alpha": "1.0", "delta": "1.0"}  # gamma 1.0 held alpha and delta
+    line = "# Left out: gamma, resolved but not installed (env/stacks.json says why).\n"
+    assert all(line in text for text in texts.values()), texts  # the base resolves it; every layer installs above it
+    assert declared_overrides.named_left_out(texts["app"]) == ["gamma"]
+    held = lock_files.held_by_layer(stack, texts)
+    assert declared_overrides.problems(stack, held, texts) == {}
+    assert declared_overrides.problems(_stack(stacks), held, texts)["base"] == [
+        "its header names ['gamma'] left out, uv left out [] of the stack's left_out"]
+
+
+def test_a_left_out_distribution_nothing_requires_is_refused_before_anything_is_written(
+        locking: Path, tmp_path: Path, stacks: dict[str, Stack]) -> None:
+    stack = variant(_stack(stacks), left_out=(GAMMA_OUT, LeftOut("beta", "why")))
+    with pytest.raises(InputError, match=r"^stack 'debian': left_out names beta, which none of its locks resolves "
+                                         r"\(no package of the stack requires it\); remove it"):
+        lock_update.write_locks(stack, folder=tmp_path / "locks")
+    assert not (tmp_path / "locks").exists()
+
+
+def test_the_committed_locks_leave_out_what_the_stack_leaves_out_and_check_catches_a_drift(
+        tmp_path: Path, root: Path, stacks: dict[str, Stack]) -> None:
+    for name in ("cuda", "ngc"):
+        stack = stacks[name]
+        assert [o.name for o in stack.left_out] == ["fast-hadamard-transform"]
+        for machine in stack.machines:
+            texts = {layer: lock_files.lock_path(stack, layer, root, machine).read_text() for layer in LOCK_LAYERS}
+            assert not any("fast-hadamard-transform" in lock_files.pins(text) for text in texts.values())
+            assert [layer for layer, text in texts.items() if declared_overrides.named_left_out(text)] == \
+                ["runtime", "app"]
+    cuda = stacks["cuda"]
+    shutil.copytree(root / "env" / "locks", tmp_path / "env" / "locks")
+    app = tmp_path / "env" / "locks" / "cuda" / "app.txt"
+    app.write_text("".join(line for line in app.read_text().splitlines(keepends=True)
+                           if not line.startswith("# Left out:")))
+    assert any("app.txt: its header names [] left out, uv left out ['fast-hadamard-transform']" in p
+               for p in lock_check.check_locks(cuda, tmp_path))
+    nothing = variant(cuda, left_out=(*cuda.left_out, LeftOut("left-pad", "why")))
+    assert any("left_out names left-pad, which none of its locks resolves" in p
+               for p in lock_check.check_locks(nothing, root))
+    assert any("runtime.txt: its header names ['fast-hadamard-transform'] left out, uv left out [] of the stack's "
+               "left_out" in p for p in lock_check.check_locks(variant(cuda, left_out=()), root))
+
+
+@pytest.mark.parametrize("left_out,expected", [
+    (LeftOut("gamma", " "), "left_out gamma says no why"),
+    (LeftOut("torch", "why"), "left_out torch leaves out torch, a component of the stack"),
+    (LeftOut("Transformers", "why"), "left_out Transformers and a constraint of the stack both pin transformers"),
+])
+def test_the_rule_refuses_a_malformed_left_out_entry(stacks: dict[str, Stack], left_out: LeftOut,
+                                                     expected: str) -> None:
+    stack = variant(stacks["debian"], left_out=(left_out,))
+    assert any(v.rule == "overrides" and expected in v.message for v in rules.check(stack))
+
+
+def test_the_rule_refuses_leaving_out_an_overridden_distribution_or_one_twice(stacks: dict[str, Stack]) -> None:
+    stack = variant(stacks["debian"], overrides=(GAMMA_2,), left_out=(GAMMA_OUT, LeftOut("gamma", "why")))
+    messages = [v.message for v in rules.check(stack) if v.rule == "overrides"]
+    assert "left_out Gamma: an override pins it too" in messages and "left_out names gamma twice" in messages

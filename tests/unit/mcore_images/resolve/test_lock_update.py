@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mcore_images.catalogue.stacks import Stack
-from mcore_images.resolve import lock_update, uv_compile
+from mcore_images.resolve import lock_update, sdist_builds, uv_compile
 from tests.unit.conftest import variant
 
 FAKE_UV = """#!/usr/bin/env python3
@@ -38,6 +38,8 @@ def test_an_override_re_resolves_preferring_the_committed_pins(tmp_path: Path, m
     calls = tmp_path / "calls.jsonl"
     monkeypatch.setenv("FAKE_UV_LOG", str(calls))
     monkeypatch.setattr(uv_compile, "_uv", lambda: str(uv))
+    checked: list[dict[str, str]] = []  # what the check of sdists (its own tests: test_sdist_builds.py) is given
+    monkeypatch.setattr(sdist_builds, "refuse_network_builds", lambda stack, machine, pinned: checked.append(pinned))
     stack = variant(stacks["debian-verl"], mcore="0.16.0")
     committed = root / "env" / "locks" / "debian-verl"
     lock_update.write_locks(stack, root, keep_below="runtime", keep_from=committed, folder=tmp_path / "out")
@@ -47,6 +49,7 @@ def test_an_override_re_resolves_preferring_the_committed_pins(tmp_path: Path, m
     assert [call["preferred"] for call in seen[1:]] == [runtime, app]
     assert "megatron-core[mlm]==0.16.0" in seen[1]["requirements"]
     assert (tmp_path / "out" / "base.txt").read_text() == (committed / "base.txt").read_text()
+    assert checked[0]["resolved-by-fake"] == "1.0" and checked[0]["torch"]  # the new layers' pins and the kept ones'
     calls.unlink()
     uv_compile.compile_layer(stack, ["torch==2.9.0"], {})  # a plain `make update` resolution prefers nothing
     assert json.loads(calls.read_text())["preferred"] is None
