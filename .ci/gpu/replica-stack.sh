@@ -131,7 +131,7 @@ all() {
         step trainer-imports "$out" bash "$REPLICA_SH" run "$dir" python -m mcore_images.smoke.verl_step.trainer_imports ;;
       verl-step)
         step verl-step "$out" bash "$REPLICA_SH" run "$dir" python -m mcore_images.smoke.verl_step \
-          --keep "$(mktemp -u /tmp/replica-verl-step.XXXXXX)" --out "$out/verl-step" ;;
+          --keep "$(mktemp -u -t replica-verl-step.XXXXXX)" --out "$out/verl-step" ;;
       bridge) step bridge "$out" bash "$REPLICA_SH" run "$dir" python -m mcore_images.smoke.bridge --bridges megatron-bridge ;;
     esac
   done
