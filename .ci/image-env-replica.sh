@@ -41,6 +41,29 @@ die() { printf '[replica] error: %s\n' "$*" >&2; exit 2; }
 
 host_python() { command -v python3.12 || command -v python3 || die "no python3 on this host"; }
 
+# A field of a stack (env/stacks.json); an unknown stack is one line that names the known ones.
+stack_field() {
+  PYTHONPATH="$ROOT/src" python3 - "$@" <<'PY' || exit 2
+import sys
+from mcore_images.catalogue.stacks import get_stack
+from mcore_images.errors import InputError
+try:
+    print(getattr(get_stack(sys.argv[1]), sys.argv[2]))
+except InputError as exc:
+    sys.exit(f"[replica] error: {exc}")
+PY
+}
+
+# DIR as `export` or `locks` makes it, before a step on the GPU host reads it; the replica as the step before made it.
+replica_dir() {
+  local file
+  for file in image-env.json constraints.txt path-tools.txt; do
+    [[ -f "$1/$file" ]] || die "$1 has no $file: make DIR with \`$0 export IMAGE DIR\` or \`$0 locks STACK DIR\`"
+  done
+}
+stashed() { compgen -G "$REPLICA/parts/*" >/dev/null || die "nothing stashed in $REPLICA/parts: \`$0 stash FILE…\` first"; }
+installed() { [[ -x "$REPLICA/bin/python" ]] || die "no replica installed in $REPLICA: \`$0 install DIR\` first"; }
+
 export_image() {
   local image="$1" dir="$2"
   mkdir -p "$dir"
@@ -60,7 +83,9 @@ export_image() {
 # versions); its PATH cannot be listed without the image, so path-tools.txt names the run-time toolchain the
 # runtime stage installs (docker/install-toolchain.sh) and the commands a launcher calls.
 from_locks() {
-  local stack="$1" dir="$2" freeze="${3:-}"
+  local stack="$1" dir="$2" freeze="${3:-}" python
+  [[ -z "$freeze" || -f "$freeze" ]] || die "$freeze is not a file: give what \`pip freeze\` printed on the GPU host"
+  python="$(stack_field "$stack" python)"
   mkdir -p "$dir/wheels" "$dir/parts"
   PYTHONPATH="$ROOT/src" python3 - "$stack" "$dir" "$freeze" <<'PY'
 import json, re, sys
@@ -186,8 +211,9 @@ PY
 }
 
 stash() {
-  mkdir -p "$REPLICA/parts"
   local f
+  for f in "$@"; do [[ -f "$f" ]] || die "$f is not a file: give the carried parts (DIR/parts/NAME.part.NN)"; done
+  mkdir -p "$REPLICA/parts"
   for f in "$@"; do cp "$f" "$REPLICA/parts/"; done
   ls -l "$REPLICA/parts"
 }
@@ -310,8 +336,8 @@ case "${1:-}" in
   export) shift; [[ $# -eq 2 ]] || die "usage: $0 export IMAGE DIR"; export_image "$@" ;;
   locks) shift; [[ $# -ge 2 && $# -le 3 ]] || die "usage: $0 locks STACK DIR [FREEZE]"; from_locks "$@" ;;
   stash) shift; [[ $# -ge 1 ]] || die "usage: $0 stash FILE…"; stash "$@" ;;
-  install) shift; [[ $# -eq 1 ]] || die "usage: $0 install DIR"; install "$@" ;;
-  run) shift; [[ $# -ge 2 ]] || die "usage: $0 run DIR CMD…"; run "$@" ;;
-  differences) shift; [[ $# -eq 1 ]] || die "usage: $0 differences DIR"; differences "$@" ;;
+  install) shift; [[ $# -eq 1 ]] || die "usage: $0 install DIR"; replica_dir "$1"; stashed; install "$@" ;;
+  run) shift; [[ $# -ge 2 ]] || die "usage: $0 run DIR CMD…"; replica_dir "$1"; installed; run "$@" ;;
+  differences) shift; [[ $# -eq 1 ]] || die "usage: $0 differences DIR"; replica_dir "$1"; installed; differences "$@" ;;
   *) die "usage: $0 export IMAGE DIR | locks STACK DIR [FREEZE] | stash FILE… | install DIR | run DIR CMD… | differences DIR" ;;
 esac

@@ -153,6 +153,7 @@ PY
 }
 
 stash() {
+  compgen -G "$ROOT/$1/attention-pairs.tar.part.*" >/dev/null || die "$1 holds no part: give a folder prepare made (.whl/carry/NN)"
   mkdir -p "$PAIRS/parts"
   cp "$ROOT/$1"/* "$PAIRS/parts/"
   ls -l "$PAIRS/parts"
@@ -160,6 +161,7 @@ stash() {
 
 install() {
   local py torch_dir nv te pair
+  compgen -G "$PAIRS/parts/attention-pairs.tar.part.*" >/dev/null || die "nothing stashed in $PAIRS/parts: stash each .whl/carry/NN first"
   py="$(command -v python3)"
   mkdir -p "$PAIRS/wheels"
   cat "$PAIRS"/parts/attention-pairs.tar.part.* | tar -C "$PAIRS/wheels" -xf -
@@ -188,6 +190,7 @@ install() {
 check() {
   local pair="$1" out="${OUT:-/tmp}" torch_dir
   [[ " ${PAIR_NAMES[*]} " == *" $pair "* ]] || die "unknown pair $pair: use one of ${PAIR_NAMES[*]} (PAIR_SET)"
+  [[ -d "$PAIRS/pair-$pair" && -d "$PAIRS/te-$(te_of "$pair")" ]] || die "$pair is not installed in $PAIRS: run install first"
   local sites
   sites="$PAIRS/pair-$pair:$PAIRS/te-$(te_of "$pair")"
   local -a quick=()
@@ -210,10 +213,10 @@ table() {
 }
 
 case "${1:-}" in
-  prepare) prepare ;;
+  prepare) [[ $# -eq 1 ]] || die "usage: $0 prepare (PAIR_SET names the pairs)"; prepare ;;
   stash) shift; [[ $# -eq 1 ]] || die "usage: $0 stash .whl/carry/NN"; stash "$1" ;;
-  install) install ;;
+  install) [[ $# -eq 1 ]] || die "usage: $0 install (PAIR_SET names the pairs)"; install ;;
   check) shift; [[ $# -eq 1 ]] || die "usage: $0 check PAIR (one of ${PAIR_NAMES[*]})"; check "$1" ;;
-  table) table ;;
+  table) [[ $# -eq 1 ]] || die "usage: $0 table (PAIR_SET names the pairs)"; table ;;
   *) die "usage: $0 prepare | stash .whl/carry/NN | install | check PAIR | table" ;;
 esac

@@ -167,7 +167,7 @@ all() {
         step trainer-imports "$out" bash "$REPLICA_SH" run "$dir" python -m mcore_images.smoke.verl_step.trainer_imports ;;
       verl-step)
         step verl-step "$out" bash "$REPLICA_SH" run "$dir" python -m mcore_images.smoke.verl_step \
-          --keep "$(mktemp -u /tmp/replica-verl-step.XXXXXX)" --out "$out/verl-step" ;;
+          --keep "$(mktemp -u -t replica-verl-step.XXXXXX)" --out "$out/verl-step" ;;
       bridge) step bridge "$out" bash "$REPLICA_SH" run "$dir" python -m mcore_images.smoke.bridge --bridges megatron-bridge ;;
       megatron-lm)
         [[ -f "$dir/megatron-lm.tar" ]] || die "megatron-lm needs $dir/megatron-lm.tar (\`$0 megatron-lm-source CHECKOUT $dir\` here)"
