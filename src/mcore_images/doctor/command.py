@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mcore_images.catalogue import flash_attention
-from mcore_images.command import Command, standalone
+from mcore_images.command import Command, configure, dispatch
 from mcore_images.doctor import (
     checks_apex,
     checks_bridge,
@@ -35,7 +35,7 @@ from mcore_images.doctor.model import (
     to_json,
     to_table,
 )
-from mcore_images.options import number
+from mcore_images.options import OneLineParser, number
 
 CHECK_MODULES = (checks_stack, checks_megatron, checks_bridge, checks_te, checks_apex, checks_nccl, checks_env,
                  checks_cluster, checks_build)
@@ -174,5 +174,9 @@ COMMANDS = (Command("doctor", "diagnose this environment and name the fix for ea
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m mcore_images.doctor`: the doctor on its own, without the rest of the command line."""
-    return standalone(COMMANDS[0], None if argv is None else list(argv))
+    """`python -m mcore_images.doctor`: the doctor on its own, without the rest of the command line, under the
+    parser of every command (one line for a bad or empty value)."""
+    command = COMMANDS[0]
+    parser = OneLineParser(prog=f"mcore-images {command.name}", description=command.description or command.help)
+    configure(parser, command)
+    return dispatch(parser, list(sys.argv[1:] if argv is None else argv))

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from mcore_images import tools
 from mcore_images.catalogue import images, platforms, tags
 from mcore_images.catalogue.stacks import Stack, load_stacks
 from mcore_images.command import Command, print_json
@@ -88,7 +88,7 @@ def create_command(index_ref: str, sources: dict[str, str]) -> list[str]:
 
 
 def assemble(found: dict[str, dict[str, str]], sha: str, stacks: dict[str, Stack], dry_run: bool = False,
-             run: Runner = subprocess.run) -> dict[str, dict[str, Any]]:
+             run: Runner = tools.run) -> dict[str, dict[str, Any]]:
     """Create each target's index and read back what it holds; with ``dry_run``, only the commands."""
     known = {tags.target(layer, s): s for s in stacks.values() for layer in s.built_layers}
     out: dict[str, dict[str, Any]] = {}

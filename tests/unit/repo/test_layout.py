@@ -2,9 +2,9 @@
 itself back through others (an import circle), no import inside a function hides one, no relative import leaves
 its package, and the smoke takes from the tooling only what runs in images (``SMOKE_MAY_IMPORT``).
 
-The direction, from the bottom: the shared modules (errors, command, jsonfiles, schemas, create_only, options) ←
-catalogue ← resolve ← image_build and release, with launch beside resolve (containers and programs, on the catalogue
-alone); doctor, report and the smoke on top; cli imports them all. Read from the source with ast, nothing
+The direction, from the bottom: the shared modules (errors, command, jsonfiles, schemas, create_only, options,
+reading, tools) ← catalogue ← resolve ← image_build and release, with launch beside resolve (containers and
+programs, on the catalogue alone); doctor, report and the smoke on top; cli imports them all. Read from the source with ast, nothing
 imported: an import is ``import``, ``from … import`` (relative ones resolved against the importing module's
 package) and ``importlib.import_module`` or ``__import__`` of a module named by a string literal.
 """
@@ -23,7 +23,7 @@ import pytest
 from tests.unit.conftest import ROOT
 
 SRC = ROOT / "src"
-SHARED = {"errors", "command", "jsonfiles", "schemas", "create_only", "options", "__init__"}
+SHARED = {"errors", "command", "jsonfiles", "schemas", "create_only", "options", "reading", "tools", "__init__"}
 ALLOWED: dict[str, set[str]] = {
     "shared": {"shared"},
     "catalogue": {"shared", "catalogue"},
