@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mcore_images import reading
 from mcore_images.catalogue import flash_attention
 from mcore_images.command import Command, configure, dispatch
 from mcore_images.doctor import (
@@ -62,6 +63,16 @@ def select(checks: dict[str, Check], only: Sequence[str] | None) -> list[Check]:
     return chosen
 
 
+def hf_config(text: str) -> Path:
+    """``--hf-config`` as argparse reads it: a HF config.json, or a folder holding one, a regular file either way
+    (a FIFO or a device is refused here, before any check starts)."""
+    path = Path(text)
+    named = path / "config.json" if path.is_dir() else path
+    if problem := reading.file_problem(named, "--hf-config" if named == path else "its config.json"):
+        raise argparse.ArgumentTypeError(f"{problem}: give a HF config.json or the folder holding one")
+    return path
+
+
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--only",
@@ -71,7 +82,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--hf-config",
-        type=Path,
+        type=hf_config,
         metavar="PATH",
         help="HF config.json (or its folder): can mbridge / Megatron-Bridge convert it?",
     )

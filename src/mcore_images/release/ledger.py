@@ -37,8 +37,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mcore_images import reading
 from mcore_images.catalogue import images
 from mcore_images.catalogue.images import ImageRef
+from mcore_images.errors import InputError
 from mcore_images.release import ledger_state, registry
 from mcore_images.release.ledger_state import Head
 from mcore_images.release.registry import RegistryError, Runner
@@ -102,7 +104,7 @@ def fetch(repository: str, digest: str, run: Runner | None = None) -> Ledger:
         document = Path(tmp) / "manifest.json"
         registry.oras(at, "manifest fetch", "--output", str(document), at.ref,
                       what=f"fetching the release ledger of {repository} ({digest})", **kwargs)
-        raw = document.read_bytes()
+        raw = _bounded(document, f"the manifest of the release ledger of {repository}")
         if "sha256:" + hashlib.sha256(raw).hexdigest() != digest:
             raise registry.IntegrityError(f"the release ledger of {repository} ({digest}) does not hash to its digest")
         body = json.loads(raw)
@@ -114,7 +116,7 @@ def fetch(repository: str, digest: str, run: Runner | None = None) -> Ledger:
         path = Path(tmp) / FILE
         registry.oras(ref, "blob fetch", "--output", str(path), f"{repository}@{layer['digest']}",
                       what=f"pulling the release ledger of {repository}", **kwargs)
-        raw = path.read_bytes()
+        raw = _bounded(path, f"the release ledger of {repository}")
     if "sha256:" + hashlib.sha256(raw).hexdigest() != layer["digest"]:
         raise registry.IntegrityError(f"the release ledger of {repository} does not hash to its digest")
     try:
@@ -126,6 +128,14 @@ def fetch(repository: str, digest: str, run: Runner | None = None) -> Ledger:
         raise LedgerRefused(f"the release ledger under {ref.ref} is {found.repository}'s, not this repository's: "
                             "copied from elsewhere")
     return found
+
+
+def _bounded(path: Path, what: str) -> bytes:
+    """A file oras fetched from the registry, read within reading's limit (a registry serves what it likes)."""
+    try:
+        return reading.read_bytes(path, what, "a release ledger is a few KiB; the registry serves something else")
+    except InputError as exc:
+        raise LedgerRefused(str(exc)) from None
 
 
 def read(repository: str, key: str, run: Runner | None = None) -> tuple[Ledger, str] | None:

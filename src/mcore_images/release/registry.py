@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import schemas, tools
+from mcore_images import reading, schemas, tools
 from mcore_images.catalogue import images
 from mcore_images.catalogue.images import ImageRef
 from mcore_images.errors import InputError
@@ -283,7 +283,11 @@ def fetch_certificate(image: ImageRef, referrer: Referrer, run: Runner = subproc
         path = Path(tmp) / "certificate.json"
         oras(image, "blob fetch", "--output", str(path), f"{image.repository}@{layer['digest']}",
              what=f"pulling certificate {referrer.digest}", run=run)
-        data = path.read_bytes() if path.is_file() else b""
+        try:
+            data = reading.read_bytes(path, f"certificate {referrer.digest}", "a certificate is well under 1 MiB; "
+                                      "the registry serves something else") if path.exists() else b""
+        except InputError as exc:
+            raise RegistryError(str(exc)) from None
     if "sha256:" + hashlib.sha256(data).hexdigest() != layer["digest"]:
         raise IntegrityError(f"pulling certificate {referrer.digest}: the registry served content that does not "
                              f"match its digest {layer['digest']}: its storage was altered or is corrupt; do not use "
@@ -321,7 +325,7 @@ def signature_problem(image: ImageRef, referrer: Referrer, key: str, run: Runner
 
 def attach(image: ImageRef, certificate: Path, run: Runner = subprocess.run) -> Referrer:
     """Attach certificate.json (and .md) to the image's digest as an OCI referrer."""
-    cert = json.loads(certificate.read_text())
+    cert = reading.read_json(certificate, "the certificate", "use the certificate.json `mcore-images certify` wrote")
     files = [f"{certificate.name}:application/json"]
     if certificate.with_suffix(".md").is_file():
         files.append(f"{certificate.with_suffix('.md').name}:text/markdown")

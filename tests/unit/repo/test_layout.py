@@ -41,7 +41,7 @@ ALLOWED: dict[str, set[str]] = {
 SMOKE_MAY_IMPORT = {"mcore_images", "mcore_images.catalogue", "mcore_images.catalogue.components",
                     "mcore_images.schemas", "mcore_images.catalogue.gpu_archs", "mcore_images.catalogue.platforms",
                     "mcore_images.catalogue.flash_attention", "mcore_images.catalogue.versions",
-                    "mcore_images.errors", "mcore_images.create_only", "mcore_images.options"}
+                    "mcore_images.errors", "mcore_images.create_only", "mcore_images.options", "mcore_images.reading"}
 """The one list of the tooling's modules the smoke may import (it runs in images beside torch): its data
 (flash_attention: the NVTE variables megatron-core sets per attention_backend), and the standard-library rules it
 shares with the tool (an output folder is created, never clobbered; a number on a command line is finite and in
