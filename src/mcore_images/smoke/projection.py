@@ -111,13 +111,17 @@ def render(p: dict[str, Any], timings: dict[str, Any], world: int) -> str:
     return line
 
 
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="python -m mcore_images.smoke.projection", prefix="projection: ",
+                           description="print the timings env/smoke-timings.json keeps, from a smoke certificate")
+    parser.add_argument("certificate", metavar="FILE", help="a smoke certificate.json")
+    return parser
+
+
 def main(argv: list[str]) -> int:
     """``python -m mcore_images.smoke.projection CERT``: the timings file env/smoke-timings.json keeps, from a
     certificate."""
-    parser = OneLineParser(prog="python -m mcore_images.smoke.projection", prefix="projection: ",
-                           description="print the timings env/smoke-timings.json keeps, from a smoke certificate")
-    parser.add_argument("certificate", metavar="CERTIFICATE", help="a smoke certificate.json")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         print(json.dumps(load(Path(args.certificate)), indent=2))
     except ValueError as exc:

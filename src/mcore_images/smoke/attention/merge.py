@@ -41,12 +41,16 @@ def render(sections: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> OneLineParser:
     parser = OneLineParser(prog="python -m mcore_images.smoke.attention.merge", prefix="merge: ",
                            description=__doc__.split("\n\n")[0])
     parser.add_argument("sections", nargs="+", metavar="FILE",
                         help="attention sections (JSON) `python -m mcore_images.smoke.attention --out` wrote")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     sections = []
     for path in args.sections:
         try:
