@@ -17,7 +17,7 @@ from typing import Any
 
 from mcore_images.catalogue.components import LOCK_LAYERS
 from mcore_images.catalogue.stacks import Override, Stack, canonical
-from mcore_images.catalogue.versions import Requirement
+from mcore_images.catalogue.versions import InvalidVersion, Requirement, Version
 from mcore_images.errors import InputError
 from mcore_images.resolve import pypi, uv_compile
 from mcore_images.resolve.lock_files import DEFAULT_MACHINE, SIDE_LAYERS
@@ -58,10 +58,19 @@ def problems(stack: Stack, held_by_layer: Mapping[str, Mapping[str, str]],
         if named(texts.get(layer, "")) != wanted:
             found.append(f"its header names overrides {named(texts.get(layer, ''))}, the stack declares {wanted}")
         found += [f"it pins {o.name} {held[o.name]}, the stack's override {o.pin}" for o in stack.overrides
-                  if o.name in held and held[o.name] != o.version]
+                  if o.name in held and not _same_release(held[o.name], o.version)]
         if found:
             out[layer] = found
     return out
+
+
+def _same_release(locked: str, pinned: str) -> bool:
+    """Whether the lock's version is the override's release: equal as versions (``==0.6.12.0`` pins the release a lock
+    writes as 0.6.12, and `lock` would otherwise rewrite the same locks at every run)."""
+    try:
+        return Version(locked) == Version(pinned)
+    except InvalidVersion:
+        return locked == pinned
 
 
 def unheld(stack: Stack, held: Iterable[str]) -> list[Override]:

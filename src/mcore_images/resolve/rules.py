@@ -15,6 +15,7 @@ from mcore_images.catalogue import components, flash_attention, gpu_archs, platf
 from mcore_images.catalogue.components import FROM_BASE
 from mcore_images.catalogue.stacks import NONE, Stack, canonical
 from mcore_images.catalogue.versions import (
+    InvalidVersion,
     Requirement,
     SpecifierSet,
     Version,
@@ -526,6 +527,15 @@ def _overrides(s: Stack) -> Iterator[tuple[str, str]]:
     seen: set[str] = set()
     for override in s.overrides:
         name = override.name
+        written = override.version
+        try:
+            normal = str(Version(written))
+        except InvalidVersion:
+            yield (f"override {override.pin} pins {written!r}, which is not a version", "write a release that PyPI has")
+        else:
+            if normal != written:  # every lock writes the normal form: `lock --check` would find it stale forever
+                yield (f"override {override.pin} writes its version as {written!r}, which the locks write as "
+                       f"{normal}", f"write {override.pin.rsplit('==', 1)[0]}=={normal}")
         if not override.why.strip():
             yield f"override {override.pin} says no why", "say in 'why' which requirement it overrides and why it runs"
         if canonical(override.over) == name:
