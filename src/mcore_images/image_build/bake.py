@@ -95,8 +95,12 @@ def bake_env(request: BuildRequest) -> dict[str, str]:
 
 
 def _git(*args: str) -> str:
-    """One line of git's output in the checkout, or "" outside a git checkout."""
-    result = tools.run(["git", *args], capture_output=True, text=True, cwd=repo_root(), check=False)
+    """One line of git's output in the checkout, or "" outside a git checkout (or where git is not installed: the
+    build then labels no commit, as it does outside a checkout)."""
+    try:
+        result = tools.run(["git", *args], capture_output=True, text=True, cwd=repo_root(), check=False)
+    except InputError:
+        return ""
     return result.stdout.strip() if result.returncode == 0 else ""
 
 

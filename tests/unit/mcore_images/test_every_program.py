@@ -40,7 +40,8 @@ SRC = ROOT / "src"
 DIGEST = "sha256:" + "0" * 64
 IMAGE = f"registry.invalid/mcore-images@{DIGEST}"
 PUBLIC_KEY = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n"
-PRIVATE_KEY = "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\neyJrZGYiOnt9fQ==\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n"
+PRIVATE_KEY = ("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\neyJrZGYiOnt9fQ==\n"
+               "-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n")
 
 
 @dataclass(frozen=True)

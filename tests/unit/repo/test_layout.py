@@ -4,9 +4,9 @@ its package, and the smoke takes from the tooling only what runs in images (``SM
 
 The direction, from the bottom: the shared modules (errors, command, jsonfiles, schemas, create_only, options,
 reading, tools) ← catalogue ← resolve ← image_build and release, with launch beside resolve (containers and
-programs, on the catalogue alone); doctor, report and the smoke on top; cli imports them all. Read from the source with ast, nothing
-imported: an import is ``import``, ``from … import`` (relative ones resolved against the importing module's
-package) and ``importlib.import_module`` or ``__import__`` of a module named by a string literal.
+programs, on the catalogue alone); doctor, report and the smoke on top; cli imports them all. Read from the source
+with ast, nothing imported: an import is ``import``, ``from … import`` (relative ones resolved against the importing
+module's package) and ``importlib.import_module`` or ``__import__`` of a module named by a string literal.
 """
 
 from __future__ import annotations

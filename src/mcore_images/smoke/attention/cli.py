@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:  # Ctrl-C: one line; a section half written was never renamed into place
-        print(f"\n{PROG.split()[-1]}: interrupted (Ctrl-C): stopped; --out left as it was", file=sys.stderr)
+        print("\nsmoke.attention: interrupted (Ctrl-C): stopped; --out left as it was", file=sys.stderr)
         return 130
 
 

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from mcore_images import cli
-from mcore_images.launch import programs
 from tests.unit.conftest import ROOT
 
 
