@@ -68,7 +68,7 @@ def hf_config(text: str) -> Path:
     (a FIFO or a device is refused here, before any check starts)."""
     path = Path(text)
     named = path / "config.json" if path.is_dir() else path
-    if problem := reading.file_problem(named, "--hf-config" if named == path else "its config.json"):
+    if problem := reading.file_problem(named):
         raise argparse.ArgumentTypeError(f"{problem}: give a HF config.json or the folder holding one")
     return path
 
@@ -146,14 +146,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{item.id:28} {item.severity.value:5} {'worker' if item.isolated else 'here':6} {item.summary}")
         return 0
     timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_S)
-    hf_config = getattr(args, "hf_config", None)
-    if hf_config is not None and not (hf_config.is_file() or (hf_config / "config.json").is_file()):
-        print(
-            f"doctor: --hf-config {hf_config} is neither a config.json nor a folder with one; pass the "
-            "model's config.json",
-            file=sys.stderr,
-        )
-        return 2
+    hf_config = getattr(args, "hf_config", None)  # judged as it was parsed (hf_config)
     if backend := getattr(args, "attention_backend", None):  # the workers read it from the environment they inherit
         os.environ[flash_attention.ASKED] = backend
     ctx = Context(hf_config=hf_config)
