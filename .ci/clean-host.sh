@@ -18,10 +18,23 @@ HIDDEN=(oras cosign docker-registry skopeo srun sbatch salloc scancel squeue sco
         slurmd munge munged chromium chromedriver)
 AVAILABLE_KIB=$((1024 * 1024))
 
-(($#)) || die "give the command to run: .ci/clean-host.sh python3 -m pytest -q tests/unit"
+if (($# == 0)); then
+  printf '[clean-host] error: %s\n' "give the command to run: .ci/clean-host.sh python3 -m pytest -q tests/unit" >&2
+  exit 2
+fi
 command -v unshare >/dev/null || die "unshare is not installed: apt-get install util-linux"
 
-if [[ "${MCORE_CLEAN_HOST_INSIDE:-}" != 1 ]]; then
+# Inside the namespace this script made: the variable it passes says so, and the mount namespace is not the one of the
+# process that started it (unshare runs this script in place of itself). A variable inherited from a caller (a
+# `make test-unit` started from within another clean-host run, a CI step that exports it) is not enough: believing it
+# skipped the namespace and bind-mounted over the caller's own /proc/meminfo.
+inside() {
+  local own parents
+  own=$(readlink /proc/self/ns/mnt 2>/dev/null) && parents=$(readlink "/proc/$PPID/ns/mnt" 2>/dev/null) || return 1
+  [[ "${MCORE_CLEAN_HOST_INSIDE:-}" == 1 && "$own" != "$parents" ]]
+}
+
+if ! inside; then
   work=$(mktemp -d "${TMPDIR:-/tmp}/clean-host.XXXXXX")
   trap 'rm -rf -- "$work"' EXIT
   mkdir -p "$work/home" "$work/state" "$work/shadow"

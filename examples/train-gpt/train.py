@@ -28,9 +28,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import tomllib
+
+from mcore_images import create_only, reading
+from mcore_images.errors import InputError
+from mcore_images.options import OneLineParser, number, whole
 
 TERM_GRACE_S = 20.0
 """How long SIGTERM waits for a background save in flight. Slurm sends SIGKILL KillWait (30 s by default)
@@ -53,36 +57,95 @@ DEFAULTS: dict[str, Any] = {
     "experts": 0, "global_batch": 8, "steps": 20, "lr": 3e-3, "seed": 1234, "save": None, "load": None,
     "save_interval": 0, "async_save": False, "log_interval": 1, "log_file": None, "cpu": False,
 }
+LEAST: dict[str, int] = {"experts": 0, "save_interval": 0, "seed": 0}
+"""The least value of each whole-number option (1 for the others: a size, a count of ranks or of steps)."""
+SEEDS = 2**32
+"""Seeds are 0 … SEEDS - 1: torch takes 64 bits, and megatron-core adds its per-rank offsets."""
+MAX_CONFIG_BYTES = 1 << 20
+"""The largest --config read (a config is a few hundred bytes; /dev/zero never ends)."""
+
+
+def rank_zero() -> bool:
+    """Whether this process speaks for the job: torchrun's rank 0 (RANK is set before any process group starts),
+    or a run without torchrun."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+class Parser(OneLineParser):
+    """The one-line parser (mcore_images.options), said once for the job: by rank 0, the others ending quietly."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message}; see `train.py --help`", say=rank_zero())
+
+
+def option_type(name: str, default: Any) -> Any:
+    """How an option's text is read: whole numbers in range, a learning rate finite and above 0, paths as text."""
+    if name == "lr":
+        return number(0, above=True, example="3e-3")
+    if name == "seed":
+        return whole(0, SEEDS - 1, example="1234")
+    if isinstance(default, int):
+        return whole(LEAST.get(name, 1), example=str(default or 1))
+    return str
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, help="TOML file with any of the options below (flags win)")
+    """The options, from flags and --config (flags win), each judged here, on every rank, before any process group
+    starts: a bad one is one line from rank 0 and exit 2 (before: `--tp 0`, `--lr nan`, `--global-batch 0` ended in a
+    traceback on every rank)."""
+    parser = Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="TOML file with any of the options below (flags win)")
     for name, default in DEFAULTS.items():
         flag = "--" + name.replace("_", "-")
         if isinstance(default, bool):
             parser.add_argument(flag, action="store_true", default=None)
         else:
-            parser.add_argument(flag, type=type(default) if default is not None else str, default=None)
+            parser.add_argument(flag, type=option_type(name, default), default=None)
     args = parser.parse_args(argv)
     values = dict(DEFAULTS)
     if args.config:
-        if not args.config.is_file():
-            fail(f"no config file {args.config}")
-        try:
-            config = tomllib.loads(args.config.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            fail(f"{args.config} is not valid TOML: {exc}")
-        unknown = sorted(set(config) - set(DEFAULTS))
-        if unknown:
-            fail(f"{args.config}: unknown option(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
-        values.update(config)
+        values.update(read_config(args.config))
     values.update({k: v for k, v in vars(args).items() if k in DEFAULTS and v is not None})
     return argparse.Namespace(**values)
 
 
-def fail(message: str, code: int = 2, *, say: bool = True) -> None:
+def read_config(path: str) -> dict[str, Any]:
+    """--config's options, each read as its flag would read it; one line naming the file and the key otherwise."""
+    try:
+        text = reading.read_text(path, "--config", "give a TOML file", max_bytes=MAX_CONFIG_BYTES)
+    except InputError as exc:
+        fail(str(exc), say=rank_zero())
+    try:
+        config = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        fail(f"{path} is not valid TOML: {exc}", say=rank_zero())
+    unknown = sorted(set(config) - set(DEFAULTS))
+    if unknown:
+        fail(f"{path}: unknown option(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}", say=rank_zero())
+    for name, value in config.items():
+        if problem := value_problem(name, value):
+            fail(f"{path}: {name} = {value!r}: {problem}", say=rank_zero())
+    return config
+
+
+def value_problem(name: str, value: Any) -> str | None:
+    """Why a config file's value cannot stand for its option (None: it can)."""
+    default = DEFAULTS[name]
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "give true or false"
+    if default is None:
+        return None if isinstance(value, str) and value else "give a path (a non-empty string)"
+    if isinstance(value, bool) or not isinstance(value, int | float) or (isinstance(default, int)
+                                                                          and not isinstance(value, int)):
+        return f"give {'a number' if name == 'lr' else 'a whole number'}"
+    try:
+        option_type(name, default)(str(value))
+    except argparse.ArgumentTypeError as exc:
+        return str(exc)
+    return None
+
+
+def fail(message: str, code: int = 2, *, say: bool = True) -> NoReturn:
     """One line naming the problem, then exit: 2 (the default) when nothing was trained or loaded. ``say``
     is False on the ranks whose rank 0 reports the same problem, so that it is said once."""
     if say:
@@ -160,14 +223,69 @@ def main(argv: list[str]) -> int:
 
         lifetime.die_with_parent()
     try:
-        return train(parse(argv))
+        args = parse(argv)
+        resume = judged_first(args)
+        return train(args, resume)
     except Exception as exc:
         if any(sign in str(exc) for sign in PEER_GONE):  # a peer ended first, and has said why
             os._exit(1)
         raise
 
 
-def train(args: argparse.Namespace) -> int:
+def judged_first(args: argparse.Namespace) -> Path | None:
+    """What can be judged before any process group starts, on every rank alike (rank 0 says it): the layout on
+    WORLD_SIZE ranks, the checkpoint --load names, and that no save would move --save's ``latest`` back. Returns the
+    checkpoint to resume from (None: step 0)."""
+    say = rank_zero()
+    if problem := layout_problem(args, int(os.environ.get("WORLD_SIZE", "1"))):
+        fail(problem, say=say)
+    resume = None
+    if args.load:
+        try:
+            resume = to_load(Path(args.load))
+        except NothingToResume as exc:
+            fail(str(exc), say=say)
+        if resume is None and say:
+            print(f"--load {args.load}: no checkpoint there yet, starting from step 0", flush=True)
+    if args.save and args.save_interval and (problem := backwards_problem(Path(args.save), resume, args.steps)):
+        fail(problem, say=say)
+    if args.log_file and os.path.lexists(args.log_file) and (problem := reading.file_problem(
+            args.log_file, "--log-file", max_bytes=None)):
+        fail(f"{problem}: pass a file to append the log to", say=say)
+    return resume
+
+
+def step_of(checkpoint: Path) -> int:
+    """The step a checkpoint this script saved holds (its train_state.json)."""
+    state = reading.read_json(checkpoint / "train_state.json", "", "pass the --save folder of an earlier run")
+    return int(state["step"])
+
+
+def latest_step(folder: Path) -> int | None:
+    """The step ``folder/latest`` names (None: no complete checkpoint there)."""
+    latest = folder / "latest"
+    if not latest.is_file():
+        return None
+    text = reading.read_text(latest, "", "", max_bytes=4096).strip()
+    return int(text.removeprefix("iter_")) if text.removeprefix("iter_").isdigit() else None
+
+
+def backwards_problem(save: Path, resume: Path | None, steps: int) -> str | None:
+    """Why saving into ``save`` would move its ``latest`` back (None: it would not): a run starting below the step
+    ``latest`` names would point it at an earlier checkpoint at its first save (before: a second run with --save on a
+    finished run's folder and no --load moved latest from step 30 to step 4)."""
+    try:
+        newest = latest_step(save)
+        start = step_of(resume) if resume is not None else 0
+    except (InputError, KeyError, TypeError, ValueError):
+        return None  # what --load holds is judged as it is loaded
+    if newest is None or start >= newest or steps <= start:
+        return None
+    return (f"--save {save} holds a checkpoint at step {newest} (latest), and this run starts at step {start}: its "
+            f"saves would move latest back; resume it with --load {save}, or pass another --save folder")
+
+
+def train(args: argparse.Namespace, resume: Path | None) -> int:
     if args.cpu:  # gloo and CPU tensors: megatron-core assumes CUDA in a few places the image's shim covers
         from mcore_images.smoke.kit import cpu_shim
 
@@ -184,17 +302,6 @@ def train(args: argparse.Namespace) -> int:
 
     rank, world = bootstrap.init_process_group(args.cpu, 120)
     device = torch.device("cpu") if args.cpu else torch.device("cuda", torch.cuda.current_device())
-    problem = layout_problem(args, world)
-    if problem:
-        fail(problem, say=rank == 0)
-    resume = None
-    if args.load:
-        try:
-            resume = to_load(Path(args.load))  # the same on every rank
-        except NothingToResume as exc:
-            fail(str(exc), say=rank == 0)
-        if resume is None and rank == 0:
-            print(f"--load {args.load}: no checkpoint there yet, starting from step 0", flush=True)
     held = claim_outputs(args, rank, world)  # the --save folder stays this job's while `held` lives
     if args.save and args.async_save:
         AT_EXIT.append(checkpointing.writer_outlives_sigterm())
@@ -207,7 +314,7 @@ def train(args: argparse.Namespace) -> int:
             checkpointing.load(models, opt, resume, agree=lambda problem: agreed(problem, rank, world))
         except checkpointing.CheckpointError as exc:
             fail(str(exc))
-        step = json.loads((resume / "train_state.json").read_text())["step"]
+        step = step_of(resume)
         if rank == 0:
             print(f"resumed from {resume} at step {step}", flush=True)
     dp_rank, dp_size = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
@@ -261,7 +368,8 @@ def to_load(folder: Path) -> Path | None:
         return folder
     latest = folder / "latest"
     if latest.is_file():
-        named = folder / latest.read_text().strip()
+        named = folder / reading.read_text(latest, "", "pass the --save folder of an earlier run",
+                                           max_bytes=4096).strip()
         if (named / "train_state.json").is_file():
             return named
         raise NothingToResume(f"{named} has no train_state.json: not a checkpoint this script saved (pass the --save "
@@ -408,15 +516,15 @@ class Checkpoints:
         torch.distributed.barrier()
         if self.rank == 0:
             name = f"iter_{self.in_flight:07d}"
-            tmp = self.root / "latest.tmp"
             try:
                 (self.root / name / "train_state.json").write_text(
                     json.dumps({"step": self.in_flight, "seed": self.args.seed}))
                 checkpointing.seal(self.root / name)  # every file's sha256, checked before a load
-                tmp.write_text(name)
-                tmp.replace(self.root / "latest")
+                if (newest := latest_step(self.root)) is not None and newest > self.in_flight:
+                    fail(f"latest in {self.root} names step {newest}, after step {self.in_flight} just saved: "
+                         f"another run saved there meanwhile; latest left at step {newest}", 1)
+                create_only.replace_text(self.root / "latest", name)  # a temporary file of its own, renamed
             except OSError as exc:
-                tmp.unlink(missing_ok=True)
                 self.failed(exc, everywhere=False)
             print(f"checkpoint {self.root / name} saved at step {self.in_flight}", flush=True)
         self.saving = self.in_flight = None

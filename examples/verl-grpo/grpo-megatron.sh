@@ -15,11 +15,35 @@ PP="${PP:-1}"
 EP="${EP:-1}"
 ROLLOUT_TP="${ROLLOUT_TP:-2}"
 
+die() { printf 'grpo-megatron.sh: %s\n' "$*" >&2; exit 2; }
+# Each value is judged before Hydra sees it: a count is a whole number of 1 or more, and a path reaches Hydra quoted,
+# so that a ',' in it is not a sweep and a space not the end of the override; a path Hydra cannot quote (a quote, a
+# backslash, '${' or a newline in it) is refused.
+for name in NNODES GPUS_PER_NODE TP PP EP ROLLOUT_TP; do
+  [[ "${!name}" =~ ^[1-9][0-9]{0,5}$ ]] || die "$name=${!name} is not a count: give a whole number of 1 or more"
+done
+(((NNODES * GPUS_PER_NODE) % (TP * PP) == 0)) \
+  || die "TP=$TP x PP=$PP must divide the $((NNODES * GPUS_PER_NODE)) GPUs (NNODES x GPUS_PER_NODE)"
+(((NNODES * GPUS_PER_NODE) % ROLLOUT_TP == 0)) \
+  || die "ROLLOUT_TP=$ROLLOUT_TP must divide the $((NNODES * GPUS_PER_NODE)) GPUs (NNODES x GPUS_PER_NODE)"
+hydra_path() {  # NAME VALUE: VALUE as a quoted Hydra string
+  local value=$2
+  [[ -n "$value" ]] || die "$1 is empty: give a path"
+  case "$value" in
+    *\'* | *\\* | *\$\{* | *$'\n'*)
+      die "$1=$value holds a quote, a backslash, a '\${' or a newline, which Hydra cannot take in a path: rename it" ;;
+  esac
+  printf "'%s'" "$value"
+}
+model=$(hydra_path MODEL "$MODEL")
+train_files=$(hydra_path DATA "$DATA/train.parquet")
+val_files=$(hydra_path DATA "$DATA/test.parquet")
+
 overrides=(
   algorithm.adv_estimator=grpo
-  "data.train_files=$DATA/train.parquet" "data.val_files=$DATA/test.parquet"
+  "data.train_files=$train_files" "data.val_files=$val_files"
   data.train_batch_size=256 data.max_prompt_length=512 data.max_response_length=1024
-  "actor_rollout_ref.model.path=$MODEL"
+  "actor_rollout_ref.model.path=$model"
   actor_rollout_ref.actor.strategy=megatron critic.strategy=megatron
   # verl's own mbridge path (verl.models.mcore.mbridge): what the image's bridge check certifies.
   actor_rollout_ref.actor.megatron.vanilla_mbridge=True

@@ -13,10 +13,11 @@ from types import ModuleType
 
 from mcore_images import __version__
 from mcore_images.catalogue import tags
-from mcore_images.command import Command, Parser, configure, dispatch
+from mcore_images.command import Command, configure, dispatch
 from mcore_images.doctor import command as doctor
 from mcore_images.image_build import bake, debian_base, jobs, make_vars, regions, reproduce, timing
 from mcore_images.launch import kube, programs, run
+from mcore_images.options import OneLineParser
 from mcore_images.release import authority, certify, platform_index, promote, release_matrix, verify
 from mcore_images.report import command as report
 from mcore_images.resolve import lock, outdated, plan
@@ -33,9 +34,9 @@ def commands() -> list[Command]:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = Parser(prog="mcore-images", description=__doc__.splitlines()[0])
+    top = OneLineParser(prog="mcore-images", description=__doc__.splitlines()[0])
     top.add_argument("--version", action="version", version=f"mcore-images {__version__}")
-    sub = top.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
+    sub = top.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     for command in commands():
         configure(sub.add_parser(command.name, help=command.help, description=command.description or command.help),
                   command)

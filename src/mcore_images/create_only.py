@@ -268,6 +268,13 @@ def claim_file(path: Path, command: str, option: str = "--out") -> Path:
         raise InputError(f"{where} cannot be created: {ancestor} is a file; choose a path under a folder")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise InputError(f"{where} cannot be created: {ancestor} is not writable; choose a folder you can write")
+    try:  # root passes every access() check: a read-only or virtual file system (/proc) says no only to a create
+        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=ancestor)
+    except OSError as exc:
+        raise InputError(f"{where} cannot be created in {ancestor} ({exc.strerror or exc}); choose a folder you can "
+                         "write") from None
+    os.close(fd)
+    os.unlink(probe)
     return target
 
 
@@ -284,19 +291,32 @@ def _file_owner(path: Path) -> str | None:
 
 
 def write_file(path: Path, command: str, document: dict, option: str = "--out") -> None:
-    """Write ``document`` (with its ``written_by``) to ``path``, claimed again now: a temporary file beside it,
-    renamed into place, so a reader never sees half of it; a replaced file keeps its mode, owner and group."""
+    """Write ``document`` (with its ``written_by``) to ``path``, claimed again now, through ``replace_text``; a file
+    that cannot be made there (a read-only or virtual file system: ``/proc/nope``) is one line, not a traceback."""
     target = claim_file(path, command, option)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".new", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        replace_text(target, json.dumps({WRITTEN_BY: f"{TOOL} {command}", **document}, indent=2) + "\n")
+    except OSError as exc:
+        raise InputError(f"{option} {path} cannot be written ({exc.strerror or exc}); choose a file in a folder you "
+                         "can write") from None
+
+
+def replace_text(path: Path, text: str) -> None:
+    """Put ``text`` at ``path`` whole or not at all: written to a temporary file beside it under a name made for
+    this write alone (``.NAME.<random>.new``: nothing of anyone else's is taken, overwritten or left behind), then
+    renamed over it; the temporary file is removed on every way out that does not get that far, Ctrl-C included. A
+    replaced file keeps its mode, owner and group. For a file a command claimed, or one inside a folder it claimed
+    (a certificate, a state record)."""
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps({WRITTEN_BY: f"{TOOL} {command}", **document}, indent=2) + "\n")
-        if target.exists():
-            _take_over(temp, os.stat(target))
+            handle.write(text)
+        if path.exists():
+            _take_over(temp, os.stat(path))
         else:
             os.chmod(temp, _plain_mode(0o666))
-        os.replace(temp, target)
+        os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise

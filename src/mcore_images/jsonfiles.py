@@ -1,7 +1,8 @@
 """Our JSON files checked against their JSON Schemas, with one-line errors: the one ladder every document the
-tool reads climbs (``load``): the file (missing, a folder, too large, unreadable), its text (UTF-8), its parse (JSON),
-its shape (the schema, then any check of the reader's own); the first rung it misses is one InputError naming what
-the file is and the fix.
+tool reads climbs (``load``): the file (missing, a folder, a pipe or a device, too large, unreadable), its text
+(UTF-8) and its parse (JSON), which are reading.py's rungs, every file the tool reads climbs them; then its shape
+(the schema, then any check of the reader's own). The first rung it misses is one InputError naming what the file
+is and the fix.
 
 The schemas of env/'s files are kept next to them in env/; those of the documents the tool reads from
 elsewhere (certificates, build timings) ship inside the package (``PACKAGED``). A schema that is missing
@@ -11,13 +12,13 @@ or not JSON is a broken installation or checkout, said in one line too.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from mcore_images import PACKAGE
 from mcore_images.errors import InputError, shown
+from mcore_images.reading import MAX_BYTES, read_json
 
 Place = Callable[[Any, Sequence[Any]], tuple[str, Sequence[Any]]]
 """Given the document and an error's path in it, names the start of the path ("stack 'debian'") and returns the
@@ -34,37 +35,12 @@ BUILD_TIMINGS_SCHEMA = PACKAGED / "build-timings.schema.json"
 
 def load(path: Path, what: str, fix: str, schema: Path | None = None, *, place: Place | None = None,
          shape: Shape | None = None, finite: bool = False, missing: str | None = None,
-         max_bytes: int | None = None) -> Any:
-    """The whole ladder: ``path`` read and parsed (``read_json``), then held to ``schema`` and ``shape``
+         max_bytes: int = MAX_BYTES) -> Any:
+    """The whole ladder: ``path`` read and parsed (reading.read_json), then held to ``schema`` and ``shape``
     (``conform``)."""
     data = read_json(path, what, fix, finite=finite, missing=missing, max_bytes=max_bytes)
     conform(data, path, what, fix, schema, place=place, shape=shape)
     return data
-
-
-def read_json(path: Path, what: str, fix: str, finite: bool = False, missing: str | None = None,
-              max_bytes: int | None = None) -> Any:
-    """``path`` parsed; InputError naming ``what`` it is and ``fix`` (``missing``: the fix when it is not there) when
-    it is missing, a folder, larger than ``max_bytes`` (refused before it is read), unreadable, not UTF-8 or not
-    JSON (``finite``: or holds NaN or Infinity, which Python's json reads and no measurement is)."""
-    named = _named(what, path)
-    try:
-        if max_bytes is not None and (size := path.stat().st_size) > max_bytes:
-            raise InputError(f"{named} is {size / (1 << 20):.1f} MiB, over the {max_bytes >> 20} MiB this tool reads; "
-                             f"{fix}")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{named} not found; {missing or fix}") from None
-    except IsADirectoryError:
-        raise InputError(f"{named} is a folder; name the file in it") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{named} is not UTF-8 text (byte {exc.start}: {exc.reason}); {fix}") from None
-    except OSError as exc:
-        raise InputError(f"{named} cannot be read ({exc.strerror or exc}); {fix}") from None
-    try:
-        return json.loads(text, **({"parse_constant": _no_constant} if finite else {}))
-    except ValueError as exc:
-        raise InputError(f"{named} is not JSON ({exc}); {fix}") from None
 
 
 def conform(data: Any, path: Path, what: str, fix: str, schema: Path | None = None, *, place: Place | None = None,
@@ -82,10 +58,6 @@ def conform(data: Any, path: Path, what: str, fix: str, schema: Path | None = No
 
 def _named(what: str, path: Path) -> str:
     return f"{what} {path}" if what else str(path)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
 
 
 @functools.cache

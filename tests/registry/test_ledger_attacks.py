@@ -88,12 +88,15 @@ def test_a_client_refuses_a_ledger_written_over_an_older_one_put_back(
         capsys: pytest.CaptureFixture) -> None:
     """Before: a client that saw version 4 refused only an older number. A holder of the key that builds on what it
     finds (as the authority did before it kept its last write) writes over version 2 put back, and the registry
-    writer moves runtime-debian to the older digest its versions 4 and 5 now name: both were accepted."""
+    writer moves runtime-debian to the older digest its versions 4 and 5 now name: both were accepted. (The registry
+    writer deletes versions 3 and 4 first: a version is never pushed over its own tag.)"""
     older, newer = two_releases
     alias = f"{newer.repository}:runtime-debian"
     assert verdict(alias, keys, capsys)[0] == 0  # this client saw version 4
     seen = registry.resolve(newer.image.with_tag(ledger.TAG)).digest
     oras_tag(f"{newer.repository}:{ledger.TAG}-2", ledger.TAG)
+    for version in (3, 4):
+        delete_manifest(newer.repository, registry.resolve(newer.image.with_tag(f"{ledger.TAG}-{version}")).digest)
 
     def signed_again() -> str:
         found = ledger.read(newer.repository, str(keys["ours.pub"]))
@@ -113,6 +116,67 @@ def test_a_client_refuses_a_ledger_written_over_an_older_one_put_back(
     assert code == 1 and found["problems"] == [
         f"the release ledger of {newer.repository} version 5 ({newest}) descends from version 4 {forked}, not version "
         f"4 ({seen}) this machine saw: written on top of an older ledger put back by someone without the key"]
+
+
+def delete_manifest(repository: str, digest: str | None) -> None:
+    """What anyone who can push may do: delete a manifest by digest (every tag naming it goes with it)."""
+    subprocess.run(["oras", "manifest", "delete", "--plain-http", "--force", f"{repository}@{digest}"], check=True,
+                   capture_output=True)
+
+
+def test_a_writer_without_its_record_does_not_restart_a_ledger_deleted_by_digest(
+        two_releases: tuple[Pushed, Pushed], keys: dict[str, Path], tmp_path: Path,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """Before: someone without the key deleted the newest ledger by digest (the ledger tag and mcore-images-ledger-4
+    went with it); the next ordinary `attach` from an empty state folder (a new machine, a hosted runner) exited 0,
+    having signed a version 1 with no previous version and none of the earlier records, moved the ledger tag and
+    pushed over mcore-images-ledger-1; fresh clients then took the alias moved back to an older digest. Now that
+    attach is refused with nothing written, a fresh client refuses the repository, and the fix named works."""
+    older, newer = two_releases
+    head = registry.resolve(newer.image.with_tag(ledger.TAG)).digest
+    version_1 = registry.resolve(newer.image.with_tag(f"{ledger.TAG}-1")).digest
+    delete_manifest(newer.repository, head)
+    tags_before, certificates_before = newer.tags(), registry.certificates(newer.image)
+    assert ledger.TAG not in tags_before and f"{ledger.TAG}-4" not in tags_before, tags_before
+    monkeypatch.setenv("MCORE_IMAGES_STATE", str(tmp_path / "a-new-home"))
+    gone = (f"{newer.repository} has no {ledger.TAG} tag, but holds versions 1, 2, 3 of its release ledger "
+            f"({ledger.TAG}-N): the tag was deleted by someone without the key; put the newest back (`oras tag "
+            f"{newer.repository}:{ledger.TAG}-3 {ledger.TAG}`) and adopt it (`mcore-images ledger {newer.repository} "
+            f"--key <public key> --adopt`), or start a new ledger above them (`mcore-images ledger {newer.repository} "
+            "--key <public key> --start-over <private key>`)")
+    folder = newer.certificate(tmp_path / "again", smoke_status="failed").parent
+    assert cli.main(["attach", newer.ref, "--certificate", str(folder), "--key", str(keys["ours.key"])]) == 1
+    assert one_line_error(capsys) == f"error: {gone}"
+    assert newer.tags() == tags_before and registry.certificates(newer.image) == certificates_before  # nothing written
+    assert registry.resolve(newer.image.with_tag(f"{ledger.TAG}-1")).digest == version_1
+    oras_tag(older.ref, "runtime-debian")  # the same writer moves the alias back
+    monkeypatch.setenv("MCORE_IMAGES_STATE", str(tmp_path / "a-fresh-client"))
+    code, found = verdict(f"{newer.repository}:runtime-debian", keys, capsys)
+    assert code == 1 and found["problems"] == [gone], found
+    monkeypatch.setenv("MCORE_IMAGES_STATE", str(tmp_path / "a-new-home"))
+    oras_tag(f"{newer.repository}:{ledger.TAG}-3", ledger.TAG)  # the fix the refusal names
+    assert cli.main(["ledger", *repository_args(newer, keys), "--adopt"]) == 0
+    assert "adopted version 3" in capsys.readouterr().out
+    assert cli.main(["attach", newer.ref, "--certificate", str(folder), "--key", str(keys["ours.key"])]) == 0
+    found_now = ledger.read(newer.repository, str(keys["ours.pub"]))
+    assert found_now is not None and found_now[0].version == 4 and found_now[0].previous is not None
+
+
+def test_a_new_ledger_over_a_deleted_one_is_started_only_when_told_and_above_every_version(
+        two_releases: tuple[Pushed, Pushed], keys: dict[str, Path], tmp_path: Path,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    _, newer = two_releases
+    delete_manifest(newer.repository, registry.resolve(newer.image.with_tag(ledger.TAG)).digest)
+    kept = {tag: registry.resolve(newer.image.with_tag(tag)).digest for tag in newer.tags()
+            if tag.startswith(f"{ledger.TAG}-")}
+    monkeypatch.setenv("MCORE_IMAGES_STATE", str(tmp_path / "a-new-home"))
+    assert cli.main(["ledger", *repository_args(newer, keys), "--start-over", str(keys["ours.key"])]) == 0
+    assert "started a new release ledger" in capsys.readouterr().out
+    started = ledger.read(newer.repository, str(keys["ours.pub"]))
+    assert started is not None and started[0].version == 4 and started[0].previous is None
+    assert {tag: registry.resolve(newer.image.with_tag(tag)).digest for tag in kept} == kept  # none overwritten
+    assert cli.main(["ledger", *repository_args(newer, keys), "--start-over", str(keys["ours.key"])]) == 1
+    assert "--start-over is for a repository whose" in one_line_error(capsys)
 
 
 def pausing(when: Callable[[list[str]], bool], then: Callable[[], None]) -> Callable[..., Any]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mcore_images import tools
 from mcore_images.catalogue.stacks import Stack, load_stacks
 from mcore_images.image_build import jobs
 from tests.support.machine import fake_machine
@@ -39,6 +40,14 @@ def this_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
     earlier `pip install -e` left installed (pytest's own pythonpath reaches only this process)."""
     inherited = os.environ.get("PYTHONPATH")
     monkeypatch.setenv("PYTHONPATH", PYTHONPATH + (os.pathsep + inherited if inherited else ""))
+
+
+@pytest.fixture
+def tools_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every program the tool starts (tools.INSTALL) found on PATH, for a test that fakes subprocess's answers: the
+    test then runs the same on a machine with or without docker, oras or cosign."""
+    monkeypatch.setattr(tools.shutil, "which", lambda name, *a, **k: f"/usr/bin/{name}" if name in tools.INSTALL
+                        else None)
 
 
 @pytest.fixture(scope="session")

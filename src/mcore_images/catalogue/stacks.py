@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import PACKAGE, SOURCE_TREE, jsonfiles
+from mcore_images import PACKAGE, SOURCE_TREE, jsonfiles, reading
 from mcore_images.catalogue import components, platforms
 from mcore_images.catalogue.components import FROM_BASE, LAYERS, NONE
 from mcore_images.catalogue.versions import InvalidRequirement, InvalidVersion, Requirement, Version
@@ -327,8 +327,8 @@ FIX = "correct it (one entry per stack you build), or restore it from git"
 def load_stacks(path: Path | None = None) -> dict[str, Stack]:
     """All stacks by name, in file order; InputError (one line) for a file that is not well-formed."""
     path = path or stacks_file()
-    data = jsonfiles.read_json(path, "", FIX, missing="run from the mcore-images checkout or set MCORE_IMAGES_ROOT",
-                               max_bytes=MAX_STACKS_BYTES)
+    data = reading.read_json(path, "", FIX, missing="run from the mcore-images checkout or set MCORE_IMAGES_ROOT",
+                             max_bytes=MAX_STACKS_BYTES)
     return parse_document(data, path)
 
 

@@ -6,9 +6,11 @@ import json
 import re
 from pathlib import Path
 
+from mcore_images import reading
 from mcore_images.doctor import bridges, probes
 from mcore_images.doctor.checks_megatron import import_fix
 from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip, warn
+from mcore_images.errors import InputError
 
 INSTALL_FIX = "pip install mbridge  (or: pip install megatron-bridge)"
 BRIDGES = (
@@ -114,7 +116,10 @@ def bridge_mcore_compat(ctx: Context) -> Outcome:
 def read_hf_config(path: Path) -> dict:
     """config.json (or a directory holding one) → dict; errors are the caller's one-line message."""
     path = path / "config.json" if path.is_dir() else path
-    return json.loads(path.read_text())
+    try:
+        return json.loads(reading.read_text(path, "", "pass a HF config.json or the directory with one"))
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
 
 
 @check(

@@ -10,8 +10,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from mcore_images import reading
 from mcore_images.catalogue import flash_attention
-from mcore_images.command import Command, standalone
+from mcore_images.command import Command, configure, dispatch
 from mcore_images.doctor import (
     checks_apex,
     checks_bridge,
@@ -35,7 +36,7 @@ from mcore_images.doctor.model import (
     to_json,
     to_table,
 )
-from mcore_images.options import number
+from mcore_images.options import OneLineParser, number
 
 CHECK_MODULES = (checks_stack, checks_megatron, checks_bridge, checks_te, checks_apex, checks_nccl, checks_env,
                  checks_cluster, checks_build)
@@ -62,6 +63,16 @@ def select(checks: dict[str, Check], only: Sequence[str] | None) -> list[Check]:
     return chosen
 
 
+def hf_config(text: str) -> Path:
+    """``--hf-config`` as argparse reads it: a HF config.json, or a folder holding one, a regular file either way
+    (a FIFO or a device is refused here, before any check starts)."""
+    path = Path(text)
+    named = path / "config.json" if path.is_dir() else path
+    if problem := reading.file_problem(named):
+        raise argparse.ArgumentTypeError(f"{problem}: give a HF config.json or the folder holding one")
+    return path
+
+
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--only",
@@ -71,7 +82,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--hf-config",
-        type=Path,
+        type=hf_config,
         metavar="PATH",
         help="HF config.json (or its folder): can mbridge / Megatron-Bridge convert it?",
     )
@@ -135,14 +146,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{item.id:28} {item.severity.value:5} {'worker' if item.isolated else 'here':6} {item.summary}")
         return 0
     timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_S)
-    hf_config = getattr(args, "hf_config", None)
-    if hf_config is not None and not (hf_config.is_file() or (hf_config / "config.json").is_file()):
-        print(
-            f"doctor: --hf-config {hf_config} is neither a config.json nor a folder with one; pass the "
-            "model's config.json",
-            file=sys.stderr,
-        )
-        return 2
+    hf_config = getattr(args, "hf_config", None)  # judged as it was parsed (hf_config)
     if backend := getattr(args, "attention_backend", None):  # the workers read it from the environment they inherit
         os.environ[flash_attention.ASKED] = backend
     ctx = Context(hf_config=hf_config)
@@ -174,5 +178,9 @@ COMMANDS = (Command("doctor", "diagnose this environment and name the fix for ea
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m mcore_images.doctor`: the doctor on its own, without the rest of the command line."""
-    return standalone(COMMANDS[0], None if argv is None else list(argv))
+    """`python -m mcore_images.doctor`: the doctor on its own, without the rest of the command line, under the
+    parser of every command (one line for a bad or empty value)."""
+    command = COMMANDS[0]
+    parser = OneLineParser(prog=f"mcore-images {command.name}", description=command.description or command.help)
+    configure(parser, command)
+    return dispatch(parser, list(sys.argv[1:] if argv is None else argv))

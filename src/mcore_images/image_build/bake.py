@@ -10,7 +10,6 @@ import argparse
 import functools
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mcore_images import tools
 from mcore_images.catalogue import components, images, platforms, tags
 from mcore_images.catalogue.stacks import Stack, checkout_root, load_stacks, repo_root
 from mcore_images.command import Command, print_json
@@ -52,8 +52,8 @@ def candidate_targets(selected: list[Stack], stack: str | None, group: str | Non
     if stack:
         return bake_targets(selected, stack, group, layer)
     files = [a for f in bake_files for a in ("-f", str(f))]
-    printed = subprocess.run(["docker", "buildx", "bake", *files, "--print", group or "default"], capture_output=True,
-                             text=True, check=False)
+    printed = tools.run(["docker", "buildx", "bake", *files, "--print", group or "default"], capture_output=True,
+                        text=True, check=False)
     if printed.returncode != 0:
         raise InputError(f"docker buildx bake --print {group} failed ({printed.stderr.strip()[-300:]}); run "
                          "`make docker-engine`")
@@ -61,12 +61,10 @@ def candidate_targets(selected: list[Stack], stack: str | None, group: str | Non
 
 
 def check_docker() -> None:
-    if not shutil.which("docker"):
-        raise InputError("docker is not installed; run `make docker-engine` (or .ci/docker-engine.sh)")
-    probe = subprocess.run(["docker", "buildx", "version"], capture_output=True, check=False)
+    probe = tools.run(["docker", "buildx", "version"], capture_output=True, check=False)
     if probe.returncode != 0:
         raise InputError("the docker buildx plugin is missing; run `make docker-engine`")
-    probe = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, check=False)
+    probe = tools.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, check=False)
     if probe.returncode != 0:
         raise InputError("the Docker Engine does not answer; start it with `make docker-engine`")
 
@@ -97,8 +95,12 @@ def bake_env(request: BuildRequest) -> dict[str, str]:
 
 
 def _git(*args: str) -> str:
-    """One line of git's output in the checkout, or "" outside a git checkout."""
-    result = subprocess.run(["git", *args], capture_output=True, text=True, cwd=repo_root(), check=False)
+    """One line of git's output in the checkout, or "" outside a git checkout (or where git is not installed: the
+    build then labels no commit, as it does outside a checkout)."""
+    try:
+        result = tools.run(["git", *args], capture_output=True, text=True, cwd=repo_root(), check=False)
+    except InputError:
+        return ""
     return result.stdout.strip() if result.returncode == 0 else ""
 
 
@@ -237,8 +239,8 @@ def summarize(log: BakeLog, metadata: Path, only: str | None, code: int, wall: f
 
 
 def _size(ref: str) -> int | None:
-    out = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", ref], capture_output=True,
-                         text=True, check=False)
+    out = tools.run(["docker", "image", "inspect", "--format", "{{.Size}}", ref], capture_output=True,
+                    text=True, check=False)
     return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip().isdigit() else None
 
 
@@ -314,7 +316,7 @@ def resolved(cmd: list[str], env: dict[str, str], root: Path) -> dict[str, Any]:
             next(rest, None)
         elif arg != "--push" and not arg.startswith(("--progress", "--metadata-file=")):
             keep.append(arg)
-    printed = subprocess.run([*keep, "--print"], env=env, cwd=root, capture_output=True, text=True, check=False)
+    printed = tools.run([*keep, "--print"], env=env, cwd=root, capture_output=True, text=True, check=False)
     if printed.returncode != 0:
         said = (printed.stderr.strip().splitlines() or ["no output"])[-1]
         raise InputError(f"docker buildx bake --print cannot resolve this build ({said[:300]}); check the "
@@ -415,16 +417,16 @@ def build(request: BuildRequest) -> int:
     log = BakeLog()
     if progress == "plain":
         # Streamed through, line by line, and read for the summary.
-        with subprocess.Popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              errors="replace", bufsize=1) as proc:
+        with tools.popen(cmd, env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         errors="replace", bufsize=1) as proc:
             assert proc.stdout is not None
             for line in proc.stdout:
                 say(line, end="")
                 log.feed(line)
         code = proc.returncode
     else:
-        code = subprocess.run(cmd, env=env, cwd=root, check=False, stdout=sys.stderr if request.json else None
-                              ).returncode
+        code = tools.run(cmd, env=env, cwd=root, check=False, stdout=sys.stderr if request.json else None
+                         ).returncode
     summary = summarize(log, metadata, targets[0] if len(targets) == 1 else None, code, time.monotonic() - start,
                         dockerfile.stage_layers(root))
     if request.json:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import tempfile
 import time
 import urllib.parse
 from pathlib import Path
 
+from mcore_images import tools
 from mcore_images.catalogue import platforms
 from mcore_images.catalogue.platforms import Platform
 from mcore_images.catalogue.stacks import Stack, get_stack
@@ -39,8 +39,8 @@ HOST_FILES = ("etc/resolv.conf", "etc/hostname")
 
 def recipe_of(ref: str) -> str | None:
     """The recipe label of the local image ``ref`` ("" when it has none), or None when there is no such image."""
-    result = subprocess.run(["docker", "image", "inspect", "--format", f'{{{{index .Config.Labels "{RECIPE_LABEL}"}}}}',
-                             ref], capture_output=True, text=True, check=False)
+    result = tools.run(["docker", "image", "inspect", "--format", f'{{{{index .Config.Labels "{RECIPE_LABEL}"}}}}',
+                        ref], capture_output=True, text=True, check=False)
     if result.returncode != 0:
         return None
     value = result.stdout.strip()
@@ -109,8 +109,8 @@ def ensure(stack: Stack, force: bool = False, mirror: str | None = None, platfor
     if not force and recipe == RECIPE:
         return f"base {tag} exists (use --force to rebuild it from the mirror)"
     why = f" (the local one was made by recipe {recipe or 1}, not {RECIPE})" if recipe is not None and not force else ""
-    if not shutil.which("debootstrap"):
-        raise InputError("debootstrap is not installed; `apt-get install debootstrap` (or run .ci/docker-engine.sh)")
+    for program in ("debootstrap", "tar", "docker"):
+        tools.require(program)
     if os.geteuid() != 0:
         raise InputError("debootstrap needs root; run the build as root (or with sudo)")
     if platform is not None and (problem := emulation.problem(platform)):
@@ -121,12 +121,12 @@ def ensure(stack: Stack, force: bool = False, mirror: str | None = None, platfor
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mcore-debian-") as root:
         debootstrap, docker_import = commands(stack, root, mirror, platform)
-        if subprocess.run(debootstrap, check=False, stdout=subprocess.DEVNULL).returncode != 0:
+        if tools.run(debootstrap, check=False, stdout=subprocess.DEVNULL).returncode != 0:
             raise StepFailed(f"debootstrap of {stack.debian_suite} from {mirror} failed (its messages are above): "
                               "check the mirror and this machine's network")
         neutralize(root)
-        tar = subprocess.Popen(["tar", "-C", root, "-c", "."], stdout=subprocess.PIPE)
-        subprocess.run(docker_import, stdin=tar.stdout, check=True, stdout=subprocess.DEVNULL)
+        tar = tools.popen(["tar", "-C", root, "-c", "."], stdout=subprocess.PIPE)
+        tools.run(docker_import, stdin=tar.stdout, check=True, stdout=subprocess.DEVNULL)
         tar.stdout.close()
         if tar.wait() != 0:
             raise InputError(f"tar of the debootstrap tree failed; check free space in {tempfile.gettempdir()}")

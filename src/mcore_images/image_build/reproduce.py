@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mcore_images import tools
 from mcore_images.catalogue import images, tags
 from mcore_images.catalogue.components import LAYERS
 from mcore_images.catalogue.stacks import checkout_root
@@ -57,12 +58,12 @@ class Image:
 
 def inspect(ref: str) -> Image:
     """The image's digest, labels, layers and the steps that made them (from its history)."""
-    out = subprocess.run(["docker", "image", "inspect", ref], capture_output=True, text=True, check=False)
+    out = tools.run(["docker", "image", "inspect", ref], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise InputError(f"cannot inspect {ref} ({out.stderr.strip()[-200:]}); pull or build it first")
     data = json.loads(out.stdout)[0]
-    history = subprocess.run(["docker", "image", "history", "--no-trunc", "--format", "{{json .}}", ref],
-                             capture_output=True, text=True, check=False)
+    history = tools.run(["docker", "image", "history", "--no-trunc", "--format", "{{json .}}", ref],
+                        capture_output=True, text=True, check=False)
     rows = [json.loads(line) for line in history.stdout.splitlines() if line.strip()]
     # history lists the newest step first and includes steps that add no layer (ENV, LABEL): size 0.
     steps = [r.get("CreatedBy", "") for r in reversed(rows) if r.get("Size") not in ("0B", "0")]
@@ -121,8 +122,8 @@ those four bytes alone (the magic, the flags, the source size and the code are c
 
 def content(ref: str) -> list[str]:
     """The image's file system as MANIFEST lists it, run in a container with no network."""
-    done = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", ref, "-c",
-                           MANIFEST], capture_output=True, text=True, check=False)
+    done = tools.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", ref, "-c",
+                      MANIFEST], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise InputError(f"cannot list the files of {ref} ({(done.stderr.strip().splitlines() or ['no output'])[-1]})")
     return done.stdout.splitlines()
@@ -140,13 +141,13 @@ def content_difference(original: Image, rebuilt: Image) -> list[str]:
 
 def clone(root: Path, revision: str, into: Path) -> None:
     """A clean clone of ``revision`` from the checkout at ``root`` (no untracked or ignored file)."""
-    known = subprocess.run(["git", "-C", str(root), "cat-file", "-e", f"{revision}^{{commit}}"],
-                           capture_output=True, check=False)
+    known = tools.run(["git", "-C", str(root), "cat-file", "-e", f"{revision}^{{commit}}"],
+                      capture_output=True, check=False)
     if known.returncode != 0:
         raise InputError(f"the checkout {root} has no commit {revision}: fetch it (git fetch origin {revision}) "
                          "or run from a checkout that has it")
-    subprocess.run(["git", "clone", "--quiet", "--no-checkout", str(root), str(into)], check=True)
-    subprocess.run(["git", "-C", str(into), "checkout", "--quiet", "--detach", revision], check=True)
+    tools.run(["git", "clone", "--quiet", "--no-checkout", str(root), str(into)], check=True)
+    tools.run(["git", "-C", str(into), "checkout", "--quiet", "--detach", revision], check=True)
 
 
 def rebuild(checkout: Path, stack: str, layer: str, local_tag: str) -> int:
@@ -208,10 +209,10 @@ def reproduce(ref: str, keep: bool = False) -> Outcome:
     finally:
         shutil.rmtree(work, ignore_errors=True)  # the folder mkdtemp made for this run, nothing else
     if not keep:
-        present = [t for t in made if subprocess.run(["docker", "image", "inspect", t], capture_output=True,
-                                                     check=False).returncode == 0]
+        present = [t for t in made if tools.run(["docker", "image", "inspect", t], capture_output=True,
+                                                check=False).returncode == 0]
         if present:
-            subprocess.run(["docker", "image", "rm", *present], capture_output=True, check=False)
+            tools.run(["docker", "image", "rm", *present], capture_output=True, check=False)
     return Outcome(ref, revision, stack, layer, original.digest, rebuilt.digest, same or not paths,
                    None if same else first_difference(original, rebuilt), layer, seconds,
                    same_content=not same and not paths, differing_paths=tuple(paths))

@@ -14,7 +14,9 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from mcore_images import tools
 from mcore_images.catalogue import images
+from mcore_images.errors import InputError
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 """NVLink multicast off for every program we start."""
@@ -24,7 +26,7 @@ MEMLOCK_FLAGS = ("--ulimit", "memlock=-1")
 """RDMA (InfiniBand, RoCE) pins memory: NCCL's IB transport needs memlock unlimited."""
 
 
-def ensure_local(image: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
+def ensure_local(image: str, run: Callable[..., subprocess.CompletedProcess] = tools.run) -> str | None:
     """Why ``image`` cannot be run (None when it can): a reference docker cannot parse, or an image that is
     neither local nor pullable. It is pulled once here, so the probes and the run that follow never pull."""
 
@@ -43,7 +45,7 @@ def ensure_local(image: str, run: Callable[..., subprocess.CompletedProcess] = s
 
 
 @functools.cache
-def memlock_unlimited(image: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+def memlock_unlimited(image: str, run: Callable[..., subprocess.CompletedProcess] = tools.run,
                       platform: str | None = None) -> bool:
     """Whether this Docker Engine can start ``image`` with memlock unlimited. An engine whose own hard limit
     is lower (a sandboxed or rootless daemon) refuses the container; then it runs without the flag, and
@@ -72,7 +74,7 @@ def _docker_said(stderr: str) -> str:
     return said.removeprefix("docker: ")[:300]
 
 
-def gpu_problem(image: str, gpus: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
+def gpu_problem(image: str, gpus: str, run: Callable[..., subprocess.CompletedProcess] = tools.run) -> str | None:
     """Why this Docker Engine cannot give a container of ``image`` the GPUs ``gpus`` names (docker's ``--gpus``
     value), None when it can: asked by starting ``true`` in the image with them, before anything else is made or
     run. Only a refusal of the GPUs themselves is a problem here; any other failure is the run's to report."""
@@ -90,6 +92,26 @@ def gpu_problem(image: str, gpus: str, run: Callable[..., subprocess.CompletedPr
     return None
 
 
+def mount_problem(host: Path, option: str) -> str | None:
+    """Why docker's ``-v HOST:PATH`` cannot mount ``host`` (None when it can): docker splits the value at colons, so
+    a folder whose path holds one would mount another path, or none."""
+    resolved = str(Path(host).resolve())
+    if ":" in resolved:
+        return (f"{option} {host} is {resolved}, whose ':' docker's -v reads as a separator: give a folder whose path "
+                "holds no ':'")
+    return None
+
+
+def preflight(image: str, gpus: str | None, run: Callable[..., subprocess.CompletedProcess] = tools.run) -> None:
+    """Every start of a container asks this first (`run`, and `smoke`, `bridge` and `bench --image`): docker is
+    there, the image is local or pulled, and, where ``gpus`` (docker's ``--gpus`` value) names any, this engine can
+    give them. InputError, one line naming the fix, before anything is made or run."""
+    if problem := ensure_local(image, run):
+        raise InputError(problem)
+    if gpus and (problem := gpu_problem(image, gpus, run)):
+        raise InputError(problem)
+
+
 def run_command(image: str, command: Sequence[str], *, gpus: bool | str = True,
                 mounts: Mapping[Path, str] | None = None, env: Mapping[str, str] | None = None,
                 read_only: Sequence[Path] = (), extra: Sequence[str] = (), memlock: bool = True,
@@ -105,5 +127,7 @@ def run_command(image: str, command: Sequence[str], *, gpus: bool | str = True,
     for key, value in {**NO_MULTICAST, **(env or {})}.items():
         argv += ["-e", f"{key}={value}"]
     for host, inside in (mounts or {}).items():
+        if problem := mount_problem(host, "a mounted folder"):
+            raise InputError(problem)
         argv += ["-v", f"{host.resolve()}:{inside}{':ro' if host in read_only else ''}"]
     return [*argv, *extra, image, *command]

@@ -11,6 +11,7 @@ import argparse
 import re
 from pathlib import Path
 
+from mcore_images import reading
 from mcore_images.catalogue import images
 from mcore_images.catalogue.stacks import INSTALLED_DATA, repo_root
 from mcore_images.command import Command
@@ -18,6 +19,8 @@ from mcore_images.errors import InputError
 
 JOB = Path("deploy") / "k8s" / "smoke-job.yaml"
 """The Job, below a checkout's root; the wheel ships the same file (its data/deploy links to deploy/)."""
+MAX_JOB_BYTES = 1 << 20
+"""The largest Job manifest read (1 MiB: the shipped one is 3 KB); /dev/zero as --job once filled a 24 GiB machine."""
 _IMAGE_LINE = re.compile(r"^(\s*image:\s*)(\S+)\s*$", re.MULTILINE)
 
 
@@ -27,10 +30,8 @@ def manifest(image: str, job: Path) -> str:
         images.parse(image)
     except ValueError as exc:
         raise InputError(f"IMAGE: {exc}; give REPO:TAG or REPO@sha256:…") from None
-    try:
-        text = job.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the Job manifest {job}: {exc.__class__.__name__}; pass --job FILE") from None
+    text = reading.read_text(job, "the Job manifest", "pass a Kubernetes Job manifest (YAML) as --job FILE",
+                             max_bytes=MAX_JOB_BYTES)
     replaced, count = _IMAGE_LINE.subn(lambda m: m.group(1) + image, text)
     if count == 0:
         raise InputError(f"{job} has no `image:` line to replace: pass a Job manifest with a container image")

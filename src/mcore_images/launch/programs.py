@@ -15,12 +15,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcore_images import create_only
+from mcore_images import create_only, reading, tools
 from mcore_images.catalogue import images
 from mcore_images.catalogue.stacks import repo_root
 from mcore_images.command import Command
@@ -72,12 +71,21 @@ def local_env() -> dict[str, str]:
     return dict(os.environ)
 
 
+def certificate_problem(certificate: Path) -> str | None:
+    """Why ``certificate`` is not a smoke certificate folder the program can add its section to (None: it is)."""
+    if (problem := reading.folder_problem(certificate, "--certificate")) and not problem.endswith(" not found"):
+        return f"{problem}: give the smoke certificate folder (`mcore-images smoke --out DIR` writes one)"
+    if problem or reading.file_problem(certificate / "certificate.json"):
+        return (f"{certificate}/certificate.json not found: run `mcore-images smoke --out {certificate}` first, or "
+                "drop --certificate")
+    return None
+
+
 def command_for(program: Program, image: str | None, out: Path, certificate: Path | None,
                 args: list[str]) -> tuple[list[str], dict[str, str] | None]:
     """(argv, env) that runs the program here, or in ``image`` with the folders mounted."""
-    if certificate is not None and not (certificate / "certificate.json").is_file():
-        raise InputError(f"{certificate}/certificate.json not found: run `mcore-images smoke --out {certificate}` "
-                         "first, or drop --certificate")
+    if certificate is not None and (problem := certificate_problem(certificate)):
+        raise InputError(problem)
     if not image:
         return ([sys.executable, "-m", program.module,
                  *program.argv(str(out), None if certificate is None else str(certificate), args)], local_env())
@@ -91,16 +99,13 @@ def command_for(program: Program, image: str | None, out: Path, certificate: Pat
     gpus = "--cpu" not in args
     inner = ["python", "-m", program.module, *program.argv(OUT, CERT if certificate is not None else None, args)]
     return container.run_command(image, inner, gpus=gpus, mounts=mounts, read_only=read_only,
-                                 memlock=container.memlock_unlimited(image, subprocess.run)), None
+                                 memlock=container.memlock_unlimited(image)), None
 
 
 def execute(label: str, cmd: list[str], env: dict[str, str] | None) -> int:
     """Print and run one command (here or `docker run`); a missing program is a one-line error."""
     print(f"[{label}] " + " ".join(cmd), flush=True)
-    try:
-        return subprocess.run(cmd, env=env, check=False).returncode
-    except FileNotFoundError as exc:
-        raise InputError(f"{cmd[0]} not found: install it, or run without --image") from exc
+    return tools.run(cmd, env=env, check=False).returncode
 
 
 def _arguments_for(program: Program):
@@ -127,7 +132,14 @@ def _run_for(program: Program):
         certificate = getattr(args, "certificate", None)
         if args.image and (problem := image_problem(args.image)):
             raise InputError(problem)
+        if certificate and (problem := certificate_problem(Path(certificate))):
+            raise InputError(problem)
         target = create_only.claim(Path(args.out or program.default_out), program.name)
+        if args.image:
+            for option, folder in (("--out", target.path), ("--certificate", certificate)):
+                if folder and (problem := container.mount_problem(Path(folder), option)):
+                    raise InputError(problem)
+            container.preflight(args.image, None if "--cpu" in args.passthrough else "all")
         cmd, env = command_for(program, args.image, target.path, Path(certificate) if certificate else None,
                                list(args.passthrough))
         if "--dry-run" in args.passthrough and not args.image:  # it shows a plan and writes nothing: nor do we

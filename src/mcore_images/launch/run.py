@@ -23,10 +23,10 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
+from mcore_images import tools
 from mcore_images.catalogue import images
 from mcore_images.command import Command
 from mcore_images.errors import InputError
@@ -116,7 +116,7 @@ def out_problem(out: Path) -> str | None:
     ancestor = next((p for p in [where, *where.parents] if p.exists()), where)
     if not ancestor.is_dir():
         return f"--out {out} cannot be created: {ancestor} is a file; give a folder to mount at {OUT}"
-    return None
+    return container.mount_problem(out, "--out")
 
 
 def command_for(image: str, cmd: list[str], *, cpu: bool, out: Path, memlock: bool, tty: bool,
@@ -171,15 +171,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.print_only:
         print(printable(command_for(args.image, cmd, memlock=True, tty=True, **options), out))
         return 0
-    if problem := container.ensure_local(args.image):
-        raise InputError(problem)
-    if (asked := requested_gpus(args.cpu, gpus, extra)) and (problem := container.gpu_problem(args.image, asked)):
-        raise InputError(problem)
+    container.preflight(args.image, requested_gpus(args.cpu, gpus, extra))
     out.mkdir(parents=True, exist_ok=True)
     argv = command_for(args.image, cmd, memlock=container.memlock_unlimited(args.image), tty=sys.stdin.isatty(),
                        **options)
     print("[run] " + shlex.join(argv), file=sys.stderr, flush=True)
-    return subprocess.run(argv, check=False).returncode
+    return tools.run(argv, check=False).returncode
 
 
 COMMANDS = (Command("run", "start a container of an image with the flags NVIDIA recommends (GPUs, --ipc=host, "

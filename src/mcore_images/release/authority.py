@@ -13,8 +13,10 @@ builds on the first one's write. A home with no record adopts the ledger it find
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime as dt
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,7 +27,18 @@ from mcore_images.catalogue import images
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.release import ledger_state, registry
-from mcore_images.release.ledger import LIFETIME_DAYS, TAG, Ledger, LedgerRefused, accepted, checked, read, write
+from mcore_images.release.ledger import (
+    LIFETIME_DAYS,
+    TAG,
+    Ledger,
+    LedgerRefused,
+    accepted,
+    checked,
+    gone_problem,
+    read,
+    versions,
+    write,
+)
 from mcore_images.release.ledger_state import Head
 from mcore_images.release.registry import Runner
 
@@ -56,6 +69,18 @@ def writer_problem(repository: str, found: Head | None, mine: Head | None) -> st
             "home; refusing to build on it (the writers of one ledger share one record, kept with the key)")
 
 
+def _public_key(key: str, run: Runner | None) -> Path:
+    """The public half of ``key`` (a private key file, an env:// key or a KMS key: `cosign public-key` derives it from
+    each), in a file of this process's that lives until it ends."""
+    folder = Path(tempfile.mkdtemp(prefix="mcore-images-key-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    public = folder / "cosign.pub"
+    registry._run(["cosign", "public-key", "--key", key, "--outfile", str(public)],
+                  "deriving the public key of the signing key",
+                  env={"COSIGN_PASSWORD": os.environ.get("COSIGN_PASSWORD", "")}, **({"run": run} if run else {}))
+    return public
+
+
 @dataclass
 class Writer:
     """The ledger the release authority's last write left, held under this home's lock until ``commit``."""
@@ -82,20 +107,18 @@ def writing(repository: str, key: str, run: Runner | None = None) -> Iterator[Wr
     the authority's last write before the caller changes anything (attach and promote write their referrer or
     tags inside), and a writer of this home that comes meanwhile waits, then builds on this one's write."""
     with ledger_state.writer_lock(repository):
-        with tempfile.TemporaryDirectory(prefix="mcore-images-key-") as tmp:
-            # `cosign public-key` derives it from a key file, an env:// key or a KMS key alike
-            public = Path(tmp) / "cosign.pub"
-            registry._run(["cosign", "public-key", "--key", key, "--outfile", str(public)],
-                          "deriving the public key of the signing key",
-                          env={"COSIGN_PASSWORD": os.environ.get("COSIGN_PASSWORD", "")},
-                          **({"run": run} if run else {}))
-            current = read(repository, str(public), run)
+        current = read(repository, str(_public_key(key, run)), run)
         found = None if current is None else Head(current[0].version, current[1])
         if problem := writer_problem(repository, found, ledger_state.written(repository)):
             raise LedgerRefused(problem)
         if current is None and (before := ledger_state.seen(repository)) is not None:
             raise LedgerRefused(f"{repository} has no release ledger, but this machine saw its version "
                                 f"{before.version}: deleted by someone without the key; put it back before writing")
+        if current is None and (held := versions(repository, run)):
+            # No tag, no record, but versions under their own tags: the tag was deleted, not never written. A first
+            # write here would sign a version 1 with none of the records, and clients new to the repository would
+            # take it.
+            raise LedgerRefused(gone_problem(repository, held))
         ledger, head = current if current is not None else (Ledger(repository), None)
         yield Writer(repository, key, ledger, head, run)
 
@@ -112,9 +135,11 @@ def adopt(repository: str, key: str, digest: str | None, run: Runner | None = No
     new home of the authority, or one whose record predates it. A client's checks apply, and a record of its own
     is never replaced. Returns what was done, in one line."""
     with ledger_state.writer_lock(repository):
-        found = checked(repository, key, run)
+        found = checked(repository, key, run)  # a tag gone while versions remain is refused there too
         mine = ledger_state.written(repository)
         if found is None:
+            if mine is None and (held := versions(repository, run)):
+                raise LedgerRefused(gone_problem(repository, held))
             if digest is not None or mine is not None:
                 raise LedgerRefused(writer_problem(repository, None, mine) if mine else
                                     f"{repository} has no release ledger to adopt: `attach` and `promote --execute` "
@@ -135,6 +160,26 @@ def adopt(repository: str, key: str, digest: str | None, run: Runner | None = No
                 "release authority's last write: its next write builds on it")
 
 
+def start_over(repository: str, key: str, run: Runner | None = None) -> Ledger:
+    """Start a new ledger for a repository whose ledger tag is gone, told to explicitly (`ledger --start-over`): its
+    first version is numbered above every version the repository holds, so none is overwritten, and names no previous
+    one, so every client that saw the old ledger refuses it until its owner removes that machine's record. The old
+    records are not carried over: a writer without the key deleted the tag, and nothing here can tell which of the
+    versions left is the last the key signed. Returns the ledger written."""
+    with ledger_state.writer_lock(repository):
+        public = _public_key(key, run)
+        if (current := read(repository, str(public), run)) is not None:
+            raise LedgerRefused(f"the release ledger of {repository} is there (version {current[0].version}, "
+                                f"{current[1]}): refresh it (`--refresh`) or adopt it (`--adopt`); --start-over is for "
+                                f"a repository whose {TAG} tag is gone")
+        held = versions(repository, run)
+        ledger = Ledger(repository, version=max(held, default=0))
+        digest = write(ledger, key, None, run)
+        ledger_state.record_write(repository, Head(ledger.version, digest))
+        ledger_state.remember(repository, Head(ledger.version, digest))
+        return ledger
+
+
 # ---------------------------------------------------------------------------------------------
 # `mcore-images ledger`
 
@@ -149,6 +194,10 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     action.add_argument("--adopt", metavar="DIGEST", nargs="?", const="", help="take the ledger the registry holds "
                         "(the one with DIGEST, where given) as this release authority's last write, which its writes "
                         "build on: for a new home of the authority; never replaces a record of its own")
+    action.add_argument("--start-over", metavar="SIGN_KEY", help=f"where the {TAG} tag is gone: start a new ledger, "
+                        f"signed with this private key, numbered above every {TAG}-N version the repository holds "
+                        "(none is overwritten) and carrying none of their records; clients that saw the old one "
+                        "refuse it until their record is removed")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -162,7 +211,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.adopt and not images.is_digest(args.adopt):
         raise InputError(f"--adopt {args.adopt!r} is not a digest: give the ledger's sha256:<64 hex>, or no value to "
                          "adopt the one the registry holds")
-    for option, key, private in (("--key", args.key, False), ("--refresh", args.refresh, True)):
+    for option, key, private in (("--key", args.key, False), ("--refresh", args.refresh, True),
+                                 ("--start-over", args.start_over, True)):
         if key and (problem := registry.key_problem(key, option, private)):
             raise InputError(problem)
     now = dt.datetime.now(dt.timezone.utc)
@@ -172,6 +222,14 @@ def _run(args: argparse.Namespace) -> int:
             print_json({"repository": args.repository, "adopted": said})
         else:
             print(said)
+        return 0
+    if args.start_over:
+        found = start_over(args.repository, args.start_over)
+        if args.json:
+            print_json(asdict(found))
+        else:
+            print(f"started a new release ledger of {found.repository}: version {found.version}, signed, expires "
+                  f"{found.expires}; no earlier record carried over")
         return 0
     if args.refresh:
         current = read(args.repository, args.key)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import SOURCE_TREE, create_only, schemas
+from mcore_images import SOURCE_TREE, create_only, schemas, tools
 from mcore_images.catalogue import images, platforms
 from mcore_images.command import Command
 from mcore_images.errors import InputError
@@ -61,7 +61,7 @@ def _repository_of(ref: str) -> str | None:
         return None
 
 
-def resolve_digest(ref: str, run: Runner = subprocess.run) -> ImageDigest:
+def resolve_digest(ref: str, run: Runner = tools.run) -> ImageDigest:
     """The image's content digest from ``docker image inspect``; InputError when there is none."""
     if not ref or ref.startswith("-"):
         raise InputError(f"bad image reference {ref!r}: give a name such as mcore-images:runtime-debian")
@@ -104,7 +104,7 @@ def image_test_command(ref: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "-q", "--durations=10", "tests/image", "--image", ref]
 
 
-def run_image_tests(ref: str, run: Runner = subprocess.run) -> dict[str, Any]:
+def run_image_tests(ref: str, run: Runner = tools.run) -> dict[str, Any]:
     """Run tests/image against the image; the outcome goes into the certificate."""
     cmd = image_test_command(ref)
     proc = run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -236,7 +236,7 @@ def bind(out_dir: Path, digest: ImageDigest, tests: dict[str, Any], smoke_rc: in
 
 
 def certify(ref: str, out_dir: Path, smoke_args: Sequence[str], skip_image_tests: bool = False,
-            run: Runner = subprocess.run, bench: bool = True) -> int:
+            run: Runner = tools.run, bench: bool = True) -> int:
     """Resolve the digest, run image tests, the smoke, the bridge check and (on GPUs) the gated bench in the
     image, and write the bound certificate. ``out_dir`` is written as a new folder (create_only.py): an existing
     one is replaced only when it is empty or an earlier certify's, whole, once everything has run."""

@@ -31,14 +31,17 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mcore_images import reading
 from mcore_images.catalogue import images
 from mcore_images.catalogue.images import ImageRef
+from mcore_images.errors import InputError
 from mcore_images.release import ledger_state, registry
 from mcore_images.release.ledger_state import Head
 from mcore_images.release.registry import RegistryError, Runner
@@ -82,8 +85,34 @@ def _repository_ref(repository: str) -> ImageRef:
 
 def head_digest(repository: str, run: Runner | None = None) -> str | None:
     """The digest the repository's ledger tag names now; None when there is none."""
+    return tag_digest(repository, TAG, run)
+
+
+VERSION_TAG = re.compile(rf"^{re.escape(TAG)}-([1-9][0-9]*)$")
+"""The tag each version is pushed under (``mcore-images-ledger-N``), which nothing ever writes twice."""
+
+
+def versions(repository: str, run: Runner | None = None) -> list[int]:
+    """The version numbers the repository holds under their own tags, lowest first."""
     kwargs = {"run": run} if run else {}
-    ref = _repository_ref(repository)
+    listed = registry.tags(_repository_ref(repository), **kwargs)
+    return sorted(int(m[1]) for t in listed if (m := VERSION_TAG.match(t)))
+
+
+def gone_problem(repository: str, held: list[int]) -> str:
+    """What a repository whose ledger tag is gone while versions ``held`` remain says, with its two fixes."""
+    newest = max(held)
+    shown = ", ".join(map(str, held[-3:])) if len(held) <= 3 else f"1 … {newest}"
+    return (f"{repository} has no {TAG} tag, but holds versions {shown} of its release ledger ({TAG}-N): the tag was "
+            f"deleted by someone without the key; put the newest back (`oras tag {repository}:{TAG}-{newest} {TAG}`) "
+            f"and adopt it (`mcore-images ledger {repository} --key <public key> --adopt`), or start a new ledger "
+            f"above them (`mcore-images ledger {repository} --key <public key> --start-over <private key>`)")
+
+
+def tag_digest(repository: str, tag: str, run: Runner | None = None) -> str | None:
+    """The digest ``tag`` of the repository names now; None when there is no such tag."""
+    kwargs = {"run": run} if run else {}
+    ref = _repository_ref(repository).with_tag(tag)
     probe = registry.oras(ref, "resolve", ref.ref, what="", check=False, **kwargs)
     if probe.returncode != 0:
         if "not found" in (probe.stderr or "").lower() or "not found" in (probe.stdout or "").lower():
@@ -102,7 +131,7 @@ def fetch(repository: str, digest: str, run: Runner | None = None) -> Ledger:
         document = Path(tmp) / "manifest.json"
         registry.oras(at, "manifest fetch", "--output", str(document), at.ref,
                       what=f"fetching the release ledger of {repository} ({digest})", **kwargs)
-        raw = document.read_bytes()
+        raw = _bounded(document, f"the manifest of the release ledger of {repository}")
         if "sha256:" + hashlib.sha256(raw).hexdigest() != digest:
             raise registry.IntegrityError(f"the release ledger of {repository} ({digest}) does not hash to its digest")
         body = json.loads(raw)
@@ -114,7 +143,7 @@ def fetch(repository: str, digest: str, run: Runner | None = None) -> Ledger:
         path = Path(tmp) / FILE
         registry.oras(ref, "blob fetch", "--output", str(path), f"{repository}@{layer['digest']}",
                       what=f"pulling the release ledger of {repository}", **kwargs)
-        raw = path.read_bytes()
+        raw = _bounded(path, f"the release ledger of {repository}")
     if "sha256:" + hashlib.sha256(raw).hexdigest() != layer["digest"]:
         raise registry.IntegrityError(f"the release ledger of {repository} does not hash to its digest")
     try:
@@ -126,6 +155,14 @@ def fetch(repository: str, digest: str, run: Runner | None = None) -> Ledger:
         raise LedgerRefused(f"the release ledger under {ref.ref} is {found.repository}'s, not this repository's: "
                             "copied from elsewhere")
     return found
+
+
+def _bounded(path: Path, what: str) -> bytes:
+    """A file oras fetched from the registry, read within reading's limit (a registry serves what it likes)."""
+    try:
+        return reading.read_bytes(path, what, "a release ledger is a few KiB; the registry serves something else")
+    except InputError as exc:
+        raise LedgerRefused(str(exc)) from None
 
 
 def read(repository: str, key: str, run: Runner | None = None) -> tuple[Ledger, str] | None:
@@ -161,6 +198,11 @@ def write(ledger: Ledger, key: str, previous: str | None, run: Runner | None = N
     ref = _repository_ref(ledger.repository)
     versioned = ref.with_tag(f"{TAG}-{ledger.version}")
     _still_head(ledger, previous, run, pushed=False)
+    if (taken := tag_digest(ledger.repository, versioned.tag or "", run)) is not None:
+        raise LedgerRefused(f"{versioned.ref} already names {taken}: version {ledger.version} of the release ledger "
+                            f"of {ledger.repository} was written before, and a version is never written twice; "
+                            f"version {ledger.version} was not pushed; read the ledger (`mcore-images ledger "
+                            f"{ledger.repository} --key <public key>`) and put its newest version back")
     with tempfile.TemporaryDirectory(prefix="mcore-images-ledger-") as tmp:
         (Path(tmp) / FILE).write_text(json.dumps(asdict(ledger), indent=2, sort_keys=True) + "\n")
         out = registry.oras(versioned, "push", "--artifact-type", ARTIFACT_TYPE, versioned.ref,
@@ -257,6 +299,8 @@ def checked(repository: str, key: str, run: Runner | None = None) -> tuple[Ledge
             raise LedgerRefused(f"{repository} has no release ledger, but this machine saw its version "
                                 f"{before.version}: deleted by someone without the key; do not trust its tags until it "
                                 "is restored")
+        if held := versions(repository, run):  # a fresh client: the tag is gone, the versions are not
+            raise LedgerRefused(gone_problem(repository, held))
         return None
     ledger, digest = found
     if before is not None and (problem := seen_problem(repository, Head(ledger.version, digest), before) or

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
+from mcore_images import create_only, reading
 from mcore_images.errors import InputError
 
 STATE_ENV = "MCORE_IMAGES_STATE"
@@ -58,17 +59,16 @@ def written_file(repository: str) -> Path:
 
 def _store(path: Path, repository: str, head: Head) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps({"repository": repository, "version": head.version, "digest": head.digest}) + "\n")
-    temporary.replace(path)
+    create_only.replace_text(path, json.dumps({"repository": repository, "version": head.version,
+                                               "digest": head.digest}) + "\n")
 
 
 def seen(repository: str) -> Head | None:
     """The newest ledger version a client on this machine accepted for the repository."""
     try:
-        data = json.loads(seen_file(repository).read_text())
+        data = reading.read_json(seen_file(repository), "", "")
         return Head(int(data["version"]), data.get("digest"))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (InputError, KeyError, TypeError, ValueError):
         return None
 
 
@@ -83,12 +83,12 @@ def written(repository: str) -> Head | None:
     """The ledger version this machine's release authority wrote last for the repository (None: it never wrote
     one, or it was made before this record was kept)."""
     path = written_file(repository)
-    try:
-        data = json.loads(path.read_text())
-        return Head(int(data["version"]), str(data["digest"]))
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    try:
+        data = reading.read_json(path, "", "")
+        return Head(int(data["version"]), str(data["digest"]))
+    except (InputError, KeyError, TypeError, ValueError) as exc:
         raise InputError(f"the release authority's record {path} cannot be read ({exc}): restore it from a backup of "
                          "that folder, or remove it and adopt the ledger (`mcore-images ledger REPO --key … "
                          "--adopt DIGEST`)") from None

@@ -12,12 +12,11 @@ certification per platform and promotion takes the index.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from mcore_images import create_only, reading, tools
 from mcore_images.catalogue import images, platforms, tags
 from mcore_images.catalogue.stacks import Stack, load_stacks
 from mcore_images.command import Command, print_json
@@ -26,6 +25,8 @@ from mcore_images.release import registry
 from mcore_images.release.registry import Runner
 
 INDEX_FILE = "index.json"
+COMMAND = "index"
+"""The command whose ``written_by`` index.json carries (create_only.py): it replaces only an index.json it wrote."""
 """What `index` writes beside the bake metadata it read: target → the index and its platforms' digests."""
 
 
@@ -37,10 +38,10 @@ def bake_records(candidates: Path, fix: str) -> list[tuple[Path, str, dict[str, 
         raise InputError(f"no bake metadata (*.json) under {candidates}: {fix}")
     found = []
     for path in files:
-        try:
-            metadata = json.loads(path.read_text())
-        except ValueError as exc:
-            raise InputError(f"{path} is not JSON ({exc}): save the build's bake metadata unchanged") from None
+        metadata = reading.read_json(path, "the bake metadata", "save the build's bake metadata unchanged")
+        if not isinstance(metadata, dict):
+            raise InputError(f"{path} is not bake metadata (a JSON object of targets): save the build's bake metadata "
+                             "unchanged")
         found += [(path, target, record) for target, record in metadata.items()
                   if not target.startswith("buildx.") and isinstance(record, dict)]
     return found
@@ -88,7 +89,7 @@ def create_command(index_ref: str, sources: dict[str, str]) -> list[str]:
 
 
 def assemble(found: dict[str, dict[str, str]], sha: str, stacks: dict[str, Stack], dry_run: bool = False,
-             run: Runner = subprocess.run) -> dict[str, dict[str, Any]]:
+             run: Runner = tools.run) -> dict[str, dict[str, Any]]:
     """Create each target's index and read back what it holds; with ``dry_run``, only the commands."""
     known = {tags.target(layer, s): s for s in stacks.values() for layer in s.built_layers}
     out: dict[str, dict[str, Any]] = {}
@@ -126,13 +127,16 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     tags.candidate_tag("x", args.sha, "--sha")  # a git commit, or one line naming the fix
+    if problem := reading.folder_problem(args.candidates, "--candidates"):
+        raise InputError(f"{problem}: give the folder of the per-platform builds' bake metadata")
+    index = None if args.dry_run else create_only.claim_file(args.candidates / INDEX_FILE, COMMAND, "--candidates")
     stacks = load_stacks()
     made = assemble(per_platform(args.candidates, args.sha, stacks), args.sha, stacks, args.dry_run)
     if not made and not args.json:
         print(f"no per-platform candidate (candidate-{args.sha}-<target>.<arch>) under {args.candidates}: no "
               "multi-platform stack was built, nothing to index")
-    if not args.dry_run:
-        (args.candidates / INDEX_FILE).write_text(json.dumps(made, indent=2) + "\n")
+    if index is not None:
+        create_only.write_file(index, COMMAND, made, "--candidates")
     if args.json:
         print_json(made)
         return 0
@@ -149,6 +153,6 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (Command("index", "join each multi-platform target's per-platform candidates into one index "
+COMMANDS = (Command(COMMAND, "join each multi-platform target's per-platform candidates into one index "
                     "(docker buildx imagetools create) and record its digests for certification and promotion",
                     _arguments, _run, prints_data=True),)

@@ -32,6 +32,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mcore_images import reading
 from mcore_images.catalogue import images, tags
 from mcore_images.catalogue.images import ImageRef
 from mcore_images.catalogue.stacks import get_stack, load_stacks
@@ -64,6 +65,8 @@ def attach(image_ref: str, folder: Path, key: str, run: Runner | None = None) ->
     image = by_digest(image_ref)
     if problem := registry.key_problem(key, private=True):
         raise InputError(problem)
+    if problem := reading.folder_problem(folder, "--certificate"):
+        raise InputError(f"{problem}: give the folder `mcore-images certify` wrote")
     path = folder / "certificate.json"
     cert = policy.load_certificate(path)
     if cert["image"]["digest"] != image.digest:

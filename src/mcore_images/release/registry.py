@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import stat
 import subprocess
 import tempfile
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import schemas
+from mcore_images import reading, schemas, tools
 from mcore_images.catalogue import images
 from mcore_images.catalogue.images import ImageRef
 from mcore_images.errors import InputError
@@ -124,18 +123,13 @@ def plain_http(ref: ImageRef) -> bool:
     return host in ("127.0.0.1", "localhost") or (ref.host or "") in extra or host in extra
 
 
-def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if not path:
-        raise RegistryError(f"{name} is not installed or not on PATH: install oras and cosign (Debian 13: `apt-get "
-                            "install oras cosign`; elsewhere their release binaries from oras.land and "
-                            "github.com/sigstore/cosign)")
-    return path
-
-
 def _run(argv: list[str], what: str, run: Runner = subprocess.run, cwd: Path | None = None,
          env: Mapping[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    proc = run([_tool(argv[0]), *argv[1:]], capture_output=True, text=True, timeout=300, cwd=cwd,
+    try:
+        program = tools.require(argv[0])
+    except InputError as exc:  # the registry could not be asked: a verdict of "could not check", not a refusal
+        raise RegistryError(str(exc)) from None
+    proc = run([program, *argv[1:]], capture_output=True, text=True, timeout=300, cwd=cwd,
                env=None if env is None else {**os.environ, **env})
     if check and proc.returncode != 0:
         why = [line for line in (proc.stderr or proc.stdout or "").strip().splitlines() if line.strip()]
@@ -289,7 +283,11 @@ def fetch_certificate(image: ImageRef, referrer: Referrer, run: Runner = subproc
         path = Path(tmp) / "certificate.json"
         oras(image, "blob fetch", "--output", str(path), f"{image.repository}@{layer['digest']}",
              what=f"pulling certificate {referrer.digest}", run=run)
-        data = path.read_bytes() if path.is_file() else b""
+        try:
+            data = reading.read_bytes(path, f"certificate {referrer.digest}", "a certificate is well under 1 MiB; "
+                                      "the registry serves something else") if path.exists() else b""
+        except InputError as exc:
+            raise RegistryError(str(exc)) from None
     if "sha256:" + hashlib.sha256(data).hexdigest() != layer["digest"]:
         raise IntegrityError(f"pulling certificate {referrer.digest}: the registry served content that does not "
                              f"match its digest {layer['digest']}: its storage was altered or is corrupt; do not use "
@@ -327,7 +325,7 @@ def signature_problem(image: ImageRef, referrer: Referrer, key: str, run: Runner
 
 def attach(image: ImageRef, certificate: Path, run: Runner = subprocess.run) -> Referrer:
     """Attach certificate.json (and .md) to the image's digest as an OCI referrer."""
-    cert = json.loads(certificate.read_text())
+    cert = reading.read_json(certificate, "the certificate", "use the certificate.json `mcore-images certify` wrote")
     files = [f"{certificate.name}:application/json"]
     if certificate.with_suffix(".md").is_file():
         files.append(f"{certificate.with_suffix('.md').name}:text/markdown")

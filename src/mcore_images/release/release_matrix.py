@@ -11,10 +11,10 @@ No list of stacks is ever written in YAML: change env/ and the next run's matrix
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from mcore_images import create_only, reading
 from mcore_images.catalogue import images, platforms, tags
 from mcore_images.catalogue.stacks import Stack, load_stacks
 from mcore_images.catalogue.tags import candidate_tag
@@ -141,14 +141,15 @@ def _certifiable(path: Path, target: str, known: dict[str, tuple[Stack, str]]) -
 
 def _indexes(path: Path, known: dict[str, tuple[Stack, str]]) -> list[dict[str, str]]:
     """One entry per platform of each certifiable index `mcore-images index` recorded in ``path`` (none without)."""
-    if not path.is_file():
+    if not path.exists():
         return []
-    try:
-        recorded = json.loads(path.read_text())
-    except ValueError as exc:
-        raise InputError(f"{path} is not JSON ({exc}): run `mcore-images index` again") from None
+    recorded = reading.read_json(path, "", "run `mcore-images index` again")
+    if not isinstance(recorded, dict):
+        raise InputError(f"{path} is not what `mcore-images index` writes (a JSON object): run it again")
     out = []
     for target, record in recorded.items():
+        if target == create_only.WRITTEN_BY:
+            continue
         if (certifiable := _certifiable(path, target, known)) is None:
             continue
         stack, layer = certifiable

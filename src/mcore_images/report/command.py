@@ -7,7 +7,7 @@ import argparse
 import time
 from pathlib import Path
 
-from mcore_images import create_only
+from mcore_images import create_only, reading
 from mcore_images.catalogue.stacks import load_stacks
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
@@ -22,9 +22,12 @@ def generate(out: Path, sources: list[Path], timing_files: list[Path]) -> dict[s
     not write is an InputError before anything is written. Returns what was written and how long it took."""
     t0 = time.perf_counter()
     for path in sources:
-        if not path.exists():
-            raise InputError(f"INPUT {path}: no such file or folder; give the folders `mcore-images certify` wrote "
-                             "(each holds a certificate.json) or certificate files")
+        if path.is_dir():
+            continue
+        if problem := reading.file_problem(path, "INPUT"):
+            said = f"INPUT {path}: no such file or folder" if problem.endswith(" not found") else problem
+            raise InputError(f"{said}; give the folders `mcore-images certify` wrote (each holds a certificate.json) "
+                             "or certificate files")
     stacks = load_stacks()
     runs = inputs.read_timings(timing_files)
     target = create_only.claim(out, COMMAND)

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcore_images import jsonfiles, schemas
+from mcore_images import jsonfiles, reading, schemas
 from mcore_images.catalogue import components, images, platforms
 from mcore_images.catalogue.stacks import Stack
 from mcore_images.catalogue.versions import pin_satisfied
+from mcore_images.errors import InputError
 from mcore_images.jsonfiles import BUILD_TIMINGS_SCHEMA
 from mcore_images.release import policy
 
@@ -91,11 +92,14 @@ def find(paths: list[Path]) -> list[Path]:
 
 def read(path: Path) -> Certificate:
     """A certificate, or one whose ``problem`` names why it is not usable (never raises)."""
+    if problem := reading.file_problem(path):
+        return Certificate(path, problem="no such file" if problem.endswith(" not found") else
+                           problem.removeprefix(f"{path} "))
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return Certificate(path, problem="no such file")
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        data = json.loads(reading.read_text(path, "", "give a certificate file"))
+    except InputError as exc:
+        return Certificate(path, problem=str(exc).removeprefix(f"{path} ").split(";")[0])
+    except ValueError as exc:
         return Certificate(path, problem=f"not JSON: {str(exc).splitlines()[0][:160]}")
     if not isinstance(data, dict):
         return Certificate(path, problem="not a JSON object")

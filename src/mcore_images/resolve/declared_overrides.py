@@ -21,7 +21,7 @@ from typing import Any
 
 from mcore_images.catalogue.components import LOCK_LAYERS
 from mcore_images.catalogue.stacks import LeftOut, Override, Stack, canonical
-from mcore_images.catalogue.versions import Requirement
+from mcore_images.catalogue.versions import InvalidVersion, Requirement, Version
 from mcore_images.errors import InputError
 from mcore_images.resolve import pypi, uv_compile
 from mcore_images.resolve.lock_files import DEFAULT_MACHINE, SIDE_LAYERS, excluded, held_by_layer, pins
@@ -84,7 +84,7 @@ def problems(stack: Stack, held_by_layer: Mapping[str, Mapping[str, str]],
         if named(text) != wanted:
             found.append(f"its header names overrides {named(text)}, the stack declares {wanted}")
         found += [f"it pins {o.name} {held[o.name]}, the stack's override {o.pin}" for o in stack.overrides
-                  if o.name in held and held[o.name] != o.version]
+                  if o.name in held and not _same_release(held[o.name], o.version)]
         if named_left_out(text) != resolved.get(layer, []):
             found.append(f"its header names {named_left_out(text)} left out, uv left out {resolved.get(layer, [])} "
                          "of the stack's left_out")
@@ -102,6 +102,15 @@ def unresolved(stack: Stack, texts: Mapping[str, str]) -> list[LeftOut]:
     resolved = {name for names in left_out_by_layer(stack, texts).values() for name in names}
     pinned = {name for text in texts.values() for name in pins(text)}
     return [o for o in stack.left_out if o.name not in resolved | pinned]
+
+
+def _same_release(locked: str, pinned: str) -> bool:
+    """Whether the lock's version is the override's release: equal as versions (``==0.6.12.0`` pins the release a lock
+    writes as 0.6.12, and `lock` would otherwise rewrite the same locks at every run)."""
+    try:
+        return Version(locked) == Version(pinned)
+    except InvalidVersion:
+        return locked == pinned
 
 
 def unheld(stack: Stack, held: Iterable[str]) -> list[Override]:

@@ -23,6 +23,7 @@ from mcore_images.catalogue.components import LOCK_LAYERS
 from mcore_images.catalogue.stacks import Stack, checkout_root, get_stack, load_stacks
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
+from mcore_images.resolve import rules
 from mcore_images.resolve.lock_check import check_locks
 from mcore_images.resolve.lock_files import DEFAULT_MACHINE, SIDE_LAYERS, lock_dir
 from mcore_images.resolve.lock_update import update_locks, write_locks
@@ -69,6 +70,12 @@ def _run(args: argparse.Namespace) -> int:
     checkout_root("lock")
     stacks = load_stacks()
     chosen = [get_stack(args.stack, stacks)] if args.stack else list(stacks.values())
+    # A stack whose rules fail has no lock worth writing (or checking): the rule is the cause, and says the fix. An
+    # override pinned as `==v0.6.12` once made `lock` write four files and exit 0, and `lock --check` and `build`
+    # then name `lock` as the fix, round and round.
+    if broken := [v for stack in chosen for v in rules.check(stack)]:
+        more = f" (and {len(broken) - 1} more: `mcore-images plan` lists them)" if len(broken) > 1 else ""
+        raise InputError(f"{broken[0]}{more}; nothing was written")
     if args.check:
         problems = {s.name: check_locks(s) for s in chosen}
         if args.json:

@@ -15,6 +15,7 @@ from mcore_images.catalogue import components, flash_attention, fused_attention,
 from mcore_images.catalogue.components import FROM_BASE
 from mcore_images.catalogue.stacks import NONE, Stack, canonical
 from mcore_images.catalogue.versions import (
+    InvalidVersion,
     Requirement,
     SpecifierSet,
     Version,
@@ -592,7 +593,17 @@ def _overrides(s: Stack) -> Iterator[tuple[str, str]]:
     constrained = {Requirement(c).name.lower().replace("_", "-") for c in s.constraints}
     overridden = {o.name for o in s.overrides}
     for override in s.overrides:
-        if canonical(override.over) == override.name:
+        name = override.name
+        written = override.version
+        try:
+            normal = str(Version(written))
+        except InvalidVersion:
+            yield (f"override {override.pin} pins {written!r}, which is not a version", "write a release that PyPI has")
+        else:
+            if normal != written:  # every lock writes the normal form: `lock --check` would find it stale forever
+                yield (f"override {override.pin} writes its version as {written!r}, which the locks write as "
+                       f"{normal}", f"write {override.pin.rsplit('==', 1)[0]}=={normal}")
+        if canonical(override.over) == name:
             yield (f"override {override.pin} names {override.over} as the package it overrides, itself",
                    "name in 'over' the package whose own requirement on it the override replaces")
     seen: set[tuple[str, bool]] = set()

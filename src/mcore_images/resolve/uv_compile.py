@@ -8,12 +8,12 @@ same bytes; what uv says when it finds no lock is cut to the lines that say why 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from mcore_images import tools
 from mcore_images.catalogue.stacks import Override, Stack, repo_root
 from mcore_images.catalogue.versions import Requirement
 from mcore_images.errors import InputError
@@ -27,11 +27,7 @@ NO_SOLUTION = "No solution found"
 
 
 def _uv() -> str:
-    uv = shutil.which("uv")
-    if not uv:
-        raise InputError("`uv` is needed to compute locks; install it with `pip install uv` "
-                         "(or `pip install -e .[lock]`)")
-    return uv
+    return tools.require("uv")
 
 
 def uv_reason(stderr: str) -> str:

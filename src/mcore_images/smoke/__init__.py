@@ -19,8 +19,8 @@ They import torch, megatron-core (TE and the bridges when present), the standard
 tooling, only modules that stand on the standard library (packaging aside, through versions):
 ``mcore_images.catalogue.components``, ``mcore_images.catalogue.gpu_archs``, ``mcore_images.catalogue.platforms``,
 ``mcore_images.catalogue.flash_attention``, ``mcore_images.catalogue.versions``,
-``mcore_images.catalogue.wgrad_fusion``, ``mcore_images.schemas``,
-``mcore_images.errors``, ``mcore_images.create_only`` and ``mcore_images.options`` (tests/unit/repo/test_layout.py
+``mcore_images.catalogue.wgrad_fusion``, ``mcore_images.schemas``, ``mcore_images.errors``,
+``mcore_images.create_only``, ``mcore_images.reading`` and ``mcore_images.options`` (tests/unit/repo/test_layout.py
 keeps the list).
 
 The pure modules (layouts, shards, judge, certificate, kit.errors, kit.numerics, kit.seeds, kit.model_size,

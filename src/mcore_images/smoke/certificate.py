@@ -11,8 +11,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mcore_images import schemas
+from mcore_images import create_only, reading, schemas
 from mcore_images.catalogue import components, gpu_archs
+from mcore_images.errors import InputError
 from mcore_images.smoke.attention import table as attention_table
 
 SCHEMA = schemas.CERTIFICATE
@@ -237,20 +238,23 @@ def render_checkpoint(section: dict[str, Any]) -> list[str]:
 
 
 def write(cert: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
-    """Write certificate.json and certificate.md atomically (a reader never sees half a file)."""
+    """Write certificate.json and certificate.md atomically (a reader never sees half a file; the temporary files
+    beside them have names of their own: create_only.replace_text)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = (out_dir / "certificate.json", out_dir / "certificate.md")
     for path, text in zip(paths, (json.dumps(cert, indent=2, default=str) + "\n", render_markdown(cert)),
                           strict=True):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        create_only.replace_text(path, text)
     return paths
 
 
 def read(path: Path) -> dict[str, Any]:
-    """Load a certificate.json; raises ValueError naming the problems when it is malformed."""
-    cert = json.loads(path.read_text())
+    """Load a certificate.json (a regular file within reading's limit); raises ValueError naming the problem when it
+    cannot be read or is malformed."""
+    try:
+        cert = reading.read_json(path, "the certificate", "name a smoke certificate folder")
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
     problems = validate(cert)
     if problems:
         raise ValueError(f"{path}: " + "; ".join(problems))

@@ -18,14 +18,14 @@ from mcore_images.smoke.kit import errors, lifetime
 def _timings(args: argparse.Namespace) -> dict | None:
     """The measurement a dry run projects from: --timings, else env/smoke-timings.json where it exists."""
     path = Path(args.timings) if args.timings else projection.default_file()
-    if not path.is_file():
+    if not path.exists():
         if args.timings:
             raise errors.CouldNotRun(f"--timings {args.timings}: no such file; give a smoke certificate.json")
         return None
     try:
         return projection.load(path)
     except ValueError as exc:
-        raise errors.CouldNotRun(f"{exc}: give a smoke certificate.json to --timings") from exc
+        raise errors.CouldNotRun(f"--timings {exc}" if args.timings else str(exc)) from exc
 
 
 def in_torchrun() -> bool:

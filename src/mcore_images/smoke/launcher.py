@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcore_images import PACKAGE, create_only
+from mcore_images import PACKAGE, create_only, reading
+from mcore_images.errors import InputError
 from mcore_images.smoke import args as cli_args
 from mcore_images.smoke import certificate, layouts
 from mcore_images.smoke.attention import table as attention_table
@@ -252,11 +253,14 @@ def run_attention(args: argparse.Namespace, out: Path, env: dict[str, str]) -> d
         return attention_table.failed_to_finish(f"the attention check did not finish within {args.watchdog:.0f} s "
                                                 "(--watchdog)")
     try:
-        section = json.loads(path.read_text())
-    except (OSError, ValueError):
+        section = reading.read_json(path, "", "")
+    except InputError:
         return attention_table.failed_to_finish(f"the attention check exited {rc} without writing its section")
     path.unlink(missing_ok=True)
-    return section if isinstance(section, dict) else attention_table.failed_to_finish("its section is not an object")
+    if not isinstance(section, dict):
+        return attention_table.failed_to_finish("its section is not an object")
+    section.pop(create_only.WRITTEN_BY, None)  # the file's mark (create_only.py), not a part of the section
+    return section
 
 
 def with_attention(code: int, error: str | None, attention: dict[str, Any] | None) -> tuple[int, str | None]:

@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcore_images import PACKAGE, SOURCE_TREE
+from mcore_images import PACKAGE, SOURCE_TREE, reading
+from mcore_images.errors import InputError
+from mcore_images.options import OneLineParser
 from mcore_images.smoke.layouts import Plan
 
 SCHEMA = "mcore-images/smoke-timings/v1"
@@ -46,8 +48,14 @@ def slim(cert: dict[str, Any]) -> dict[str, Any]:
 
 
 def load(path: Path) -> dict[str, Any]:
-    """A timings file or a whole certificate; ValueError naming the problem."""
-    data = json.loads(path.read_text())
+    """A timings file or a whole certificate; ValueError naming the problem (reading.py's rungs first: a regular file
+    within its limit)."""
+    try:
+        data = reading.read_json(path, "", "give a smoke certificate.json")
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is neither a smoke certificate nor a {SCHEMA} file")
     if data.get("schema") != SCHEMA:
         if not isinstance(data.get("runs"), list):
             raise ValueError(f"{path} is neither a smoke certificate nor a {SCHEMA} file")
@@ -103,15 +111,19 @@ def render(p: dict[str, Any], timings: dict[str, Any], world: int) -> str:
     return line
 
 
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="python -m mcore_images.smoke.projection", prefix="projection: ",
+                           description="print the timings env/smoke-timings.json keeps, from a smoke certificate")
+    parser.add_argument("certificate", metavar="FILE", help="a smoke certificate.json")
+    return parser
+
+
 def main(argv: list[str]) -> int:
     """``python -m mcore_images.smoke.projection CERT``: the timings file env/smoke-timings.json keeps, from a
     certificate."""
-    if len(argv) != 1 or not Path(argv[0]).is_file():
-        print("usage: python -m mcore_images.smoke.projection CERTIFICATE.json > env/smoke-timings.json",
-              file=sys.stderr)
-        return 2
+    args = build_parser().parse_args(argv)
     try:
-        print(json.dumps(load(Path(argv[0])), indent=2))
+        print(json.dumps(load(Path(args.certificate)), indent=2))
     except ValueError as exc:
         print(f"projection: {exc}", file=sys.stderr)
         return 2

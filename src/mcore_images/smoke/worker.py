@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from mcore_images import create_only
 from mcore_images.smoke import args as cli_args
 from mcore_images.smoke import certificate, judge, layouts
 from mcore_images.smoke.kit import collectives, determinism, errors, folders, numerics
@@ -38,9 +39,7 @@ class Status:
         with self.lock:
             self.data.update(fields)
             if self.path:
-                tmp = self.path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(self.data))
-                tmp.replace(self.path)
+                create_only.replace_text(self.path, json.dumps(self.data))
 
     def collective_expired(self, message: str, collectives: dict[str, Any]) -> None:
         self.failed(message, errors.FAILED, collectives=collectives)

@@ -2,11 +2,11 @@
 itself back through others (an import circle), no import inside a function hides one, no relative import leaves
 its package, and the smoke takes from the tooling only what runs in images (``SMOKE_MAY_IMPORT``).
 
-The direction, from the bottom: the shared modules (errors, command, jsonfiles, schemas, create_only, options) ←
-catalogue ← resolve ← image_build and release, with launch beside resolve (containers and programs, on the catalogue
-alone); doctor, report and the smoke on top; cli imports them all. Read from the source with ast, nothing
-imported: an import is ``import``, ``from … import`` (relative ones resolved against the importing module's
-package) and ``importlib.import_module`` or ``__import__`` of a module named by a string literal.
+The direction, from the bottom: the shared modules (errors, command, jsonfiles, schemas, create_only, options,
+reading, tools) ← catalogue ← resolve ← image_build and release, with launch beside resolve (containers and
+programs, on the catalogue alone); doctor, report and the smoke on top; cli imports them all. Read from the source
+with ast, nothing imported: an import is ``import``, ``from … import`` (relative ones resolved against the importing
+module's package) and ``importlib.import_module`` or ``__import__`` of a module named by a string literal.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 from tests.unit.conftest import ROOT
 
 SRC = ROOT / "src"
-SHARED = {"errors", "command", "jsonfiles", "schemas", "create_only", "options", "__init__"}
+SHARED = {"errors", "command", "jsonfiles", "schemas", "create_only", "options", "reading", "tools", "__init__"}
 ALLOWED: dict[str, set[str]] = {
     "shared": {"shared"},
     "catalogue": {"shared", "catalogue"},
@@ -42,7 +42,7 @@ SMOKE_MAY_IMPORT = {"mcore_images", "mcore_images.catalogue", "mcore_images.cata
                     "mcore_images.schemas", "mcore_images.catalogue.gpu_archs", "mcore_images.catalogue.platforms",
                     "mcore_images.catalogue.flash_attention", "mcore_images.catalogue.versions",
                     "mcore_images.catalogue.wgrad_fusion",
-                    "mcore_images.errors", "mcore_images.create_only", "mcore_images.options"}
+                    "mcore_images.errors", "mcore_images.create_only", "mcore_images.options", "mcore_images.reading"}
 """The one list of the tooling's modules the smoke may import (it runs in images beside torch): its data
 (flash_attention: the NVTE variables megatron-core sets per attention_backend; wgrad_fusion: who provides
 megatron-core's gradient accumulation fusion), and the standard-library rules it

@@ -200,7 +200,7 @@ def test_the_layout_and_the_overrides_reach_the_trainer(cluster: Host) -> None:
                      "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
                      "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2",
                      "actor_rollout_ref.rollout.tensor_model_parallel_size=4", "trainer.nnodes=2",
-                     "trainer.n_gpus_per_node=4", "actor_rollout_ref.model.path=/models/Qwen2.5-7B-Instruct"):
+                     "trainer.n_gpus_per_node=4", "actor_rollout_ref.model.path='/models/Qwen2.5-7B-Instruct'"):
         assert override in args, (override, args)
     assert args[-2:] == ["data.train_batch_size=32", "trainer.total_epochs=2"], args  # last: they win
 

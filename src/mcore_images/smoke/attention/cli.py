@@ -1,5 +1,9 @@
 """Command line of ``python -m mcore_images.smoke.attention``: run the cases on every backend, print the table, write
-the certificate's section. Exit 0 passed, 1 a selectable backend is wrong, 2 could not run."""
+the certificate's section. Exit 0 passed, 1 a selectable backend is wrong, 2 could not run, 130 Ctrl-C.
+
+``--out FILE`` is claimed before anything runs (create_only.py): a new file, or one this program wrote before (its
+``written_by``); anyone else's file, a folder or a path that cannot be written is one line and exit 2, nothing
+touched. The section is written beside it under a name of its own and renamed into place."""
 
 from __future__ import annotations
 
@@ -12,14 +16,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mcore_images import create_only
+from mcore_images.errors import InputError
+from mcore_images.options import OneLineParser, whole
 from mcore_images.smoke.attention import cases as cs
 from mcore_images.smoke.attention import table
 from mcore_images.smoke.kit import errors, numerics, seeds
 
+PROG = "python -m mcore_images.smoke.attention"
+COULD_NOT_RUN = "smoke.attention: could not run: "
+OUTPUT_OWNER = "smoke.attention"
+"""What an --out file's ``written_by`` names (create_only.py): the files this program may replace."""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m mcore_images.smoke.attention",
+    parser = OneLineParser(
+        prog=PROG, prefix=COULD_NOT_RUN,
         description="Check every attention backend TE can select here (under the NVTE variables megatron-core sets "
         "for each attention_backend), megatron-core's own attention and FlashAttention 4 called directly, forward "
         "and backward, against an fp32 reference. Exit 0 passed, 1 a backend is wrong, 2 could not run.")
@@ -35,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "head dim 128)")
     parser.add_argument("--out", metavar="FILE", help="write the certificate's attention section (JSON) to FILE")
     parser.add_argument("--json", action="store_true", help="print the section as JSON (progress goes to stderr)")
-    parser.add_argument("--seed", type=int, default=seeds.DEFAULT_SEED, help="seed of the inputs")
+    parser.add_argument("--seed", type=whole(0, seeds.SEEDS - 1, example=str(seeds.DEFAULT_SEED)),
+                        default=seeds.DEFAULT_SEED, help="seed of the inputs")
     parser.add_argument("--dry-run", action="store_true", help="list the backends and cases, run nothing")
     parser.add_argument("--inject-fault", choices=("noncausal", "perturb"), help=argparse.SUPPRESS)
     return parser
@@ -161,11 +174,20 @@ def run(args: argparse.Namespace, backends: list[cs.Backend], log: Any = print) 
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C: one line; a section half written was never renamed into place
+        print("\nsmoke.attention: interrupted (Ctrl-C): stopped; --out left as it was", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         backends = cs.select(args.backends, dict(os.environ))
-    except ValueError as exc:
-        print(f"attention: {exc}", file=sys.stderr)
+        out = create_only.claim_file(Path(args.out), OUTPUT_OWNER) if args.out else None
+    except (ValueError, InputError) as exc:
+        print(f"{COULD_NOT_RUN}{exc}", file=sys.stderr)
         return errors.COULD_NOT_RUN
     if args.dry_run:
         chosen = _cases(args)
@@ -180,12 +202,12 @@ def main(argv: list[str] | None = None) -> int:
         sec = run(args, backends, log)
     except errors.CouldNotRun as exc:
         sec = table.could_not_run(str(exc))
-    if args.out:
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(sec, indent=2) + "\n")
-        tmp.replace(path)
+    if out is not None:
+        try:
+            create_only.write_file(out, OUTPUT_OWNER, sec)
+        except InputError as exc:
+            print(f"{COULD_NOT_RUN}{exc}", file=sys.stderr)
+            return errors.COULD_NOT_RUN
     if args.json:
         print(json.dumps(sec))
     else:

@@ -4,12 +4,15 @@ FlashAttention 4 and CuTe DSL each) as ONE table: environment × backend × case
 
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from mcore_images import reading
+from mcore_images.errors import InputError
+from mcore_images.options import OneLineParser
 from mcore_images.smoke.attention import table
+
+FIX = "give a file `python -m mcore_images.smoke.attention --out` wrote"
 
 
 def label(sec: dict[str, Any]) -> str:
@@ -38,21 +41,25 @@ def render(sections: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="python -m mcore_images.smoke.attention.merge", prefix="merge: ",
+                           description=__doc__.split("\n\n")[0])
+    parser.add_argument("sections", nargs="+", metavar="FILE",
+                        help="attention sections (JSON) `python -m mcore_images.smoke.attention --out` wrote")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    paths = list(sys.argv[1:] if argv is None else argv)
-    if not paths:
-        print("merge: give the attention sections (JSON files) to join", file=sys.stderr)
-        return 2
+    args = build_parser().parse_args(argv)
     sections = []
-    for path in paths:
+    for path in args.sections:
         try:
-            sec = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            print(f"merge: {path}: {exc}: give a file `python -m mcore_images.smoke.attention --out` wrote",
-                  file=sys.stderr)
+            sec = reading.read_json(path, "", FIX)
+        except InputError as exc:
+            print(f"merge: {exc}", file=sys.stderr)
             return 2
         if problems := table.shape_problems(sec):
-            print(f"merge: {path}: {'; '.join(problems)}", file=sys.stderr)
+            print(f"merge: {path}: {'; '.join(problems)}; {FIX}", file=sys.stderr)
             return 2
         sections.append(sec)
     print(render(sections), end="")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import SOURCE_TREE, create_only
+from mcore_images import SOURCE_TREE, create_only, reading
 from mcore_images.catalogue import flash_attention
 from mcore_images.errors import InputError
 from mcore_images.options import OneLineParser, number
@@ -161,7 +161,7 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
         args.baselines = str(default_baselines())
     args.baseline_data = None
     if args.baselines:
-        if not Path(args.baselines).is_file():
+        if not os.path.lexists(args.baselines):
             raise errors.CouldNotRun(f"baselines file {args.baselines} not found: give an existing --baselines file")
         try:
             args.baseline_data = bench_gate.load_baselines(Path(args.baselines))
@@ -169,10 +169,36 @@ def normalise(args: argparse.Namespace) -> argparse.Namespace:
             raise errors.CouldNotRun(f"{exc}: fix the file or pass another --baselines") from exc
     if args.out:  # the wrapper's rule (`mcore-images bench --out`): a new or empty folder, or one the bench wrote;
         create_only.claim(Path(args.out), OUTPUT_OWNER)  # judged now, claimed again when the results are written
-    if args.certificate and not (Path(args.certificate) / "certificate.json").is_file():
-        raise errors.CouldNotRun(f"{args.certificate}/certificate.json not found: run `python -m mcore_images.smoke "
-                                 f"--out {args.certificate}` first, or drop --certificate")
+    if args.certificate:
+        from mcore_images.smoke import certificate
+
+        if (problem := reading.folder_problem(args.certificate, "--certificate")) and os.path.lexists(args.certificate):
+            raise errors.CouldNotRun(f"{problem}: name a smoke certificate folder")
+        if not os.path.lexists(Path(args.certificate) / "certificate.json"):
+            raise errors.CouldNotRun(f"{args.certificate}/certificate.json not found: run `python -m "
+                                     f"mcore_images.smoke --out {args.certificate}` first, or drop --certificate")
+        try:
+            certificate.read(Path(args.certificate) / "certificate.json")
+        except ValueError as exc:
+            raise errors.CouldNotRun(f"--certificate: {exc}") from None
+    if args.write_baselines:
+        _writable_baselines(Path(args.write_baselines))
     return args
+
+
+def _writable_baselines(path: Path) -> None:
+    """--write-baselines judged before anything runs: a new file in a folder that exists, or a baselines file (which
+    is merged into): anything else of anyone's (a certificate, a folder, a FIFO) is refused, nothing touched."""
+    if os.path.lexists(path):
+        if problem := reading.file_problem(path, "--write-baselines"):
+            raise errors.CouldNotRun(f"{problem}: give a baselines file to merge into, or a new path")
+        try:
+            bench_gate.load_baselines(path)
+        except ValueError as exc:
+            raise errors.CouldNotRun(f"--write-baselines {path} is not a baselines file to merge into ({exc}): give "
+                                     "a new path, or an existing baselines file; nothing was changed") from None
+    elif problem := reading.folder_problem(path.parent or Path("."), f"--write-baselines {path}: its folder"):
+        raise errors.CouldNotRun(f"{problem}: give a path in an existing folder")
 
 
 def _choose(text: str, known: dict[str, Any], flag: str) -> list[str]:
@@ -541,19 +567,20 @@ def write_outputs(bench: dict[str, Any], args: argparse.Namespace) -> None:
     print(text, flush=True)
     if args.out:
         with create_only.filled(create_only.claim(Path(args.out), OUTPUT_OWNER)) as out:
-            (out / "bench.json").write_text(json.dumps(bench, indent=2, default=str) + "\n")
-            (out / "bench.md").write_text(text)
+            create_only.replace_text(out / "bench.json", json.dumps(bench, indent=2, default=str) + "\n")
+            create_only.replace_text(out / "bench.md", text)
     if args.certificate:
         from mcore_images.smoke import certificate
 
         cert_dir = Path(args.certificate)
-        cert = json.loads((cert_dir / "certificate.json").read_text())
+        cert = certificate.read(cert_dir / "certificate.json")
         certificate.write(bench_gate.attach(cert, bench), cert_dir)
     if args.write_baselines:
         path = Path(args.write_baselines)
-        current = bench_gate.load_baselines(path) if path.is_file() else None
+        _writable_baselines(path)  # again: it may have changed while the bench ran
+        current = bench_gate.load_baselines(path) if path.exists() else None
         merged = bench_gate.merge_baselines(current, bench)
-        path.write_text(json.dumps(merged, indent=2) + "\n")
+        create_only.replace_text(path, json.dumps(merged, indent=2) + "\n")
         print(f"[bench] baselines written to {path}", flush=True)
 
 
@@ -568,6 +595,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{COULD_NOT_RUN}{exc}", file=sys.stderr)
         return errors.COULD_NOT_RUN
     if rank == 0:
-        write_outputs(bench, args)
+        try:
+            write_outputs(bench, args)
+        except (errors.CouldNotRun, InputError, ValueError, OSError) as exc:
+            print(f"bench: could not write the results: {exc}", file=sys.stderr)
+            return errors.COULD_NOT_RUN
     return errors.FAILED if bench["status"] == "failed" else errors.PASSED
 

@@ -19,13 +19,13 @@ TE spec) and 2.3 % (moe-small, TE spec) between two runs (docs/bench.md), and ea
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from mcore_images import SOURCE_TREE, options, schemas
+from mcore_images import SOURCE_TREE, options, reading, schemas
 from mcore_images.catalogue import components
+from mcore_images.errors import InputError
 from mcore_images.smoke.kit import envinfo
 
 SCHEMA = schemas.BENCH_BASELINES
@@ -90,8 +90,14 @@ def resolve_stack(flag: str | None, packages: dict[str, str | None], stacks_json
 
 
 def load_baselines(path: Path) -> dict[str, Any]:
-    """Read a baselines file; ValueError naming the problem when it is malformed."""
-    data = json.loads(path.read_text())
+    """Read a baselines file (a regular file within reading's limit); ValueError naming the problem when it cannot be
+    read or is malformed."""
+    try:
+        data = reading.read_json(path, "", "give a baselines file")
+    except InputError as exc:
+        raise ValueError(str(exc).removesuffix("; give a baselines file")) from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: not a baselines file (a JSON object with schema {SCHEMA!r})")
     if data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: schema {data.get('schema')!r} is not {SCHEMA!r}")
     if not isinstance(data.get("baselines"), list):

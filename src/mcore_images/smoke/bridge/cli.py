@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mcore_images import create_only
+from mcore_images import create_only, reading
 from mcore_images.errors import InputError
 from mcore_images.options import OneLineParser, number
 from mcore_images.smoke.bridge import spec
@@ -131,10 +131,16 @@ def _run(args: argparse.Namespace, report: dict[str, Any], tol: numerics.Toleran
         bridge_run.teardown()
 
 
+def _read_certificate(folder: Path) -> dict[str, Any]:
+    from mcore_images.smoke import certificate
+
+    return certificate.read(folder / "certificate.json")
+
+
 def _attach_to_certificate(folder: Path, report: dict[str, Any]) -> None:
     from mcore_images.smoke import certificate
 
-    cert = certificate.read(folder / "certificate.json")
+    cert = _read_certificate(folder)
     cert["bridge"] = report
     certificate.write(cert, folder)
 
@@ -147,10 +153,20 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     try:
         args.archs = spec.parse_archs(args.archs) if not args.hf_config else ()
-        if args.hf_config and not Path(args.hf_config).exists():
-            raise ValueError(f"--hf-config {args.hf_config} does not exist: give a config.json or its folder")
+        if args.hf_config:
+            if not os.path.lexists(args.hf_config):
+                raise ValueError(f"--hf-config {args.hf_config} does not exist: give a config.json or its folder")
+            config = Path(args.hf_config) / "config.json" if Path(args.hf_config).is_dir() else Path(args.hf_config)
+            if problem := reading.file_problem(config, "--hf-config"):
+                raise ValueError(f"{problem}: give a config.json or its folder")
         if problem := seeds.seed_problem(args.seed):
             raise ValueError(problem)
+        if args.keep and os.path.lexists(args.keep) and (problem := reading.folder_problem(args.keep, "--keep")):
+            raise ValueError(f"{problem}: name a folder for the tiny checkpoints")
+        if args.certificate:
+            if problem := reading.folder_problem(args.certificate, "--certificate"):
+                raise ValueError(f"{problem}: name a smoke certificate folder")
+            _read_certificate(Path(args.certificate))
         if args.out:  # the wrapper's rule (`mcore-images bridge --out`): a new or empty folder, or one it wrote
             create_only.claim(Path(args.out), OUTPUT_OWNER)  # judged now, claimed again when the report is written
     except (ValueError, InputError) as exc:
@@ -182,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         try:
             with create_only.filled(create_only.claim(Path(args.out), OUTPUT_OWNER)) as out:
-                (out / "bridge.json").write_text(text + "\n")
+                create_only.replace_text(out / "bridge.json", text + "\n")
         except InputError as exc:
             print(f"smoke.bridge: could not write --out: {exc}", file=sys.stderr)
             report["exit_code"] = max(report["exit_code"], 2)

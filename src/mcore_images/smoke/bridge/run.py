@@ -21,6 +21,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from mcore_images import reading
+from mcore_images.errors import InputError
 from mcore_images.smoke.bridge.spec import (
     ARCHITECTURES,
     FAULTS,
@@ -530,5 +532,11 @@ def arch_configs(names: tuple[str, ...], hf_config: str | None) -> list[dict[str
     if hf_config:
         path = Path(hf_config)
         path = path / "config.json" if path.is_dir() else path
-        return [json.loads(path.read_text())]
+        try:
+            found = reading.read_json(path, "--hf-config", "give a HF config.json or its folder")
+        except InputError as exc:
+            raise CouldNotRun(str(exc)) from None
+        if not isinstance(found, dict):
+            raise CouldNotRun(f"--hf-config {path} is not a HF config (a JSON object)")
+        return [found]
     return [ARCHITECTURES[n].config() for n in names]

@@ -32,6 +32,7 @@ import torch
 from megatron.core import dist_checkpointing
 from megatron.core import parallel_state as ps
 
+from mcore_images import create_only
 from mcore_images.smoke.kit import folders
 from mcore_images.smoke.kit.lifetime import die_with_parent, helpers_die_with_rank
 from mcore_images.smoke.kit.releases import supported
@@ -213,9 +214,7 @@ def seal(folder: Path) -> None:
     every file in it, written next to them and renamed into place."""
     files = sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in (CHECKSUMS, folders.LOCK_NAME))
     text = "".join(f"{_sha256(p)}  {p.relative_to(folder).as_posix()}\n" for p in files)
-    temporary = folder / f".{CHECKSUMS}.tmp"
-    temporary.write_text(text)
-    temporary.replace(folder / CHECKSUMS)
+    create_only.replace_text(folder / CHECKSUMS, text)
 
 
 def checksum_problem(folder: Path, share: tuple[int, int] = (0, 1)) -> str | None:

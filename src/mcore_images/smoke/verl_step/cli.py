@@ -30,6 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mcore_images import create_only, reading
+from mcore_images.errors import InputError
+from mcore_images.options import OneLineParser, number, whole
 from mcore_images.smoke.kit import errors, numerics, seeds, stdout
 from mcore_images.smoke.launcher import count_gpus
 from mcore_images.smoke.verl_step import flash_imports, spec
@@ -45,11 +48,19 @@ NO_GPU = (f"no GPU visible: the verl step runs verl's Megatron engine and vLLM o
           f"host, or `{PROG} --cpu-check` for the parts that need none")
 
 
+COULD_NOT_RUN = "smoke.verl_step: could not run: "
+OUTPUT_OWNER = "verl-step"
+"""The command an --out folder's marker names (create_only.py): a folder this program wrote, which it may write
+again."""
+REPORT = "verl_step.json"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="verl's Megatron engine (log-probs and an update under attention_backend flash and "
-        "fused) and one GRPO step of verl's trainer (vLLM + Megatron, one GPU) on a tiny model made here, offline. "
-        "JSON on stdout. Exit 0 passed, 1 failed, 2 could not run.")
+    parser = OneLineParser(
+        prog=PROG, prefix=COULD_NOT_RUN,
+        description="verl's Megatron engine (log-probs and an update under attention_backend flash and fused) and "
+        "one GRPO step of verl's trainer (vLLM + Megatron, one GPU) on a tiny model made here, offline. JSON on "
+        "stdout. Exit 0 passed, 1 failed, 2 could not run.")
     parser.add_argument("--parts", default=",".join(spec.PARTS),
                         help=f"comma-separated subset of {', '.join(spec.PARTS)} (default: both)")
     parser.add_argument("--bridge", default="auto", choices=("auto", *spec.BRIDGES),
@@ -58,13 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--grpo-attention-backend", default="fused", choices=spec.BACKENDS,
                         help="megatron-core attention_backend of the GRPO step's actor (default fused: this image "
                         "ships no FlashAttention)")
-    parser.add_argument("--seed", type=int, default=seeds.DEFAULT_SEED, help="seed of the weights, data and batch")
-    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds each engine case and the GRPO step "
-                        "may take before they are stopped")
-    parser.add_argument("--out", metavar="DIR", help="also write DIR/verl_step.json")
+    parser.add_argument("--seed", type=whole(0, seeds.SEEDS - 1, example=str(seeds.DEFAULT_SEED)),
+                        default=seeds.DEFAULT_SEED, help="seed of the weights, data and batch")
+    parser.add_argument("--timeout", type=number(0, above=True, example="1200"), default=1200.0,
+                        help="seconds each engine case and the GRPO step may take before they are stopped")
+    parser.add_argument("--out", metavar="DIR", help=f"also write DIR/{REPORT}: a new or empty folder, or one this "
+                        "program wrote before")
     parser.add_argument("--certificate", metavar="DIR",
                         help="a smoke certificate folder: add the report as the 'verl_step' section of its "
-                        "certificate.json (and .md)")
+                        "certificate.json (and .md); a run that could not run adds nothing")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR (created; must not exist) and keep the model, "
                         "data, batch, records and the trainer's log")
     parser.add_argument("--cpu-check", action="store_true",
@@ -178,7 +191,7 @@ def _work(args: argparse.Namespace, report: dict[str, Any], tol: numerics.Tolera
 def _attach(folder: Path, report: dict[str, Any]) -> None:
     from mcore_images.smoke import certificate
 
-    cert = certificate.read(folder / "certificate.json")
+    cert = _read_certificate(folder)
     cert["verl_step"] = report
     certificate.write(cert, folder)
 
@@ -197,22 +210,38 @@ def _summary(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def judged_first(args: argparse.Namespace) -> create_only.Output | None:
+    """Every argument that can be judged before anything runs (ValueError or InputError, one line): the parts,
+    --keep a folder that does not exist yet, --certificate a smoke certificate this program may add to (read and
+    held to its shape), --out a folder it may write (claimed: create_only.py). Returns the claimed --out."""
+    args.parts = parse_parts(args.parts)
+    if args.keep and os.path.lexists(args.keep):
+        raise ValueError(f"--keep {args.keep} exists: name a folder that does not (it is created and kept)")
+    if args.certificate:
+        if args.cpu_check:
+            raise ValueError("--cpu-check runs none of the GPU parts a certificate records: drop --certificate")
+        if problem := reading.folder_problem(args.certificate, "--certificate"):
+            raise ValueError(f"{problem}: name a smoke certificate folder")
+        if reading.file_problem(Path(args.certificate) / "certificate.json"):
+            raise ValueError(f"--certificate {args.certificate} holds no certificate.json: name a smoke "
+                             "certificate folder")
+        _read_certificate(Path(args.certificate))
+    return create_only.claim(Path(args.out), OUTPUT_OWNER) if args.out else None
+
+
+def _read_certificate(folder: Path) -> dict[str, Any]:
+    from mcore_images.smoke import certificate
+
+    return certificate.read(folder / "certificate.json")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
-        args.parts = parse_parts(args.parts)
-        if problem := seeds.seed_problem(args.seed):
-            raise ValueError(problem)
-        if args.timeout <= 0:
-            raise ValueError(f"--timeout {args.timeout}: give a positive number of seconds")
-        if args.keep and Path(args.keep).exists():
-            raise ValueError(f"--keep {args.keep} exists: name a folder that does not (it is created and kept)")
-        if args.certificate and not (Path(args.certificate) / "certificate.json").is_file():
-            raise ValueError(f"--certificate {args.certificate} holds no certificate.json: name a smoke "
-                             "certificate folder")
-    except ValueError as exc:
-        print(f"smoke.verl_step: could not run: {exc}", file=sys.stderr)
+        out = judged_first(args)
+    except (ValueError, InputError) as exc:
+        print(f"{COULD_NOT_RUN}{exc}", file=sys.stderr)
         return errors.COULD_NOT_RUN
     tol = numerics.verl_logprobs(numerics.settle("bf16", "cuda"))
     if args.dry_run:
@@ -222,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
               f"tolerance: {tol.why}")
         return errors.PASSED
     if not args.cpu_check and count_gpus() == 0:
-        print(f"smoke.verl_step: could not run: {NO_GPU}", file=sys.stderr)
+        print(f"{COULD_NOT_RUN}{NO_GPU}", file=sys.stderr)
         return errors.COULD_NOT_RUN
     # No hub: every file verl, transformers and vLLM read is written here.
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -231,7 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with stdout.to_stderr(), tempfile.TemporaryDirectory(prefix="mcore-images-verl-step-") as tmp:
             workdir = Path(args.keep) if args.keep else Path(tmp)
-            workdir.mkdir(parents=True, exist_ok=True)
+            try:
+                workdir.mkdir(parents=True, exist_ok=not args.keep)
+            except OSError as exc:
+                raise errors.CouldNotRun(f"--keep {args.keep} cannot be created ({exc.strerror or exc}): name a new "
+                                         "folder where you can write") from None
             _work(args, report, tol, workdir)
     except errors.CouldNotRun as exc:
         report["error"] = str(exc)
@@ -241,12 +274,19 @@ def main(argv: list[str] | None = None) -> int:
     for line in _summary(report):
         print(f"smoke.verl_step: {line}", file=sys.stderr)
     if report["error"]:
-        print(f"smoke.verl_step: could not run: {report['error']}", file=sys.stderr)
+        print(f"{COULD_NOT_RUN}{report['error']}", file=sys.stderr)
     text = json.dumps(report, indent=2, default=str)
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        (Path(args.out) / "verl_step.json").write_text(text + "\n")
-    if args.certificate:
+    if out is not None:
+        try:
+            with create_only.filled(create_only.claim(out.path, OUTPUT_OWNER)) as folder:
+                create_only.replace_text(folder / REPORT, text + "\n")
+        except (OSError, InputError) as exc:
+            print(f"smoke.verl_step: could not write --out: {exc}", file=sys.stderr)
+            report["exit_code"] = max(report["exit_code"], errors.COULD_NOT_RUN)
+    if args.certificate and report["status"] == "could-not-run":
+        print(f"smoke.verl_step: {args.certificate} left as it was: this run tested nothing to add to it",
+              file=sys.stderr)
+    elif args.certificate:
         try:
             _attach(Path(args.certificate), report)
         except (OSError, ValueError) as exc:

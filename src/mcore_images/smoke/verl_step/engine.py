@@ -8,7 +8,6 @@ The reference is computed another way on purpose: a kernel that runs and lets th
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -16,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mcore_images import create_only, reading
 from mcore_images.smoke.kit.numerics import Tolerance
 from mcore_images.smoke.verl_step import spec
 
@@ -87,7 +87,9 @@ def run_case(backend: str, bridge: str, model: Path, batch_file: Path, workdir: 
     except subprocess.TimeoutExpired:
         rc = None
     if out.is_file():
-        return json.loads(out.read_text())
+        record = reading.read_json(out, "the engine case's record", "")
+        record.pop(create_only.WRITTEN_BY, None)  # the file's mark (create_only.py), not a part of the record
+        return record
     ended = f"timed out after {timeout:.0f} s" if rc is None else f"exited {rc} without a record"
     return {"backend": backend, "bridge": bridge, "stage": "process", "error": f"engine_case {ended}"}
 

@@ -25,6 +25,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from mcore_images import create_only, reading
+from mcore_images.errors import InputError
+from mcore_images.options import OneLineParser
 from mcore_images.smoke.verl_step import spec
 
 DIST_VERSIONS = ("verl", "torch", "megatron-core", "transformer-engine", "mbridge", "megatron-bridge", "transformers",
@@ -178,19 +181,48 @@ def run(backend: str, model: Path, batch_file: Path, bridge: str) -> dict[str, A
     return record
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mcore_images.smoke.verl_step.engine_case",
-                                     description="One attention backend through verl's TrainingWorker and Megatron "
-                                     "engine (a child of python -m mcore_images.smoke.verl_step).")
+PROG = "python -m mcore_images.smoke.verl_step.engine_case"
+COULD_NOT_RUN = "smoke.verl_step.engine_case: could not run: "
+OUTPUT_OWNER = "verl-step engine_case"
+"""What an --out file's ``written_by`` names (create_only.py): the records this program may replace."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=PROG, prefix=COULD_NOT_RUN,
+                           description="One attention backend through verl's TrainingWorker and Megatron engine (a "
+                           "child of python -m mcore_images.smoke.verl_step). Exit 0 the record holds the case, 1 it "
+                           "holds the error the case ended in, 2 could not run.")
     parser.add_argument("--backend", choices=spec.BACKENDS, required=True, help="megatron-core attention_backend")
     parser.add_argument("--bridge", choices=spec.BRIDGES, required=True, help="how verl builds the model")
-    parser.add_argument("--model", type=Path, required=True, help="the tiny model's folder")
-    parser.add_argument("--batch", type=Path, required=True, help="the batch (torch.save of a dict of tensors)")
-    parser.add_argument("--out", type=Path, required=True, help="where to write the JSON record")
-    args = parser.parse_args(argv)
-    record = run(args.backend, args.model, args.batch, args.bridge)
-    args.out.write_text(json.dumps(record, default=str) + "\n")
-    return 0
+    parser.add_argument("--model", metavar="DIR", required=True, help="the tiny model's folder (with config.json)")
+    parser.add_argument("--batch", metavar="FILE", required=True,
+                        help="the batch (torch.save of a dict of tensors)")
+    parser.add_argument("--out", metavar="FILE", required=True,
+                        help="where to write the JSON record: a new file, or one this program wrote")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    model, batch = Path(args.model), Path(args.batch)
+    try:  # judged before verl, torch or the engine start: a wrong path is one line, never a record of a crash
+        if problem := reading.folder_problem(model, "--model"):
+            raise InputError(f"{problem}: give the tiny model's folder")
+        if problem := reading.file_problem(model / "config.json", "its config.json", max_bytes=None):
+            raise InputError(f"--model {model}: {problem}: give the folder the verl step made")
+        if problem := reading.file_problem(batch, "--batch", max_bytes=None):
+            raise InputError(f"{problem}: give the batch the verl step saved")
+        out = create_only.claim_file(Path(args.out), OUTPUT_OWNER)
+    except InputError as exc:
+        print(f"{COULD_NOT_RUN}{exc}", file=sys.stderr)
+        return 2
+    record = run(args.backend, model, batch, args.bridge)
+    try:
+        create_only.write_file(out, OUTPUT_OWNER, json.loads(json.dumps(record, default=str)))
+    except InputError as exc:
+        print(f"{COULD_NOT_RUN}{exc}", file=sys.stderr)
+        return 2
+    return 1 if record.get("error") else 0
 
 
 if __name__ == "__main__":

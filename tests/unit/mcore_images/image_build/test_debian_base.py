@@ -67,9 +67,8 @@ def test_the_arm64_base_tag_is_the_one_bake_hands_to_buildkit(root: Path) -> Non
     assert '"${s.base_image}::${p}" = "docker-image://${s.base_image}-${PLATFORMS[p].arch}"' in text
 
 
-def test_a_foreign_base_needs_qemu_registered_first(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_foreign_base_needs_qemu_registered_first(monkeypatch: pytest.MonkeyPatch, tools_on_path: None) -> None:
     monkeypatch.setattr(debian_base, "recipe_of", lambda ref: None)
-    monkeypatch.setattr(debian_base.shutil, "which", lambda name: f"/usr/sbin/{name}")
     monkeypatch.setattr(debian_base.os, "geteuid", lambda: 0)
     monkeypatch.setattr(debian_base.emulation, "problem", lambda platform: "linux/arm64 programs … need QEMU")
     ran: list[list[str]] = []

@@ -9,22 +9,21 @@ from typing import Any
 import pytest
 
 from mcore_images import cli
-from mcore_images.launch import programs
 from tests.unit.conftest import ROOT
 
 
 @pytest.fixture
-def ran(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def ran(monkeypatch: pytest.MonkeyPatch, tools_on_path: None) -> dict[str, Any]:
     seen: dict[str, Any] = {}
 
     def fake_run(cmd: list[str], env: dict[str, str] | None = None, check: bool = False,
                  **kwargs: Any) -> subprocess.CompletedProcess:
-        if "--entrypoint" in cmd:  # the memlock probe: this engine can give memlock unlimited
-            return subprocess.CompletedProcess(cmd, 0, "", "")
+        if "--entrypoint" in cmd or cmd[1:3] == ["image", "inspect"]:  # the probes: the image is here, the engine
+            return subprocess.CompletedProcess(cmd, 0, "", "")  # gives memlock unlimited and the GPUs
         seen.update(cmd=cmd, env=env)
         return subprocess.CompletedProcess(cmd, 1)
 
-    monkeypatch.setattr(programs.subprocess, "run", fake_run)
+    monkeypatch.setattr(subprocess, "run", fake_run)
     return seen
 
 

@@ -35,6 +35,11 @@ class Registry:
         monkeypatch.setattr(authority, "read", self.read)
         monkeypatch.setattr(authority, "checked", self.read)
         monkeypatch.setattr(authority, "write", self.write)
+        monkeypatch.setattr(authority, "versions", self.numbers)
+
+    def numbers(self, repository: str, run: Any = None) -> list[int]:
+        """The versions under their own tags (mcore-images-ledger-N), which deleting the head tag leaves."""
+        return sorted({found.version for found in self.versions.values()})
 
     def read(self, repository: str, key: str, run: Any = None) -> tuple[Ledger, str] | None:
         return None if self.head is None else (copy.deepcopy(self.versions[self.head]), self.head)
@@ -127,3 +132,47 @@ def test_a_new_home_adopts_the_ledger_it_finds_and_never_over_its_own_record(mon
     held.put_back(1)
     with pytest.raises(LedgerRefused, match="older than version 2"):
         authority.adopt(REPO, "cosign.pub", None)  # a record of its own is never replaced
+
+
+def test_a_writer_without_its_record_does_not_restart_a_ledger_whose_tag_was_deleted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: someone without the key deleted the ledger tag; the next `attach` from an empty state folder (a new
+    machine, a hosted runner) exited 0 having signed a version 1 with no previous version and none of the records,
+    which fresh clients then took. Now it is refused, naming the versions left and the two ways on."""
+    held = Registry()
+    held.install(monkeypatch)
+    for name in ("a", "b", "c"):
+        authority.update(REPO, KEY, record(name))
+    held.head = None  # `oras manifest delete` of the tag's manifest: the -N tags stay
+    ledger_state.written_file(REPO).unlink()  # a new home of the authority: an empty state folder
+    ledger_state.seen_file(REPO).unlink()
+    written = dict(held.versions)
+    acted = []
+    with pytest.raises(LedgerRefused) as refused, authority.writing(REPO, KEY):
+        acted.append("attached a certificate")
+    assert acted == [] and held.versions == written and held.head is None
+    assert str(refused.value) == (
+        f"{REPO} has no mcore-images-ledger tag, but holds versions 1, 2, 3 of its release ledger "
+        "(mcore-images-ledger-N): the tag was deleted by someone without the key; put the newest back (`oras tag "
+        f"{REPO}:mcore-images-ledger-3 mcore-images-ledger`) and adopt it (`mcore-images ledger {REPO} --key <public "
+        f"key> --adopt`), or start a new ledger above them (`mcore-images ledger {REPO} --key <public key> "
+        "--start-over <private key>`)")
+    with pytest.raises(LedgerRefused, match="has no mcore-images-ledger tag, but holds versions 1, 2, 3"):
+        authority.adopt(REPO, "cosign.pub", None)
+
+
+def test_starting_over_is_explicit_numbered_above_every_version_and_only_where_the_tag_is_gone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    held = Registry()
+    held.install(monkeypatch)
+    for name in ("a", "b"):
+        authority.update(REPO, KEY, record(name))
+    with pytest.raises(LedgerRefused, match=r"is there \(version 2, .*--start-over is for a repository whose"):
+        authority.start_over(REPO, KEY)
+    held.head = None
+    ledger_state.written_file(REPO).unlink()
+    new = authority.start_over(REPO, KEY)
+    assert new.version == 3 and new.previous is None and not new.tags and not new.certificates
+    assert ledger_state.written(REPO) == Head(3, held.head)
+    authority.update(REPO, KEY, record("c"))  # its next write builds on it
+    assert held.versions[held.head].version == 4

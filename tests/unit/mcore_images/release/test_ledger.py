@@ -102,3 +102,29 @@ def test_a_recorded_certificate_whose_signature_is_gone_is_named() -> None:
         f"certificate {hidden} (failed, created 2026-12-01T11:00:00+00:00), recorded in the signed release ledger "
         "(version 2), is no longer signed with cosign.pub (it is not signed): its signature removed by someone without "
         "the key"]
+
+
+def test_a_version_is_never_pushed_over_its_own_tag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the restarted writer pushed its version 1 over the existing mcore-images-ledger-1 tag. A write whose
+    version's tag already names something is refused before anything is pushed."""
+    tags = {ledger.TAG: digest("v2"), f"{ledger.TAG}-1": digest("v1"), f"{ledger.TAG}-2": digest("v2")}
+    calls: list[list[str]] = []
+    monkeypatch.setattr(ledger, "tag_digest", lambda repository, tag, run=None: tags.get(tag))
+    monkeypatch.setattr(registry, "_run", lambda argv, *a, **kw: calls.append(argv))
+    written = Ledger(REPO, version=0)  # a writer that believes it starts the ledger
+    tags.pop(ledger.TAG)
+    with pytest.raises(ledger.LedgerRefused, match=rf"{REPO}:{ledger.TAG}-1 already names {digest('v1')}: version 1 "
+                       "of the release ledger .* is never written twice; version 1 was not pushed"):
+        ledger.write(written, "cosign.key", None)
+    assert calls == []  # nothing pushed, nothing signed
+
+
+def test_a_fresh_client_refuses_a_repository_whose_ledger_tag_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that never read the ledger used to take "no ledger" for a repository whose tag was deleted and whose
+    versions remain, and then judged its tags and certificates without it."""
+    monkeypatch.setattr(ledger, "read", lambda repository, key, run=None: None)
+    monkeypatch.setattr(ledger, "versions", lambda repository, run=None: [1, 2, 3, 4])
+    with pytest.raises(ledger.LedgerRefused, match=r"has no mcore-images-ledger tag, but holds versions 1 … 4 of"):
+        ledger.checked(REPO, "cosign.pub")
+    monkeypatch.setattr(ledger, "versions", lambda repository, run=None: [])
+    assert ledger.checked(REPO, "cosign.pub") is None  # a repository that never had one

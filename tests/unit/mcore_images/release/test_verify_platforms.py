@@ -57,6 +57,7 @@ class Registry:
         monkeypatch.setattr(registry, "fetch_certificate", lambda image, referrer, **kw: self.certs[image.digest])
         # no release ledger in this repository (the ledger is judged against a real registry: tests/registry)
         monkeypatch.setattr(ledger, "read", lambda repository, key, run=None: None)
+        monkeypatch.setattr(ledger, "versions", lambda repository, run=None: [])
 
 
 @pytest.fixture

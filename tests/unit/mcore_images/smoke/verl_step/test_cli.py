@@ -48,9 +48,15 @@ def test_a_gpu_hidden_by_minus_one_counts_as_none() -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--parts", "engine,rollout"), "--parts 'engine,rollout': use a comma-separated subset of engine, grpo"),
-    (("--timeout", "0"), "--timeout 0.0: give a positive number of seconds"),
+    (("--timeout", "0"), "argument --timeout: 0 is out of range: give a number greater than 0, e.g. 1200"),
+    (("--timeout", "nan"), "argument --timeout: nan is not a finite number: give a number greater than 0"),
+    (("--timeout", "inf"), "argument --timeout: inf is not a finite number: give a number greater than 0"),
+    (("--out", ""), "--out is empty (an unset shell variable?)"),
     (("--seed", "-1"), "seed"),
-    (("--certificate", "/nonexistent"), "holds no certificate.json"),
+    (("--certificate", "/nonexistent"), "--certificate /nonexistent not found: name a smoke certificate folder"),
+    (("--certificate", "/dev/null"), "--certificate /dev/null is a character device, not a folder"),
+    (("--cpu-check", "--certificate", "."), "--cpu-check runs none of the GPU parts a certificate records"),
+    (("--seed", "99999999999999999999"), "out of range: give a whole number from 0 to 4294967295"),
 ])
 def test_bad_inputs_are_one_line_and_exit_2(args: tuple[str, ...], message: str) -> None:
     out = program(*args, CUDA_VISIBLE_DEVICES="")
