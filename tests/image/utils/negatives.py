@@ -84,6 +84,7 @@ class NegativeImages:
         self.wanted = {n.name: n for n in wanted}
         self.tags: dict[str, str] = {}
         self.built = False
+        self.error: docker.DockerError | None = None
         self.seconds = 0.0
         self.folder = Path(tempfile.mkdtemp(prefix="mcore-images-negatives-"))
 
@@ -102,6 +103,8 @@ class NegativeImages:
                                  "it there, so that it is built with the others")
         if not self.built:
             self.build()
+        if self.error is not None:
+            raise self.error
         return self.tags[negative.name]
 
     def build(self) -> None:
@@ -131,8 +134,9 @@ class NegativeImages:
         self.seconds = round(time.monotonic() - started, 1)
         if done.returncode:
             self.remove()
-            raise docker.DockerError(f"building the negative images ({', '.join(sorted(targets))}) failed "
-                                     f"(exit {done.returncode}):\n{done.stderr[-3000:]}")
+            failed = sorted(set(re.findall(r"target (\S+): failed to solve", done.stderr))) or sorted(targets)
+            self.error = docker.DockerError(f"building the negative images failed (exit {done.returncode}) at "
+                                            f"{', '.join(failed)}:\n{done.stderr[-3000:]}")
 
     def target(self, negative: Negative, tag: str) -> dict[str, Any]:
         """The bake target of one negative: its Dockerfile inline, FROM the pinned image under test (or its parent),
