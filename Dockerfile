@@ -13,7 +13,8 @@
 # leaves the cache of the layers below it valid (a megatron-core bump rebuilds only `runtime`).
 # The stages below runtime know the stack only as LAYERS_STACK, the stack whose base and kernels they
 # build: a stack that takes those layers from another (`layers_from`) shares their cache, builder included.
-# Without bake: docker build --build-context locks=env/locks --build-context apex=docker/empty ...
+# Without bake: docker build --build-context locks=env/locks --build-context apex=docker/empty, and the compile
+# steps' job planner as the secrets docker-bake.hcl's _common target names (--secret id=compile_jobs,src=...) ...
 # Builds with the BuildKit embedded in the Docker Engine: no syntax directive on purpose.
 
 ARG BASE_IMAGE
@@ -112,16 +113,6 @@ RUN --mount=type=bind,from=install-scripts,target=/mnt/install \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     /mnt/install/install-lock.sh /mnt/lock.txt
 
-# Compile jobs are planned inside each compile step, from the builder's own CPUs, cgroup and memory,
-# per component (docker/compile-jobs.sh runs the planner, `mcore-images jobs`, from this stage). A
-# MAX_JOBS / NVCC_THREADS given to the build arrives as a build secret: it wins over the plan, but
-# like every secret it is not part of the step's cache key, so changing it recompiles nothing.
-# The stage holds the modules jobs.py imports and nothing more, so an edit elsewhere in the tooling keeps
-# the compiles cached; tests/unit/repo/test_dockerfile.py checks the list against jobs.py's imports.
-FROM scratch AS planner
-COPY src/mcore_images/__init__.py src/mcore_images/errors.py src/mcore_images/command.py /mcore_images/
-COPY src/mcore_images/image_build/__init__.py src/mcore_images/image_build/jobs.py /mcore_images/image_build/
-
 # A C/C++ cross compiler that runs at the build machine's speed, for a builder of another platform that runs
 # under QEMU (linux/arm64 made on x86_64): Debian's g++ for aarch64 from the same OS base, so its GCC is the
 # target's. The compile step mounts it (docker/cross-compiler.sh); a native builder mounts an empty stage.
@@ -139,11 +130,20 @@ FROM cross-gxx-none AS cross-gxx-amd64-on-arm64
 # hadolint ignore=DL3006
 FROM cross-gxx-${TARGETARCH}-on-${BUILDARCH} AS cross-gxx
 
-FROM builder AS kernels-build
+# Each compiled component makes its wheels in a stage of its own, FROM builder, that declares only the build args
+# of its compile: BuildKit keys a RUN on every ARG its stage declared before it, so an apex bump stays out of
+# TE's key. A compile step's inputs are what changes what it makes (tests/unit/repo/test_dockerfile.py holds
+# each step's mounts and args to that list); how many jobs compile it is not among them. Those jobs are planned
+# inside the step, from the builder's own CPUs, cgroup and memory, per component: docker/compile-jobs.sh runs
+# the planner (`mcore-images jobs`: mcore_images/image_build/jobs.py and the modules it imports), all of which
+# arrive as build secrets, as an explicit MAX_JOBS / NVCC_THREADS does (it wins over the plan). BuildKit keeps a
+# secret out of the step's cache key, so editing, moving or renaming the tooling's code recompiles nothing.
+# The stages may start at once; their shared ccache mount (sharing=locked) lets one compile run at a time, so
+# each plans its jobs for the whole machine.
+FROM builder AS te-build
 ARG CUDA_VERSION
 ARG TE_VERSION
 ARG TE_SOURCE
-ARG APEX_COMMIT
 ARG CUDA_ARCHS
 # ccache keys on relative paths below /tmp (pip builds each sdist in a new random folder there) and
 # leaves the working folder out of the hash, so a recompile of the same sources hits.
@@ -151,35 +151,49 @@ ENV NVTE_CUDA_ARCHS=${CUDA_ARCHS} \
     CCACHE_DIR=/root/.ccache \
     CCACHE_BASEDIR=/tmp \
     CCACHE_NOHASHDIR=1
-RUN mkdir -p /wheels
 RUN --mount=type=bind,source=docker/build-te.sh,target=/mnt/build/build-te.sh \
-    --mount=type=bind,source=docker/compile-jobs.sh,target=/mnt/build/compile-jobs.sh \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/nvcc-retry.sh,target=/mnt/build/nvcc-retry.sh \
     --mount=type=bind,source=docker/cross-compiler.sh,target=/mnt/build/cross-compiler.sh \
     --mount=type=bind,from=cross-gxx,target=/mnt/cross-gxx \
-    --mount=type=bind,from=planner,target=/mnt/planner \
+    --mount=type=secret,id=compile_jobs,target=/mnt/build/compile-jobs.sh,required=true \
+    --mount=type=secret,id=planner_errors,target=/mnt/planner/mcore_images/errors.py,required=true \
+    --mount=type=secret,id=planner_command,target=/mnt/planner/mcore_images/command.py,required=true \
+    --mount=type=secret,id=planner_jobs,target=/mnt/planner/mcore_images/image_build/jobs.py,required=true \
     --mount=type=secret,id=max_jobs,required=false \
     --mount=type=secret,id=nvcc_threads,required=false \
     --mount=type=secret,id=ca_bundle,required=false \
     --mount=type=secret,id=pip_index_url,required=false \
     --mount=type=cache,target=/root/.ccache,sharing=locked \
-    if [ "${TE_SOURCE}" = build ]; then \
+    mkdir -p /wheels \
+ && if [ "${TE_SOURCE}" = build ]; then \
       TE_VERSION="${TE_VERSION}" CUDA_MAJOR="${CUDA_VERSION%%.*}" CROSS_TOOLCHAIN=/mnt/cross-gxx \
         /mnt/build/build-te.sh; \
     fi
+
 # apex from its git source at a pinned commit; an air-gapped site passes the source as the
 # named context `apex` (docker buildx bake --set <target>.contexts.apex=<dir>).
+FROM builder AS apex-build
+ARG CUDA_VERSION
+ARG APEX_COMMIT
+ARG CUDA_ARCHS
+ENV NVTE_CUDA_ARCHS=${CUDA_ARCHS} \
+    CCACHE_DIR=/root/.ccache \
+    CCACHE_BASEDIR=/tmp \
+    CCACHE_NOHASHDIR=1
 RUN --mount=type=bind,source=docker/build-apex.sh,target=/mnt/build/build-apex.sh \
-    --mount=type=bind,source=docker/compile-jobs.sh,target=/mnt/build/compile-jobs.sh \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
     --mount=type=bind,source=docker/nvcc-retry.sh,target=/mnt/build/nvcc-retry.sh \
-    --mount=type=bind,from=planner,target=/mnt/planner \
+    --mount=type=bind,from=apex,target=/src/apex,rw \
+    --mount=type=secret,id=compile_jobs,target=/mnt/build/compile-jobs.sh,required=true \
+    --mount=type=secret,id=planner_errors,target=/mnt/planner/mcore_images/errors.py,required=true \
+    --mount=type=secret,id=planner_command,target=/mnt/planner/mcore_images/command.py,required=true \
+    --mount=type=secret,id=planner_jobs,target=/mnt/planner/mcore_images/image_build/jobs.py,required=true \
     --mount=type=secret,id=max_jobs,required=false \
     --mount=type=secret,id=nvcc_threads,required=false \
-    --mount=type=bind,from=apex,target=/src/apex,rw \
     --mount=type=cache,target=/root/.ccache,sharing=locked \
-    if [ "${APEX_COMMIT}" != none ]; then \
+    mkdir -p /wheels \
+ && if [ "${APEX_COMMIT}" != none ]; then \
       APEX_COMMIT="${APEX_COMMIT}" CUDA_MAJOR="${CUDA_VERSION%%.*}" /mnt/build/build-apex.sh /src/apex; \
     fi
 # Gradient accumulation fusion without apex: with it on (Megatron-LM's, Megatron-Bridge's and verl's default),
@@ -190,6 +204,11 @@ RUN --mount=type=bind,source=kernels/wgrad-fusion,target=/src/wgrad-fusion,rw \
     if [ "${APEX_COMMIT}" = none ]; then \
       sh /mnt/build/pip.sh wheel --no-deps --no-build-isolation --no-index -w /wheels /src/wgrad-fusion; \
     fi
+
+# The compiled wheels, together: what the kernels layer installs.
+FROM builder AS kernels-build
+COPY --from=te-build /wheels /wheels
+COPY --from=apex-build /wheels /wheels
 
 # The tooling (mcore_images and the smoke programs) as the project's own wheel, for the runtime
 # layer's venv: `mcore-images`, `python -m mcore_images.smoke` and `python -m mcore_images doctor` work in the

@@ -264,6 +264,12 @@ target "_common" {
   dockerfile = "Dockerfile"
   context    = "."
   secret = compact([
+    # The compile steps' job planner: secrets stay out of a step's cache key, and how many jobs compile TE or apex
+    # does not change what they make (the Dockerfile's te-build stage says more).
+    "id=compile_jobs,src=docker/compile-jobs.sh",
+    "id=planner_errors,src=src/mcore_images/errors.py",
+    "id=planner_command,src=src/mcore_images/command.py",
+    "id=planner_jobs,src=src/mcore_images/image_build/jobs.py",
     CA_BUNDLE == "" ? "" : "id=ca_bundle,src=${CA_BUNDLE}",
     PIP_INDEX_URL_FILE == "" ? "" : "id=pip_index_url,src=${PIP_INDEX_URL_FILE}",
     MAX_JOBS == "" ? "" : "id=max_jobs,env=MAX_JOBS",

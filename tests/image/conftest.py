@@ -23,7 +23,7 @@ from mcore_images.catalogue.stacks import LAYERS, Stack
 from mcore_images.image_build.bake import SYSTEM_CA
 from mcore_images.launch import emulation
 from tests.image.shared_checks import hygiene
-from tests.image.utils import docker, layers, probing, saved_layers
+from tests.image.utils import docker, layers, negatives, probing, saved_layers
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -81,6 +81,23 @@ def _image_info(config: pytest.Config) -> docker.ImageInfo | None:
     info = dataclasses.replace(info, ref=pinned, name=ref)
     config._mcore_image = info  # type: ignore[attr-defined]
     return info
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{negatives.MARK}(NEGATIVE, ...): the negative images a test builds on --image "
+                            "(tests/image/utils/negatives.py), built together once per session")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The negatives the selected tests name: built in one group when the first of them is asked for."""
+    session.config._mcore_negatives = negatives.marked(session.items)  # type: ignore[attr-defined]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    group = getattr(config, "_mcore_negative_images", None)
+    if group is not None and group.tags:
+        terminalreporter.write_line(f"negative images: {', '.join(sorted(group.tags))} built in one bake call in "
+                                    f"{group.seconds} s")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -202,5 +219,19 @@ def secrets(pytestconfig: pytest.Config, host: Any) -> list[saved_layers.Secret]
 
 @pytest.fixture(scope="session")
 def layer_scan(image: docker.ImageInfo, secrets: list[saved_layers.Secret]) -> saved_layers.LayerScan:
-    """One streamed pass over `docker save`: secret content in any layer, and which layers touch torch."""
-    return saved_layers.scan_saved_image(image.ref, secrets, watch={"torch": saved_layers.TORCH_PATHS})
+    """One pass over every layer (read from the engine's content store): secret content in any layer, and which
+    layers touch torch."""
+    return saved_layers.scan_image(image.ref, secrets, watch={"torch": saved_layers.TORCH_PATHS})
+
+
+@pytest.fixture(scope="session")
+def negative_images(request: pytest.FixtureRequest, image: docker.ImageInfo) -> Iterator[negatives.NegativeImages]:
+    """The negative images of the selected tests, built on the pinned image in one bake call on the first request
+    and removed at the end of the session."""
+    wanted = getattr(request.config, "_mcore_negatives", [])
+    group = negatives.NegativeImages(negatives.Under(image, request.getfixturevalue), wanted)
+    request.config._mcore_negative_images = group  # type: ignore[attr-defined]
+    try:
+        yield group
+    finally:
+        group.remove()

@@ -1,24 +1,20 @@
 """The checks fail against deliberately wrong images built on top of --image.
 
-Throwaway images are built FROM the image under test with plain `docker build` and removed afterwards: one
-whose label disagrees with what is installed, one declaring a GPU architecture its kernels lack, one with a
-package uninstalled and a dirty build left in it, one whose build leaked a secret into a layer that a later
-layer deletes, one without the run-time toolchain, one with an installed file edited, one whose PATH others can
-write into, and one with a private key and a credential file outside the home folders.
-Each check's function must report a problem, and the image tests themselves (run in a subprocess
-with `--image <wrong image>`) must fail, naming the checks that caught it.
+Negative images (tests/image/utils/negatives.py) are built FROM the image under test, together in one bake call,
+and removed at the end of the session: one whose label disagrees with what is installed, one declaring a GPU
+architecture its kernels lack, one with a package uninstalled and a dirty build left in it, one whose build leaked a
+secret into a layer that a later layer deletes, one without the run-time toolchain, one with an installed file
+edited, one whose PATH others can write into, and one with a private key and a credential file outside the home
+folders. On each, the image tests it is aimed at (run in a subprocess with `--image <wrong image>`) must fail, each
+naming what its check found; the checks that read no container (labels, the size, the layer scan) are also called
+directly.
 """
 
 from __future__ import annotations
 
 import base64
 import os
-import re
 import shlex
-import subprocess
-import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,73 +22,48 @@ import pytest
 
 from mcore_images.catalogue import components, gpu_archs
 from mcore_images.catalogue.images import label
-from tests.image.shared_checks import archs, environment, hygiene, installed, versions
+from tests.image import test_versions
+from tests.image.app import test_ray, test_verl, test_verl_example, test_verl_user
+from tests.image.base import test_base_hygiene, test_base_labels, test_base_versions
+from tests.image.kernels import test_gpu_archs
+from tests.image.runtime import test_runtime, test_toolchain
+from tests.image.shared_checks import archs, hygiene, versions
 from tests.image.shared_checks import layers as layer_checks
-from tests.image.shared_checks.hygiene import REPO
-from tests.image.utils import docker, layers, probing, saved_layers
+from tests.image.utils import docker, layers, negatives, probing, runtime_paths, saved_layers
 from tests.image.utils.fake_wheel import FAKE_WHEEL
+from tests.image.utils.negatives import Negative, Under, failures, node
 
-HERE = Path(__file__).parent
-TAG = "mcore-images-negative"
-
-
-@pytest.fixture
-def wrong_images() -> Iterator[list[str]]:
-    """Tags built during a test; removed afterwards whatever happens."""
-    tags: list[str] = []
-    try:
-        yield tags
-    finally:
-        for tag in tags:
-            docker.remove_image(tag)
+TOP = ("mcore", "te", "torch")
+"""The components whose label a defect aims at: the highest the image carries."""
 
 
-def _tag(kind: str) -> str:
-    return f"{TAG}:{kind}-{uuid.uuid4().hex[:8]}"
+def _top(under: Under) -> str | None:
+    return layers.first_labelled(under.image, TOP)
 
 
-def _failed_tests(ref: str, select: str) -> tuple[int, set[str], str]:
-    """Run the image tests against `ref` in a subprocess: (exit code, names of failed tests, output)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(HERE),
-        "--image",
-        ref,
-        "-k",
-        select,
-        "-q",
-        "-rf",
-        "-p",
-        "no:cacheprovider",
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False, cwd=REPO)
-    output = proc.stdout + proc.stderr
-    failed = set(re.findall(r"^FAILED \S+::(\S+)", output, re.M))
-    return proc.returncode, failed, output
+def _no_top(under: Under) -> str | None:
+    return None if _top(under) else "the image labels none of megatron-core, TE, torch"
 
 
-def failures_on(image_ref: str, steps: str, kind: str, select: str) -> tuple[int, set[str], str]:
-    """Build a negative image (``FROM image_ref`` plus ``steps``), run the image tests ``select`` names against it,
-    remove it: (exit code, names of failed tests, output)."""
-    ref = docker.build_image(f"FROM {image_ref}\n{steps}", _tag(kind))
-    try:
-        return _failed_tests(ref, select)
-    finally:
-        docker.remove_image(ref)
+def _failed(ref: str, *tests: Any) -> tuple[set[str], str]:
+    """Run only ``tests`` against ``ref``: the names of those that failed, and the output; the run must fail."""
+    rc, failed, output = failures(ref, *tests)
+    assert rc == 1, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+    return failed, output
 
 
-def test_negative_label_disagrees(image: docker.ImageInfo, facts: dict[str, Any], wrong_images: list[str]) -> None:
-    """LABEL io.mcore-images.<top component>=9.9.9 and a size budget of 1 MB: the version, pin and size
-    checks fail."""
-    key = layers.first_labelled(image, ("mcore", "te", "torch"))
-    assert key, "the image labels none of megatron-core, TE, torch"
-    dockerfile = f"FROM {image.ref}\nLABEL {label(key)}=9.9.9 {label('size-budget-gb')}=0.001\n"
-    wrong = docker.inspect_image(docker.build_image(dockerfile, _tag("label")))
-    wrong_images.append(wrong.ref)
-    assert wrong.layers == image.layers, "a LABEL-only build must keep the layers (so the facts are the same)"
+LABEL_WRONG = Negative(
+    "label", lambda u: f"LABEL {label(_top(u) or 'torch')}=9.9.9 {label('size-budget-gb')}=0.001\n", skip=_no_top)
+"""LABEL io.mcore-images.<top component>=9.9.9 and a size budget of 1 MB."""
 
+
+@pytest.mark.negatives(LABEL_WRONG)
+def test_negative_label_disagrees(image: docker.ImageInfo, facts: dict[str, Any],
+                                  negative_images: negatives.NegativeImages) -> None:
+    """The version, pin and size checks fail, directly and through the test files."""
+    wrong = docker.inspect_image(negative_images.ref(LABEL_WRONG))
+    key = layers.first_labelled(image, TOP)
+    assert key and wrong.layers == image.layers, "a LABEL-only build must keep the layers (so the facts are the same)"
     comp = components.BY_LABEL[key]
     assert versions.version_problems(comp, wrong.labels, facts), f"version check passed with {key}=9.9.9"
     stack = layers.stack_for(image)
@@ -101,65 +72,82 @@ def test_negative_label_disagrees(image: docker.ImageInfo, facts: dict[str, Any]
     assert hygiene.size_problems(wrong), "size check passed with a 1 MB budget"
     assert not versions.version_problems(comp, image.labels, facts), "the check must pass on the original image"
 
-    rc, failed, output = _failed_tests(wrong.ref, "version_label_matches_installed or labels_match or size")
+    aimed = [node(test_versions.test_version_label_matches_installed, key), test_base_hygiene.test_size_within_budget]
+    if stack is not None:
+        aimed.append(test_base_labels.test_labels_match_stacks_json)
+    failed, output = _failed(wrong.ref, *aimed)
     expected = {f"test_version_label_matches_installed[{key}]", "test_size_within_budget"}
     if stack is not None:
         expected.add("test_labels_match_stacks_json")
-    assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+    assert expected <= failed, f"failed {sorted(failed)}:\n{output[-3000:]}"
 
 
-def test_negative_declared_arch_not_carried(image: docker.ImageInfo, host: Any, wrong_images: list[str]) -> None:
-    """LABEL io.mcore-images.cuda-archs=<the declared list>;<an architecture a kernel binary has no cubin for> (a
-    LABEL-only image: the same binaries): the fatbin check fails, directly and through the test file."""
+def _arch_plan(under: Under) -> tuple[list[str], str | None, str | None]:
+    """The declared architectures, one no kernel binary serves, and why the defect does not apply."""
+    image = under.image
     if not layers.layer_applies("kernels", image.layer or "base"):
-        pytest.skip(f"a {image.layer} image carries no kernels layer")
+        return [], None, f"a {image.layer} image carries no kernels layer"
     stack = layers.stack_for(image)
     if stack is None:
-        pytest.skip(f"stack '{image.stack_name}' is not in env/stacks.json of this checkout")
-    declared, _ = archs.declared(image, stack)
-    binaries = archs.scan(host.run)
-    compiled = archs.compiled_here(stack)
-    assert not archs.problems(binaries, declared, compiled), "the check must pass on the original image"
+        return [], None, f"stack '{image.stack_name}' is not in env/stacks.json of this checkout"
+    binaries = under.fixture("kernel_binaries")
     extra = archs.unserved(binaries)
-    assert extra, f"every kernel binary serves every architecture of the table: {binaries}"
-    dockerfile = f'FROM {image.ref}\nLABEL {label(gpu_archs.LABEL)}="{";".join([*declared, extra])}"\n'
-    wrong = docker.inspect_image(docker.build_image(dockerfile, _tag("archs")))
-    wrong_images.append(wrong.ref)
-    assert wrong.layers == image.layers, "a LABEL-only build must keep the layers (so the binaries are the same)"
+    if extra is None:
+        return [], None, f"every kernel binary serves every architecture of the table: {binaries}"
+    return archs.declared(image, stack)[0], extra, None
 
+
+ARCH_UNSERVED = Negative(
+    "archs", lambda u: f'LABEL {label(gpu_archs.LABEL)}="{";".join([*_arch_plan(u)[0], _arch_plan(u)[1] or ""])}"\n',
+    skip=lambda u: _arch_plan(u)[2])
+"""LABEL io.mcore-images.cuda-archs=<the declared list>;<an architecture a kernel binary has no cubin for> (a
+LABEL-only image: the same binaries)."""
+
+
+@pytest.fixture(scope="session")
+def kernel_binaries(host: Any) -> list[dict[str, Any]]:
+    return archs.scan(host.run)
+
+
+@pytest.mark.negatives(ARCH_UNSERVED)
+def test_negative_declared_arch_not_carried(image: docker.ImageInfo, kernel_binaries: list[dict[str, Any]],
+                                            negative_images: negatives.NegativeImages) -> None:
+    """The fatbin check fails, directly and through the test file."""
+    wrong = docker.inspect_image(negative_images.ref(ARCH_UNSERVED))
+    stack = layers.stack_for(image)
+    assert stack is not None
+    declared, _ = archs.declared(image, stack)
+    compiled = archs.compiled_here(stack)
+    assert not archs.problems(kernel_binaries, declared, compiled), "the check must pass on the original image"
+    extra = archs.unserved(kernel_binaries)
+    assert wrong.layers == image.layers, "a LABEL-only build must keep the layers (so the binaries are the same)"
     wrong_declared, where = archs.declared(wrong, stack)
     assert wrong_declared == [*declared, extra] and where.startswith("label"), (wrong_declared, where)
-    found = archs.problems(binaries, wrong_declared, compiled)
+    found = archs.problems(kernel_binaries, wrong_declared, compiled)
     assert any(f"sm_{extra}" in p for p in found), found
-    rc, failed, output = _failed_tests(wrong.ref, "kernels_carry_the_declared_archs")
-    assert rc == 1 and "test_kernels_carry_the_declared_archs" in failed, f"exit {rc}, failed {sorted(failed)}:\n" \
-        f"{output[-3000:]}"
+    failed, output = _failed(wrong.ref, test_gpu_archs.test_kernels_carry_the_declared_archs)
+    assert "test_kernels_carry_the_declared_archs" in failed and f"sm_{extra}" in output, output[-3000:]
 
 
-def test_negative_package_missing_and_dirty(
-    image: docker.ImageInfo, facts: dict[str, Any], wrong_images: list[str]
-) -> None:
-    """`pip uninstall -y mbridge` (or the top labelled package), plus a pip cache file, a .git folder,
-    credentials (a netrc token and an ssh key), a setuid copy of true, a world-writable folder and a file of an
-    unknown uid, a wrong CUDA_DEVICE_MAX_CONNECTIONS, a transitive package
-    replaced by another release with the constraint turned off (filelock, which torch needs: no label names
-    it) and PIP_CONSTRAINT cleared: the version, import, hygiene, credential, permission, lock and env checks
-    fail."""
-    key = layers.first_labelled(image, ("mbridge", "megatron-bridge", "mcore", "te", "torch"))
-    assert key, "the image labels no removable package"
+def _drifted(under: Under) -> tuple[str | None, dict[str, str]]:
+    """A transitive package of the locks that no label names (filelock, which torch needs), and the locks' pins."""
+    stack = layers.stack_for(under.image)
+    locked = versions.locked_pins(stack, under.image.layer or "base", under.image.machine) if stack else {}
+    return next((name for name in ("filelock", "typing-extensions", "numpy") if name in locked), None), locked
+
+
+def _missing_and_dirty(under: Under) -> str:
+    key = _top(under) or "torch"
     comp = components.BY_LABEL[key]
-    dist = comp.distribution or ""
+    facts = under.fixture("facts")
     # TE is several distributions (meta, core wheel, compiled extension): remove every one the catalogue names.
     dists = sorted(n for n in facts["dists"] if n in {probing.normalize(d) for d in comp.distributions})
-    stack = layers.stack_for(image)
-    locked = versions.locked_pins(stack, image.layer or "base", image.machine) if stack else {}
-    drifted = next((name for name in ("filelock", "typing-extensions", "numpy") if name in locked), None)
+    drifted, _ = _drifted(under)
     maker = f"import base64; exec(base64.b64decode('{base64.b64encode(FAKE_WHEEL.encode()).decode()}'))"  # one line
     drift = (f"&& mkdir -p /tmp/fake && python -c {shlex.quote(maker)} {drifted} 0.0.1 /tmp/fake "
              "&& PIP_CONSTRAINT='' python -m pip install -q --no-deps --no-index /tmp/fake/*.whl && rm -rf /tmp/fake "
              if drifted else "")
-    dockerfile = (
-        f"FROM {image.ref}\n"
+    return (
         f"RUN python -m pip uninstall -y {' '.join(dists)} {drift}"
         "&& mkdir -p /root/.cache/pip/http /opt/src/thing/.git && echo cached > /root/.cache/pip/http/blob "
         "&& printf 'machine pypi.example login ci password tok\\n' > /root/.netrc "
@@ -168,71 +156,78 @@ def test_negative_package_missing_and_dirty(
         "&& mkdir -p /opt/shared && chmod 0777 /opt/shared && touch /opt/orphan && chown 4242:4242 /opt/orphan\n"
         "ENV CUDA_DEVICE_MAX_CONNECTIONS=8 PIP_CONSTRAINT=\n"
     )
-    ref = docker.build_image(dockerfile, _tag("missing"))
-    wrong_images.append(ref)
-    wrong = docker.inspect_image(ref)
-    wrong_facts = probing.probe_image(ref)
 
-    assert probing.installed(wrong_facts, dist) is None, f"{dist} is still installed"
-    assert versions.version_problems(comp, wrong.labels, wrong_facts), f"version check passed without {dist}"
-    assert versions.import_problems(comp, wrong.labels, wrong_facts), f"import check passed without {dist}"
-    runtime = layers.layer_applies("runtime", wrong.layer or "base")  # the required env is the runtime layer's
-    if runtime:
-        env_found = environment.env_problems(wrong.env, wrong.stack_name, "config")
-        assert any(p.startswith("config: CUDA_DEVICE_MAX_CONNECTIONS=8") for p in env_found), env_found
-        assert any(p.startswith("config: PIP_CONSTRAINT=,") for p in env_found), env_found
+
+MISSING_AND_DIRTY = Negative("missing", _missing_and_dirty, skip=_no_top)
+"""`pip uninstall -y` the top labelled package, plus a pip cache file, a .git folder, credentials (a netrc token
+and an ssh key), a setuid copy of true, a world-writable folder and a file of an unknown uid, a wrong
+CUDA_DEVICE_MAX_CONNECTIONS, a transitive package replaced by another release with the constraint turned off
+(filelock, which torch needs: no label names it) and PIP_CONSTRAINT cleared."""
+
+
+@pytest.mark.negatives(MISSING_AND_DIRTY)
+def test_negative_package_missing_and_dirty(image: docker.ImageInfo, facts: dict[str, Any],
+                                            negative_images: negatives.NegativeImages) -> None:
+    """The version, import, hygiene, credential, permission, lock and env checks fail through the test files, each
+    naming what it found."""
+    ref = negative_images.ref(MISSING_AND_DIRTY)
+    key = layers.first_labelled(image, TOP)
+    assert key
+    stack = layers.stack_for(image)
+    drifted, locked = _drifted(Under(image, lambda name: facts))
+    runtime = layers.layer_applies("runtime", image.layer or "base")  # the required env is the runtime layer's
     lock_checked = drifted is not None and stack is not None and stack.flavor != "ngc"
-    if lock_checked:
-        assert stack is not None and drifted is not None
-        drift_found = versions.lock_problems(wrong_facts, stack, image.layer or "base", image.machine)
-        assert f"{drifted} is 0.0.1, the locks pin {locked[drifted]}" in drift_found, drift_found
-
-    with probing.container_host(ref) as host:
-        found = hygiene.credential_problems(host.run)
-        permissions = hygiene.permission_problems(host.run)
-    assert any("/root/.netrc" in p for p in found) and any("id_ed25519" in p for p in found), found
-    for needle in ("world-writable: /opt/shared", "(uid 4242, gid 4242): /opt/orphan",
-                   "in no OS package: /usr/local/bin/helper"):
-        assert any(needle in p for p in permissions), (needle, permissions)
-    select = "version_label_matches_installed or test_imports or leftovers or git or credentials or permissions"
-    expected = {
-        f"test_version_label_matches_installed[{key}]",
-        f"test_imports[{key}]",
-        "test_no_build_leftovers",
-        "test_no_build_trees_or_git",
-        "test_no_credentials",
-        "test_file_permissions",
-    }
+    aimed: list[Any] = [node(test_versions.test_version_label_matches_installed, key),
+                        node(test_versions.test_imports, key), test_base_hygiene.test_no_build_leftovers,
+                        test_base_hygiene.test_no_build_trees_or_git, test_base_hygiene.test_no_credentials,
+                        test_base_hygiene.test_file_permissions]
     if runtime:
-        select += " or required_env"
-        expected |= {"test_required_env_in_image_config", "test_required_env_inside_container"}
+        aimed += [test_runtime.test_required_env_in_image_config, test_runtime.test_required_env_inside_container]
     if lock_checked:
-        select += " or equal_the_locks"
+        aimed.append(test_base_versions.test_installed_distributions_equal_the_locks)
+    failed, output = _failed(ref, *aimed)
+    expected = {f"test_version_label_matches_installed[{key}]", f"test_imports[{key}]", "test_no_build_leftovers",
+                "test_no_build_trees_or_git", "test_no_credentials", "test_file_permissions"}
+    needles = ["/root/.netrc", "id_ed25519", "world-writable: /opt/shared", "(uid 4242, gid 4242): /opt/orphan",
+               "in no OS package: /usr/local/bin/helper", "/root/.cache/pip/http/blob", "/opt/src/thing/.git"]
+    if runtime:
+        expected |= {"test_required_env_in_image_config", "test_required_env_inside_container"}
+        needles += ["CUDA_DEVICE_MAX_CONNECTIONS=8", "PIP_CONSTRAINT=,"]
+    if lock_checked:
+        assert drifted is not None
         expected.add("test_installed_distributions_equal_the_locks")
-    rc, failed, output = _failed_tests(ref, select)
-    assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+        needles.append(f"{drifted} is 0.0.1, the locks pin {locked[drifted]}")
+    assert expected <= failed, f"failed {sorted(failed)}:\n{output[-3000:]}"
+    for needle in needles:
+        assert needle in output, (needle, output[-3000:])
 
 
-def test_negative_installed_file_edited(
-    image: docker.ImageInfo, facts: dict[str, Any], wrong_images: list[str]
-) -> None:
-    """One line appended to the top labelled package's __init__.py (megatron-core's from the runtime layer up): the
-    same version and the same RECORD, so only the RECORD check sees it, naming the distribution and the file."""
-    key = layers.first_labelled(image, ("mcore", "te", "torch"))
-    assert key, "the image labels none of megatron-core, TE, torch"
-    comp = components.BY_LABEL[key]
-    where = f"import importlib.util as u, pathlib; p = pathlib.Path(u.find_spec('{comp.modules[0]}').origin)"
-    edit = f"{where}; p.write_text(p.read_text() + '# edited' + chr(10))"
-    ref = docker.build_image(f"FROM {image.ref}\nRUN python -c {shlex.quote(edit)}\n", _tag("edited"))
-    wrong_images.append(ref)
-    with probing.container_host(ref) as host:
-        path = host.run(f"python -c {shlex.quote(where + '; print(p)')}").stdout.strip()
-        found = installed.record_problems(installed.verify_records(host.run), facts)
+EDIT = "; p.write_text(p.read_text() + '# edited' + chr(10))"
+
+
+def _edited_module(under: Under) -> str:
+    comp = components.BY_LABEL[_top(under) or "torch"]
+    return f"import importlib.util as u, pathlib; p = pathlib.Path(u.find_spec('{comp.modules[0]}').origin)"
+
+
+FILE_EDITED = Negative(
+    "edited", lambda u: f"RUN python -c {shlex.quote(_edited_module(u) + EDIT)}\n", skip=_no_top)
+"""One line (`# edited`) appended to the top labelled package's __init__.py (megatron-core's from the runtime layer
+up): the same version and the same RECORD."""
+
+
+@pytest.mark.negatives(FILE_EDITED)
+def test_negative_installed_file_edited(image: docker.ImageInfo, host: Any,
+                                        negative_images: negatives.NegativeImages) -> None:
+    """Only the RECORD check sees it, naming the distribution and the file."""
+    ref = negative_images.ref(FILE_EDITED)
+    under = Under(image, lambda name: None)
+    comp = components.BY_LABEL[_top(under) or "torch"]
+    path = host.run(f"python -c {shlex.quote(_edited_module(under) + '; print(p)')}").stdout.strip()
+    failed, output = _failed(ref, test_base_hygiene.test_installed_files_match_their_records)
     dist = probing.normalize(comp.distribution or "")
-    assert f"{dist}: {path}: hash differs (RECORD)" in found, (path, found)
-    rc, failed, output = _failed_tests(ref, "test_installed_files_match_their_records")
-    assert rc == 1 and "test_installed_files_match_their_records" in failed, (
-        f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}")
+    assert "test_installed_files_match_their_records" in failed, output[-3000:]
+    assert f"{dist}: {path}: hash differs (RECORD)" in output, (path, output[-3000:])
 
 
 PATH_OPENED = (
@@ -244,21 +239,20 @@ PATH_OPENED = (
 and, in a login shell's PATH only, a folder that does not exist in world-writable /var/tmp."""
 
 
-def test_negative_path_writable_by_others(image: docker.ImageInfo, wrong_images: list[str]) -> None:
-    """The PATH check names each entry others can write and where it comes from, directly and through the test."""
-    wrong = docker.inspect_image(docker.build_image(f"FROM {image.ref}\n{PATH_OPENED}", _tag("path")))
-    wrong_images.append(wrong.ref)
-    with probing.container_host(wrong.ref) as host:
-        sources = hygiene.path_sources(wrong.env, host.run)
-        found = hygiene.path_problems(sources, host.run)
+PATH_WRITABLE = Negative("path", PATH_OPENED)
+
+
+@pytest.mark.negatives(PATH_WRITABLE)
+def test_negative_path_writable_by_others(negative_images: negatives.NegativeImages) -> None:
+    """The PATH check names each entry others can write and where it comes from, through the test."""
+    failed, output = _failed(negative_images.ref(PATH_WRITABLE),
+                             test_base_hygiene.test_path_entries_not_writable_by_others)
+    assert "test_path_entries_not_writable_by_others" in failed, output[-3000:]
     for needle in ("PATH entry /tmp (image config, docker exec, bash -i) is writable by group or others (mode 1777)",
                    "PATH entry /opt/team/bin (image config, docker exec, bash -i) is writable by group or others "
                    "(mode 775)",
                    "PATH entry /var/tmp/tools/bin (bash -l) does not exist, and /var/tmp"):
-        assert any(p.startswith(needle) for p in found), (needle, found)
-    rc, failed, output = _failed_tests(wrong.ref, "test_path_entries_not_writable_by_others")
-    assert rc == 1 and "test_path_entries_not_writable_by_others" in failed, (
-        f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}")
+        assert needle in output, (needle, output[-3000:])
 
 
 KEYS_PLANTED = (
@@ -281,68 +275,69 @@ KEYS_FOUND = {
 }
 
 
-def test_negative_private_key_outside_homes(image: docker.ImageInfo, host: Any, wrong_images: list[str]) -> None:
+KEYS_OUTSIDE_HOMES = Negative("keys", KEYS_PLANTED)
+
+
+@pytest.mark.negatives(KEYS_OUTSIDE_HOMES)
+def test_negative_private_key_outside_homes(host: Any, negative_images: negatives.NegativeImages) -> None:
     """The credential check walks the whole file system and exempts only files a package ships unchanged: each
-    planted or edited file is named, directly and through test_no_credentials, and what the image itself holds
-    stays exempt."""
-    exempt = {path: owner for path, owner in hygiene.credential_findings(host.run).items() if owner}
-    ref = docker.build_image(f"FROM {image.ref}\n{KEYS_PLANTED}", _tag("keys"))
-    wrong_images.append(ref)
-    with probing.container_host(ref) as wrong_host:
-        findings = hygiene.credential_findings(wrong_host.run)
-    problems = hygiene.unshipped_credentials(findings)
+    planted or edited file is named through test_no_credentials, and what the image itself ships stays exempt (no
+    finding names it)."""
+    exempt = [path for path, owner in hygiene.credential_findings(host.run).items() if owner]
+    failed, output = _failed(negative_images.ref(KEYS_OUTSIDE_HOMES), test_base_hygiene.test_no_credentials)
+    assert "test_no_credentials" in failed, output[-3000:]
+    problems = [line for line in output.splitlines() if " in the image: " in line]
     for needle, kind in KEYS_FOUND.items():
-        assert any(p.startswith(f"{kind} in the image: ") and needle in p for p in problems), (needle, problems)
-    assert {path: findings.get(path) for path in exempt} == exempt, "a file the image ships lost its exemption"
-    rc, failed, output = _failed_tests(ref, "test_no_credentials")
-    assert rc == 1 and "test_no_credentials" in failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+        assert any(f"{kind} in the image: " in p and needle in p for p in problems), (needle, problems)
+    lost = [path for path in exempt if any(p.rstrip().endswith(path) for p in problems)]
+    assert not lost, f"files the image ships lost their exemption: {lost}"
 
 
-def _scan_parent(image: docker.ImageInfo) -> str:
+def _scan_parent(under: Under) -> str:
     """What the leaking build starts from: the image's own OS base when Docker has it (the debian flavor's
-    debootstrap image). The scan streams the whole saved image, and the layers that must be found are the
-    three added here; saving the image under test again would stream its tens of GB a second time (about
-    5 minutes for an app image). Without the base, the image itself, its layers skipped unread."""
-    base = image.label("base")
-    return base if base and docker.image_exists(base) else image.ref
+    debootstrap image), so that the layers the scan must read are its few and the three added here. Without the
+    base, the image itself, its layers passed over unread."""
+    base = under.image.label("base")
+    return base if base and docker.image_exists(base) else under.image.ref
 
 
-def test_negative_secret_in_deleted_layer(
-    image: docker.ImageInfo, layer_scan: saved_layers.LayerScan, tmp_path: Path, wrong_images: list[str]
-) -> None:
-    """A build that copies its secret into a layer (deleted again by a later layer, so the final
-    filesystem is clean) and writes part of it, reshaped, elsewhere: the layer scan finds both. Credentials
-    of other kinds (a cloud credentials file, a private key), deleted again, are found too, and the last
-    layer's build-host resolv.conf is named by the host-identity check."""
-    body = base64.b64encode(os.urandom(48 * 20)).decode()
-    lines = [body[i : i + 64] for i in range(0, len(body), 64)]
+LEAKED = base64.b64encode(os.urandom(48 * 20)).decode()
+"""The body of a private certificate, new in every session: the secret the leaking build is given."""
+LEAKED_PEM = ("-----BEGIN CERTIFICATE-----\n" + "\n".join(LEAKED[i : i + 64] for i in range(0, len(LEAKED), 64))
+              + "\n-----END CERTIFICATE-----\n")
+SECRET_LEAKED = Negative(
+    "secret",
+    "RUN --mount=type=secret,id=leak cp /run/secrets/leak /root/leaked.pem\n"
+    "RUN --mount=type=secret,id=leak grep -v -- ----- /run/secrets/leak | tr -d '\\n' > /opt/joined.txt\n"
+    "RUN rm /root/leaked.pem\n"
+    "RUN mkdir -p /root/.aws && printf '[default]\\naws_secret_access_key = x\\n' > /root/.aws/credentials "
+    "&& printf -- '-----BEGIN EC PRIVATE KEY-----\\nMHcC\\n' > /etc/deploy.key\n"
+    "RUN rm -r /root/.aws /etc/deploy.key\n"
+    "COPY host-resolv.conf /etc/resolv.conf\n",
+    parent=_scan_parent, secrets={"leak": LEAKED_PEM.encode()},
+    files={"host-resolv.conf": "nameserver 10.11.12.13\nsearch build.example\n"})
+"""A build that copies its secret into a layer (deleted again by a later layer, so the final filesystem is clean)
+and writes part of it, reshaped, elsewhere; a cloud credentials file and a private key, deleted again; the build
+host's resolv.conf in the last layer."""
+
+
+@pytest.mark.negatives(SECRET_LEAKED)
+def test_negative_secret_in_deleted_layer(image: docker.ImageInfo, layer_scan: saved_layers.LayerScan,
+                                          tmp_path: Path, negative_images: negatives.NegativeImages) -> None:
+    """The layer scan finds the deleted copy and the reshaped content, the other credentials, and the host-identity
+    check names the resolv.conf."""
+    ref = negative_images.ref(SECRET_LEAKED)
     secret_file = tmp_path / "site-ca.pem"
-    secret_file.write_text("-----BEGIN CERTIFICATE-----\n" + "\n".join(lines) + "\n-----END CERTIFICATE-----\n")
+    secret_file.write_text(LEAKED_PEM)
     secret = saved_layers.make_secret(secret_file, public=[])
     assert secret.probes, "a private certificate yields a probe"
-    parent = _scan_parent(image)
-    dockerfile = (
-        f"FROM {parent}\n"
-        "RUN --mount=type=secret,id=leak cp /run/secrets/leak /root/leaked.pem\n"
-        "RUN --mount=type=secret,id=leak grep -v -- ----- /run/secrets/leak | tr -d '\\n' > /opt/joined.txt\n"
-        "RUN rm /root/leaked.pem\n"
-        "RUN mkdir -p /root/.aws && printf '[default]\\naws_secret_access_key = x\\n' > /root/.aws/credentials "
-        "&& printf -- '-----BEGIN EC PRIVATE KEY-----\\nMHcC\\n' > /etc/deploy.key\n"
-        "RUN rm -r /root/.aws /etc/deploy.key\n"
-        "COPY host-resolv.conf /etc/resolv.conf\n"
-    )
-    context = tmp_path / "context"
-    context.mkdir()
-    (context / "host-resolv.conf").write_text("nameserver 10.11.12.13\nsearch build.example\n")
-    ref = docker.build_image(dockerfile, _tag("secret"), secrets={"leak": secret_file}, context=context)
-    wrong_images.append(ref)
     final = docker.docker(
         "run", "--rm", *docker.platform_args(ref), "--network", "none", "--entrypoint", "sh", ref, "-c",
         "ls /root/leaked.pem 2>&1 || true"
     )
     assert "No such file" in final, "the leaked copy must be gone from the final filesystem"
 
-    scan = saved_layers.scan_saved_image(ref, [secret], skip_blobs=layer_scan.layers if parent == image.ref else ())
+    scan = saved_layers.scan_image(ref, [secret], skip_blobs=layer_scan.layers)
     problems = layer_checks.secret_problems(scan)
     paths = {path for _, path, _ in scan.hits}
     assert "/root/leaked.pem" in paths, f"the deleted copy was not found: {problems}"
@@ -365,23 +360,23 @@ TOOLCHAIN_REMOVED = (
 headers, ninja, transformers and the datasets Makefile."""
 
 
-def test_negative_no_runtime_toolchain(image: docker.ImageInfo, wrong_images: list[str], slowdown: float) -> None:
-    """An image without the run-time toolchain (as every runtime image was before it had one): each of the
-    run-time paths fails, directly and through the test file, and each passes on the image itself."""
-    if not layers.layer_applies("runtime", image.layer or "base"):
-        pytest.skip(f"a {image.layer} image carries no runtime layer")
-    from tests.image.runtime.test_toolchain import run_paths
-    from tests.image.utils import runtime_paths
+def _runtime_only(under: Under) -> str | None:
+    image = under.image
+    return None if layers.layer_applies("runtime", image.layer or "base") else f"a {image.layer} image carries no " \
+        "runtime layer"
 
-    ref = docker.build_image(f"FROM {image.ref}\n{TOOLCHAIN_REMOVED}", _tag("toolchain"))
-    wrong_images.append(ref)
-    with probing.container_host(ref) as host:
-        results = run_paths(host.run, list(runtime_paths.PATHS), slowdown)
-    passed = sorted(name for name, got in results.items() if got["ok"])
-    assert not passed, f"these run-time paths still work without the toolchain: {passed}"
-    rc, failed, output = _failed_tests(ref, "test_runtime_toolchain and not negative")
+
+NO_TOOLCHAIN = Negative("toolchain", TOOLCHAIN_REMOVED, skip=_runtime_only)
+
+
+@pytest.mark.negatives(NO_TOOLCHAIN)
+def test_negative_no_runtime_toolchain(negative_images: negatives.NegativeImages) -> None:
+    """An image without the run-time toolchain (as every runtime image was before it had one): each of the run-time
+    paths fails through the test file (and each passes on the image itself, in the full suite)."""
+    failed, output = _failed(negative_images.ref(NO_TOOLCHAIN), test_toolchain.test_runtime_toolchain)
     expected = {f"test_runtime_toolchain[{name}]" for name in runtime_paths.PATHS}
-    assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+    assert expected <= failed, (f"these run-time paths still work without the toolchain: {sorted(expected - failed)}"
+                                f"\n{output[-3000:]}")
 
 
 APP_BROKEN = (
@@ -433,27 +428,40 @@ SHADOWED_MEGATRON = (
 """A `megatron` package without `core` first on the path: verl's find_spec("megatron.core") finds nothing."""
 
 
-def _app_image(image: docker.ImageInfo) -> None:
+def _app_image(under: Under) -> str | None:
+    image = under.image
     if image.layer != "app" or image.label("verl") in (None, "none"):
-        pytest.skip(f"a {image.layer} image without verl: the app checks do not apply")
+        return f"a {image.layer} image without verl: the app checks do not apply"
+    return None
 
 
-def test_negative_app_checks_fail_on_a_broken_verl_image(image: docker.ImageInfo, wrong_images: list[str]) -> None:
+APP_DEFECTS = Negative("app", APP_BROKEN, skip=_app_image)
+SHADOWED = Negative("shadow", SHADOWED_MEGATRON, skip=_app_image)
+
+APP_TESTS = (
+    test_verl_user.test_the_rollout_engine_and_ray_import,
+    test_verl_user.test_vllm_engine_arguments_parse_without_a_gpu,
+    test_verl_user.test_the_constraints_refuse_to_move, test_verl_user.test_verl_composes_its_megatron_ppo_config,
+    test_verl_user.test_verl_converts_hf_configs_and_builds_models_through_mbridge,
+    test_verl.test_verl_mcore_version_assertion_holds, test_verl.test_torch_unchanged_since_the_runtime_image,
+    test_ray.test_the_smoke_runs_as_ray_actors, test_ray.test_a_rank_that_raises_in_its_actor_fails_the_run_in_seconds,
+    test_verl_example.test_a_ray_head_starts_and_sees_its_cpus,
+    test_verl_example.test_the_grpo_launch_composes_verls_megatron_config,
+)
+"""The app-layer tests APP_CHECKS names, as pytest selects them."""
+
+
+@pytest.mark.negatives(APP_DEFECTS)
+def test_negative_app_checks_fail_on_a_broken_verl_image(negative_images: negatives.NegativeImages) -> None:
     """Every check of what a verl user needs fails on an app image that breaks it, each for its own defect."""
-    _app_image(image)
-    ref = docker.build_image(f"FROM {image.ref}\n{APP_BROKEN}", _tag("app"))
-    wrong_images.append(ref)
-    names = sorted({name.split("[")[0] for name in APP_CHECKS})
-    rc, failed, output = _failed_tests(ref, " or ".join(names))
+    assert sorted({n.split("[")[0] for n in APP_CHECKS}) == sorted(t.__name__ for t in APP_TESTS)
+    failed, output = _failed(negative_images.ref(APP_DEFECTS), *APP_TESTS)
     missing = {name: why for name, why in APP_CHECKS.items() if name not in failed}
-    assert rc == 1 and not missing, f"exit {rc}; these passed although {missing}:\n{output[-3000:]}"
+    assert not missing, f"these passed although {missing}:\n{output[-3000:]}"
 
 
-def test_negative_verl_finds_no_megatron_core(image: docker.ImageInfo, wrong_images: list[str]) -> None:
+@pytest.mark.negatives(SHADOWED)
+def test_negative_verl_finds_no_megatron_core(negative_images: negatives.NegativeImages) -> None:
     """verl's own find_spec("megatron.core") check fails where a `megatron` package without `core` shadows it."""
-    _app_image(image)
-    ref = docker.build_image(f"FROM {image.ref}\n{SHADOWED_MEGATRON}", _tag("shadow"))
-    wrong_images.append(ref)
-    rc, failed, output = _failed_tests(ref, "test_verl_finds_megatron_core")
-    assert rc == 1 and "test_verl_finds_megatron_core" in failed, (
-        f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}")
+    failed, output = _failed(negative_images.ref(SHADOWED), test_verl.test_verl_finds_megatron_core)
+    assert "test_verl_finds_megatron_core" in failed, output[-3000:]

@@ -26,7 +26,7 @@ from mcore_images.errors import InputError
 from mcore_images.image_build import bake
 from mcore_images.image_build.bake_log import BakeLog
 
-LAYER_STAGES = ("base", "builder", "kernels-build", "tooling-build", "kernels", "runtime")
+LAYER_STAGES = ("base", "builder", "te-build", "apex-build", "kernels-build", "tooling-build", "kernels", "runtime")
 LOG_DIR = Path("build") / "build-timing"  # each scenario's full BuildKit log
 COMMAND = "build-timing"
 

@@ -85,13 +85,13 @@ def test_size_within_budget(image: docker.ImageInfo) -> None:
 
 
 def test_no_secret_in_any_layer(layer_scan: saved_layers.LayerScan, secrets: list[saved_layers.Secret]) -> None:
-    """Every layer of `docker save` (deleted files too): no copy of a secret file, no piece of its content."""
+    """Every layer of the image (deleted files too): no copy of a secret file, no piece of its content."""
     problems = layer_checks.secret_problems(layer_scan)
     assert not problems, "\n".join(problems)
     assert layer_scan.files > 0, "the scan read no files"
     print(
         f"scanned {len(layer_scan.layers)} layers, {layer_scan.files} files, "
-        f"{layer_scan.bytes / docker.GB:.2f} GB in {layer_scan.seconds} s; secrets: "
+        f"{layer_scan.bytes / docker.GB:.2f} GB in {layer_scan.seconds} s from {layer_scan.source}; secrets: "
         + "; ".join(f"{s.path}: {s.note}, {len(s.probes)} probes" for s in secrets)
     )
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 from tests.image.shared_checks import startup
-from tests.image.test_negative import failures_on
-from tests.image.utils import docker, layers
+from tests.image.utils import docker, layers, negatives
+from tests.image.utils.negatives import Negative
 
 
 def test_startup_hooks_are_shipped_by_packages(host: Any) -> None:
@@ -62,13 +62,16 @@ STARTUP_BREAKS = {
         "&& test -s /etc/ld.so.preload\n"),
 }
 """One negative image per promise, built FROM the image under test: the step that breaks it (a harmless payload: an
-`import os` hook, an index nobody serves, a source never fetched, libm preloaded)."""
+`import os` hook, an index nobody serves, a source never fetched, libm preloaded). One more promise is one more
+entry."""
+STARTUP_NEGATIVES = {name: Negative(f"startup-{kind}", steps) for name, (kind, steps) in STARTUP_BREAKS.items()}
 
 
+@pytest.mark.negatives(*STARTUP_NEGATIVES.values())
 @pytest.mark.parametrize("name", sorted(STARTUP_BREAKS), ids=lambda name: STARTUP_BREAKS[name][0])
-def test_negative_startup_promise(image: docker.ImageInfo, name: str) -> None:
-    """Each promise's test fails on the image that breaks it, and only that one of the four (the ids are the
-    breaks' kinds, so the selection of the four tests never selects these)."""
-    kind, steps = STARTUP_BREAKS[name]
-    rc, failed, output = failures_on(image.ref, steps, f"startup-{kind}", " or ".join(sorted(STARTUP_BREAKS)))
+def test_negative_startup_promise(name: str, negative_images: negatives.NegativeImages) -> None:
+    """Each promise's test fails on the image that breaks it, and only that one of them (the ids are the breaks'
+    kinds, so the selection of the promises' tests never selects these)."""
+    tests = [negatives.node(globals()[test]) for test in sorted(STARTUP_BREAKS)]
+    rc, failed, output = negatives.failures(negative_images.ref(STARTUP_NEGATIVES[name]), *tests)
     assert rc == 1 and failed == {name}, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"

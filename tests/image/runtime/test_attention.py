@@ -10,8 +10,9 @@ import json
 from typing import Any
 
 import pytest
-from tests.image.test_negative import failures_on
-from tests.image.utils import docker
+from tests.image.kernels import test_kernels
+from tests.image.utils import negatives
+from tests.image.utils.negatives import Negative
 
 from mcore_images.catalogue import components
 
@@ -49,13 +50,17 @@ def test_the_doctor_finds_a_backend_for_attention_backend_flash(labels: dict[str
     assert f"FlashAttention {_pinned(labels)}" in finding["finding"], finding
 
 
-def test_negative_without_flash_attention_the_doctor_and_tes_view_fail(image: docker.ImageInfo,
-                                                                     labels: dict[str, str]) -> None:
-    if _pinned(labels) == "none":
-        pytest.skip("the stack pins no FlashAttention")
-    rc, failed, output = failures_on(image.ref, "RUN PIP_CONSTRAINT= python -m pip uninstall -q -y flash-attn-4\n",
-                                     "no-flash-attention",
-                                     "finds_a_backend_for_attention_backend_flash or te_sees_the_labelled")
+NO_FLASH_ATTENTION = Negative(
+    "no-flash-attention", "RUN PIP_CONSTRAINT= python -m pip uninstall -q -y flash-attn-4\n",
+    skip=lambda u: "the stack pins no FlashAttention" if _pinned(u.image.labels) == "none" else None)
+
+
+@pytest.mark.negatives(NO_FLASH_ATTENTION)
+def test_negative_without_flash_attention_the_doctor_and_tes_view_fail(
+        negative_images: negatives.NegativeImages) -> None:
+    rc, failed, output = negatives.failures(negative_images.ref(NO_FLASH_ATTENTION),
+                                            test_the_doctor_finds_a_backend_for_attention_backend_flash,
+                                            test_kernels.test_te_sees_the_labelled_flash_attention)
     expected = {"test_the_doctor_finds_a_backend_for_attention_backend_flash",
                 "test_te_sees_the_labelled_flash_attention"}
     assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.image.test_negative import failures_on
-from tests.image.utils import docker
+from tests.image.utils import negatives
+from tests.image.utils.negatives import Negative
 
 OLD = {"smoke": "--dry-run --nproc 2", "smoke.bench": "--dry-run", "smoke.bridge": "--help"}
 """Each old entry point, with arguments that need no GPU."""
@@ -34,14 +34,20 @@ def test_a_training_repos_own_smoke_wins_wherever_it_sits_on_the_path(host: Any)
     assert result.rc == 0 and result.stdout.split()[0] == "True", result.stdout + result.stderr
 
 
-def test_negative_without_the_old_names_or_with_a_regular_smoke_package(image: docker.ImageInfo) -> None:
-    site = "$(python -c 'import mcore_images, os; print(os.path.dirname(os.path.dirname(mcore_images.__file__)))')"
+SITE = "$(python -c 'import mcore_images, os; print(os.path.dirname(os.path.dirname(mcore_images.__file__)))')"
+NO_OLD_NAMES = Negative("no-old-smoke-names", f"RUN rm -rf {SITE}/smoke\n")
+REGULAR_SMOKE = Negative("regular-smoke-package", f"RUN touch {SITE}/smoke/__init__.py\n")
+
+
+@pytest.mark.negatives(NO_OLD_NAMES, REGULAR_SMOKE)
+def test_negative_without_the_old_names_or_with_a_regular_smoke_package(
+        negative_images: negatives.NegativeImages) -> None:
     cases = {
-        "no-old-smoke-names": (f"RUN rm -rf {site}/smoke\n", "old_entry_points",
-                               {f"test_the_old_entry_points_run_the_new_programs[{m}]" for m in OLD}),
-        "regular-smoke-package": (f"RUN touch {site}/smoke/__init__.py\n", "own_smoke_wins",
-                                  {"test_a_training_repos_own_smoke_wins_wherever_it_sits_on_the_path"}),
+        NO_OLD_NAMES: (test_the_old_entry_points_run_the_new_programs,
+                       {f"test_the_old_entry_points_run_the_new_programs[{m}]" for m in OLD}),
+        REGULAR_SMOKE: (test_a_training_repos_own_smoke_wins_wherever_it_sits_on_the_path,
+                        {"test_a_training_repos_own_smoke_wins_wherever_it_sits_on_the_path"}),
     }
-    for name, (step, selector, expected) in cases.items():
-        rc, failed, output = failures_on(image.ref, step, name, selector)
-        assert rc == 1 and failed == expected, f"{name}: exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+    for negative, (test, expected) in cases.items():
+        rc, failed, output = negatives.failures(negative_images.ref(negative), test)
+        assert rc == 1 and failed == expected, f"{negative.name}: exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"

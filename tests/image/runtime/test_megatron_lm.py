@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.image.test_negative import failures_on
-from tests.image.utils import docker
+from tests.image.utils import docker, negatives
+from tests.image.utils.negatives import Negative
 
 from mcore_images.catalogue import images
 
@@ -126,12 +126,18 @@ def test_a_checkout_builds_its_helpers_and_a_gpt_dataset_from_bin_idx(host: Any,
     assert got["samples"] >= 16 and got["tokens"] == [32], got
 
 
-def test_negative_without_python3_config_the_checkout_cannot_build_its_helpers(image: docker.ImageInfo) -> None:
+NO_PYTHON3_CONFIG = Negative(
+    "no-python3-config", "RUN rm -f \"$(command -v python3-config)\"\n",
+    skip=lambda u: "the image carries no megatron-core" if u.image.labels.get(images.label("mcore")) in (None, "none")
+    else None)
+
+
+@pytest.mark.negatives(NO_PYTHON3_CONFIG)
+def test_negative_without_python3_config_the_checkout_cannot_build_its_helpers(
+        negative_images: negatives.NegativeImages) -> None:
     """An image without `python3-config` (as every runtime image was): the checkout's Makefile writes a bare
     helpers_cpp and the data path's import fails, through the test file."""
-    if image.labels.get(images.label("mcore")) in (None, "none"):
-        pytest.skip("the image carries no megatron-core")
-    rc, failed, output = failures_on(image.ref, "RUN rm -f \"$(command -v python3-config)\"\n", "no-python3-config",
-                                     "test_a_checkout_builds_its_helpers_and_a_gpt_dataset_from_bin_idx")
+    rc, failed, output = negatives.failures(negative_images.ref(NO_PYTHON3_CONFIG),
+                                            test_a_checkout_builds_its_helpers_and_a_gpt_dataset_from_bin_idx)
     assert rc == 1 and "test_a_checkout_builds_its_helpers_and_a_gpt_dataset_from_bin_idx" in failed, \
         f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"

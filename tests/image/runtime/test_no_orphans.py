@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 from tests.image.runtime.test_checkpoint_dir import SMOKE, run
-from tests.image.test_negative import failures_on
+from tests.image.utils import negatives
+from tests.image.utils.negatives import Negative
 
 LIST = ("python -c \"import os; me = os.getpid(); "
         "[print(p, open(f'/proc/{p}/cmdline').read().replace(chr(0), ' ')[:160]) for p in sorted(os.listdir('/proc'), "
@@ -80,11 +81,15 @@ exit, as the ranks of a real job would still be running: a two-step run's ranks,
 within the settle time and leave nothing to see, and the negative would pass or fail by the machine's speed."""
 
 
-def test_negative_untied_helpers_outlive_a_stopped_smoke(image: Any) -> None:
+UNTIED = Negative("untied", LIFETIME_UNTIED)
+
+
+@pytest.mark.negatives(UNTIED)
+def test_negative_untied_helpers_outlive_a_stopped_smoke(negative_images: negatives.NegativeImages) -> None:
     """On an image whose smoke does not tie its processes to their parents, the signal test fails: the ranks and
     their save helpers outlive the smoke."""
-    rc, failed, output = failures_on(image.ref, LIFETIME_UNTIED, "untied",
-                                     "test_nothing_is_left_after_a_signal_during_a_background_save")
+    rc, failed, output = negatives.failures(negative_images.ref(UNTIED),
+                                            test_nothing_is_left_after_a_signal_during_a_background_save)
     expected = {"test_nothing_is_left_after_a_signal_during_a_background_save[TERM-143]",
                 "test_nothing_is_left_after_a_signal_during_a_background_save[INT-130]"}
     assert rc == 1 and expected <= failed, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"

@@ -15,7 +15,7 @@ def secret_problems(scan: LayerScan) -> list[str]:
     problems = [f"{scan.layer_index(blob)}: {path}: {what}" for blob, path, what in scan.hits]
     problems += [f"could not read {item}: a secret there would go unseen" for item in scan.unreadable]
     if not scan.layers:
-        problems.append("docker save gave no manifest.json: the layers could not be identified")
+        problems.append(f"{scan.source or 'the scan'} gave no manifest: the layers could not be identified")
     return problems
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,10 +26,12 @@ from tests.unit.repo.test_layout import SMOKE_MAY_IMPORT
 
 @pytest.fixture
 def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """env/, the Dockerfile and every file with a generated region (docs/stacks.md, docs/rules.md, docker-bake.hcl,
-    the verl example's README) copied; the tooling reads and writes them there."""
+    """env/, the Dockerfile, every file with a generated region (docs/stacks.md, docs/rules.md, docker-bake.hcl,
+    the verl example's README) and the files bake passes as secrets copied; the tooling reads and writes them
+    there."""
     shutil.copytree(ROOT / "env", tmp_path / "env")
-    for name in sorted({region.path for region in regions.REGIONS} | {"Dockerfile"}):
+    secrets = re.findall(r'"id=\w+,src=([^"$]+)"', (ROOT / "docker-bake.hcl").read_text())
+    for name in sorted({region.path for region in regions.REGIONS} | {"Dockerfile", *secrets}):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
@@ -84,18 +87,21 @@ def test_add_a_stack(checkout: Path, capsys: pytest.CaptureFixture) -> None:
 
 
 GROUPED_GEMM = """\
-    # grouped-gemm, compiled from its sdist in kernels-build (the recipe's example of a compiled component).
+    # grouped-gemm, compiled from its sdist in a stage of its own (the recipe's example of a compiled component).
     Component("grouped_gemm", "grouped-gemm", "grouped-gemm", "kernels", "builder",
               distributions=("grouped-gemm",),
               modules=("grouped_gemm",), certificate="grouped-gemm", build_arg="GROUPED_GEMM_VERSION",
               in_tag=TagPart("gg", 32, until="kernels"), compile_profile="apex"),
 """
 
-GROUPED_GEMM_STEPS = {  # the Dockerfile lines the recipe adds: its ARG where it is compiled and checked, the steps
-    "ARG CUDA_ARCHS\n": "ARG CUDA_ARCHS\nARG GROUPED_GEMM_VERSION\n",
-    "\n# The tooling (mcore_images and the smoke programs)":
-        '\nRUN if [ "${GROUPED_GEMM_VERSION}" != none ]; then echo "compile grouped-gemm ${GROUPED_GEMM_VERSION}"; fi\n'
-        "\n# The tooling (mcore_images and the smoke programs)",
+GROUPED_GEMM_STEPS = {  # the Dockerfile lines the recipe adds: its compile stage with its ARG, its wheels among the
+    # kernels layer's, its ARG where it is checked, the check
+    "# The compiled wheels, together":
+        "FROM builder AS grouped-gemm-build\nARG GROUPED_GEMM_VERSION\n"
+        'RUN mkdir -p /wheels && if [ "${GROUPED_GEMM_VERSION}" != none ]; then echo "compile grouped-gemm '
+        '${GROUPED_GEMM_VERSION}"; fi\n\n# The compiled wheels, together',
+    "COPY --from=apex-build /wheels /wheels\n":
+        "COPY --from=apex-build /wheels /wheels\nCOPY --from=grouped-gemm-build /wheels /wheels\n",
     "FROM base AS kernels\nARG LAYERS_STACK\nARG TE_VERSION\n":
         "FROM base AS kernels\nARG LAYERS_STACK\nARG TE_VERSION\nARG GROUPED_GEMM_VERSION\n",
     '/mnt/build/check-version.sh transformer-engine "${TE_VERSION}"':
@@ -115,7 +121,8 @@ def test_add_a_compiled_component(checkout: Path) -> None:
     """The guide's steps for a component a kernels stage compiles, in a copy of the tree, its code included: the
     catalogue entry, a pin in every stack, `make update`, the Dockerfile lines `make validate` names; bake then
     passes its build arg, labels it and names it in the kernels tag as tags.py does. Nothing is built."""
-    shutil.copytree(ROOT / "src", checkout / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "src", checkout / "src", ignore=shutil.ignore_patterns("__pycache__"),
+                    dirs_exist_ok=True)
     catalogue = checkout / "src" / "mcore_images" / "catalogue" / "components.py"
     text = catalogue.read_text()
     assert text.count("\n)\n\nBY_KEY") == 1

@@ -31,10 +31,12 @@ def test_the_checkouts_dockerfile_follows_the_catalogue() -> None:
 
 def test_stages_belong_to_the_lowest_layer_that_builds_on_them() -> None:
     layers = dockerfile.layer_of(dockerfile.parse(TEXT)[1])
-    assert {name: layers[name] for name in ("os-debian", "os-ngc", "builder", "kernels-build", "planner",
-                                            "cross-gxx", "cross-gxx-toolchain", "tooling-build", "app")} == {
-        "os-debian": "base", "os-ngc": "base", "builder": "kernels", "kernels-build": "kernels", "planner": "kernels",
-        "cross-gxx": "kernels", "cross-gxx-toolchain": "kernels", "tooling-build": "runtime", "app": "app"}
+    assert {name: layers[name] for name in ("os-debian", "os-ngc", "builder", "kernels-build", "te-build",
+                                            "apex-build", "cross-gxx", "cross-gxx-toolchain", "tooling-build",
+                                            "app")} == {
+        "os-debian": "base", "os-ngc": "base", "builder": "kernels", "kernels-build": "kernels",
+        "te-build": "kernels", "apex-build": "kernels", "cross-gxx": "kernels", "cross-gxx-toolchain": "kernels",
+        "tooling-build": "runtime", "app": "app"}
 
 
 def test_a_from_may_read_buildkits_platform_args_and_no_other_undeclared_one() -> None:
