@@ -289,10 +289,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 COMMANDS = (
-    Command("update", "rewrite every generated file from its source: the stacks and rules pages, bake components, tag "
-            "scheme, GPU architectures and platforms, locks of every platform",
+    Command("update", "Rewrite every generated file from its source: the pages' tables, the bake blocks and the locks.",
             _update_arguments, _update, prints_data=True),
-    Command("validate", "check the stacks against the compatibility rules, every generated file against its "
-            "source, and the Dockerfile's build args against the catalogue (exit 1 when one is out of step)",
+    Command("validate", "Check the rules, and every generated file and the Dockerfile against their sources.",
             lambda p: None, _validate, prints_data=True),
 )

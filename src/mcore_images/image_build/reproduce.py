@@ -255,5 +255,5 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if outcome.reproduced else 1
 
 
-COMMANDS = (Command("reproduce", "rebuild an image from a clean clone of its commit and compare the digests",
+COMMANDS = (Command("reproduce", "Rebuild an image from a clean clone of its commit and compare the digests.",
                     _arguments, _run, prints_data=True),)

@@ -54,5 +54,8 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (Command("kube-manifest", "print the smoke's Kubernetes Job with an image in it (for kubectl apply -f -)",
-                    _arguments, _run, description=__doc__.split("\n\n")[0]),)
+COMMANDS = (Command("kube-manifest", "Print the smoke's Kubernetes Job for an image, for `kubectl apply -f -`.",
+                    _arguments, _run,
+                    description="Print the GPU smoke as a Kubernetes Indexed Job (2 nodes x 8 GPUs, torchrun with a "
+                    "c10d rendezvous) running IMAGE: mcore-images kube-manifest REGISTRY/mcore-images:TAG | kubectl "
+                    "apply -f -. The cluster's nodes pull IMAGE themselves: name it with its registry."),)

@@ -48,13 +48,13 @@ class Program:
 
 PROGRAMS = (
     Program("smoke", "mcore_images.smoke",
-            "run the GPU smoke suite (every parallel layout that fits) and write a certificate",
+            "Run the training smoke (every parallel layout that fits) and write a certificate.",
             "out/smoke", False),
     Program("bridge", "mcore_images.smoke.bridge",
-            "check the HF <-> Megatron bridge(s): exact round trip, logits, fwd-bwd",
+            "Check the HF <-> Megatron bridges: exact round trip, logits, forward and backward.",
             "out/bridge", True),
     Program("bench", "mcore_images.smoke.bench",
-            "training throughput (tokens/s, TFLOP/s, MFU) of reference models, gated",
+            "Measure the training throughput (tokens/s, MFU) of reference models against baselines.",
             "out/bench", True),
 )
 

@@ -182,6 +182,9 @@ def _run(args: argparse.Namespace) -> int:
     return subprocess.run(argv, check=False).returncode
 
 
-COMMANDS = (Command("run", "start a container of an image with the flags NVIDIA recommends (GPUs, --ipc=host, "
-                    "memlock, stack), NVLink multicast off and ./out mounted at /out", _arguments, _run,
+COMMANDS = (Command("run", "Start a container of an image, with GPUs and the flags NVIDIA's containers ask for.",
+                    _arguments, _run,
+                    description="Start a container of IMAGE (pulled first when it is not here, with progress) with "
+                    "GPUs, --ipc=host, memlock and stack limits, NVLink multicast off and ./out mounted at /out; "
+                    "--print shows the docker run line instead.",
                     passthrough="the command to run in the container (default: an interactive shell)"),)

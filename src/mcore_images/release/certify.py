@@ -293,8 +293,8 @@ def _run(args: argparse.Namespace) -> int:
                    bench=args.bench)
 
 
-COMMANDS = (Command(COMMAND, "run image tests, the smoke and the bridge check in an image; write a certificate "
-                    "bound to its digest", _arguments, _run,
+COMMANDS = (Command(COMMAND, "Test an image (image tests, its frameworks' own tests, smoke, bridge) and write its "
+                    "certificate.", _arguments, _run,
                     description="Resolve IMAGE's digest (docker image inspect), run tests/image, the smoke suite, "
                     "the bridge check and, on GPUs, the bench with its regression gate in the image, and write "
                     "certificate.json and certificate.md.",

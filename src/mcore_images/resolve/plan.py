@@ -166,5 +166,6 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
-COMMANDS = (Command("plan", "list stacks, targets, tags and rule verdicts (exit 1 when a rule is broken)",
+COMMANDS = (Command("plan",
+                    "Show every stack: its images, their tags and the rules' verdicts (exit 1: a rule is broken).",
                     _arguments, _run, prints_data=True),)
