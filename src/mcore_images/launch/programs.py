@@ -67,8 +67,9 @@ def local_env() -> dict[str, str]:
         inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
         return dict(os.environ, PYTHONPATH=os.pathsep.join([str(source), *inherited]))
     if importlib.util.find_spec("mcore_images.smoke.__main__") is None:
-        raise InputError("the smoke programs are not installed here: `pip install mcore-images` (they come with it), "
-                         "or pass --image to run them inside an image")
+        raise InputError("the smoke programs are not installed here: install the tool's wheel, which carries them "
+                         "(in a checkout: pip wheel --no-deps -w dist . && pip install dist/mcore_images-*.whl), or "
+                         "pass --image to run them inside an image")
     return dict(os.environ)
 
 
