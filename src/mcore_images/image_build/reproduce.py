@@ -33,6 +33,7 @@ from mcore_images.catalogue.stacks import checkout_root
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.launch.container import ensure_local
+from mcore_images.progress import Progress
 
 REVISION = "org.opencontainers.image.revision"
 
@@ -184,7 +185,7 @@ class Outcome:
 
 
 def reproduce(ref: str, keep: bool = False) -> Outcome:
-    if problem := ensure_local(ref):
+    if problem := ensure_local(ref, progress=Progress("reproduce")):
         raise InputError(problem)
     original = inspect(ref)
     revision = original.label(REVISION)

@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from mcore_images.catalogue import images
+from mcore_images.launch import pull
+from mcore_images.progress import Progress
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 """NVLink multicast off for every program we start."""
@@ -24,9 +26,11 @@ MEMLOCK_FLAGS = ("--ulimit", "memlock=-1")
 """RDMA (InfiniBand, RoCE) pins memory: NCCL's IB transport needs memlock unlimited."""
 
 
-def ensure_local(image: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
+def ensure_local(image: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+                 progress: Progress | None = None) -> str | None:
     """Why ``image`` cannot be run (None when it can): a reference docker cannot parse, or an image that is
-    neither local nor pullable. It is pulled once here, so the probes and the run that follow never pull."""
+    neither local nor pullable. It is pulled once here, with progress (pull.py), so the probes and the run that
+    follow never pull."""
 
     try:
         images.parse(image)
@@ -34,10 +38,9 @@ def ensure_local(image: str, run: Callable[..., subprocess.CompletedProcess] = s
         return f"{exc}; give an image reference such as mcore-images:runtime-debian or REPO@sha256:…"
     if run(["docker", "image", "inspect", image], capture_output=True, text=True, check=False).returncode == 0:
         return None
-    pulled = run(["docker", "pull", "-q", image], capture_output=True, text=True, check=False)
-    if pulled.returncode == 0:
+    said = pull.pull(image, progress or Progress("pull"))
+    if said is None:
         return None
-    said = ((pulled.stderr or "").strip().splitlines() or ["no output"])[-1]
     return (f"image {image} is not in the local Docker and could not be pulled ({said[:200]}): build it "
             "(make build), docker login to its registry, or check the name")
 

@@ -31,6 +31,7 @@ from mcore_images.catalogue import images
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.launch import container, programs
+from mcore_images.progress import Progress
 
 OUT = "/out"
 MULTINODE_FLAGS = ("--network", "host", "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK")
@@ -171,7 +172,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.print_only:
         print(printable(command_for(args.image, cmd, memlock=True, tty=True, **options), out))
         return 0
-    if problem := container.ensure_local(args.image):
+    if problem := container.ensure_local(args.image, progress=Progress("run")):
         raise InputError(problem)
     if (asked := requested_gpus(args.cpu, gpus, extra)) and (problem := container.gpu_problem(args.image, asked)):
         raise InputError(problem)
