@@ -3,8 +3,9 @@
 On a terminal docker draws its own bars (its output goes to stderr, the command's own output stays on stdout). In a
 log, where docker prints a line as each layer changes state and no bars, those lines are read and told as steps:
 ``[run] 1:05 pulling IMAGE: 5/12 layers downloaded``, a line as each layer is downloaded (or extracted) and one after
-each quiet stretch (progress.QUIET_S). Docker with the containerd image store (this project's engine) says "Download complete" last for
-each layer; the classic store goes on to "Pull complete" once a layer is extracted, which is counted too.
+each quiet stretch (progress.QUIET_S). Docker with the containerd image store (this project's engine) says "Download
+complete" last for each layer; the classic store goes on to "Pull complete" once a layer is extracted, which is
+counted too.
 """
 
 from __future__ import annotations
