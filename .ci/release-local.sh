@@ -18,7 +18,9 @@
 # both), so its signed ledger goes on from run to run as a site's does; the authority's record of its last ledger
 # write (it builds only on that one) and the ledger versions this machine saw live there too ($MCORE_REGISTRY_STATE/
 # release/state). Another REGISTRY gets a key pair of this run (build/release-local/keys). A site signs with
-# its own key or a KMS URI (docs/release.md). Each step prints the digest it acts on, as `::release-local` lines.
+# its own key or a KMS URI (docs/release.md). Each step says when it starts and what it acted on (the digest), as
+# `::release-local m:ss …` lines (m:ss: the time since this script started); the build, the pulls and certify print
+# their own progress between them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,7 +33,8 @@ SMOKE_ARGS=(--cpu --nproc "${SMOKE_RANKS:-4}")
 started=$(date +%s)
 
 mcore() { "$PYTHON" -m mcore_images "$@"; }
-say() { printf '::release-local %s\n' "$*"; }
+elapsed() { local s=$(( $(date +%s) - started )); printf '%d:%02d' $(( s / 60 )) $(( s % 60 )); }
+say() { printf '::release-local %s %s\n' "$(elapsed)" "$*"; }
 die() { printf '[release-local] error: %s\n' "$*" >&2; exit 1; }
 json() { "$PYTHON" -c "import json, sys; d = json.load(sys.stdin); print($1)"; }
 
@@ -73,6 +76,7 @@ else
 fi
 
 sha="$(git rev-parse HEAD)"
+say "build: ${STACK:+stack $STACK}${STACK:-group $GROUP}, pushed as candidates to $REGISTRY"
 if [[ -n "${STACK:-}" ]]; then
   mcore build --stack "$STACK" --candidate "$sha" --registry "$REGISTRY"
 else
@@ -97,8 +101,10 @@ for i in $(seq 0 $((count - 1))); do
   [[ -z "$index" ]] || cert="$OUT/$target.$arch"  # one certificate per platform of an index
   say "push: $target ($arch) → $image${index:+ (in $index)}"
 
-  docker pull -q "$image" >/dev/null
+  say "certify $((i + 1))/$count: pulling $image"
+  docker pull "$image" >&2  # a line per layer (no terminal here)
   t=$(date +%s)
+  say "certify $((i + 1))/$count: $image (image tests, the frameworks' own tests, the smoke, the bridge check)"
   mcore certify "$image" --out "$cert" -- "${SMOKE_ARGS[@]}" || die "certify $image failed: $cert/certificate.md"
   say "certify: $image passed in $(( $(date +%s) - t )) s ($cert/certificate.json)"
 
@@ -117,13 +123,15 @@ for i in $(seq 0 $((count - 1))); do
   target="$(json "d['include'][$i]['target']" <"$OUT/promotions.json")"
   digest="${image#*@}"
   mkdir -p "$OUT/$target"
+  say "promote $((i + 1))/$count: $image"
   mcore promote "$image" --stack "$stack" --key "$KEYS/cosign.pub" --policy ci --execute \
     --sign-key "$KEYS/cosign.key" --json \
     >"$OUT/$target/promotion.json"
   alias="$(json 'd["moving_tags"][1]' <"$OUT/$target/promotion.json")"
   say "promote: $digest → $(json '", ".join(d["moving_tags"] + [d["immutable_tag"]])' <"$OUT/$target/promotion.json")"
 
-  docker pull -q "$REGISTRY/$REPO:$alias" >/dev/null
+  say "pull: $REGISTRY/$REPO:$alias"
+  docker pull "$REGISTRY/$REPO:$alias" >&2
   pulled="$(docker image inspect --format '{{range .RepoDigests}}{{println .}}{{end}}' "$REGISTRY/$REPO:$alias" \
     | grep -F "$REGISTRY/$REPO@" | head -n 1)"
   [[ "${pulled#*@}" == "$digest" ]] || die "pulled $REGISTRY/$REPO:$alias is ${pulled#*@}, promoted was $digest"

@@ -1,11 +1,12 @@
 """`python -m mcore_images` and the `mcore-images` command (pyproject's entry point): Ctrl-C is one line and exit
 130, from the first moment the tool's own code runs.
 
-The command table (cli.py) imports every package of the tool, which takes a good part of a second: a
-KeyboardInterrupt raised inside that import would end in a traceback. So SIGINT is handled here first, before that
-import, and ends the process at once with the line (os._exit: nothing to unwind yet); once the commands run,
-Ctrl-C is a KeyboardInterrupt again (what a command was writing is cleaned up on its way out) and ends with the same
-line. Standard library only, so that nothing is imported before the handler is in place.
+The command table (cli.py) imports the module of the command it runs, which can take a good part of a second: a
+KeyboardInterrupt raised inside that import would end in a traceback. So SIGINT is handled here first, before any
+import, and ends the process at once with the line (os._exit: nothing to unwind yet); once the command's module is
+imported (cli.main calls ``ready``), Ctrl-C is a KeyboardInterrupt again (what a command was writing is cleaned up
+on its way out) and ends with the same line. Standard library only, so that nothing is imported before the handler
+is in place.
 """
 
 from __future__ import annotations
@@ -33,11 +34,13 @@ def main() -> int:
     if own:
         signal.signal(signal.SIGINT, _interrupted_while_starting)
     try:
-        from mcore_images import cli  # the command table: every package
+        from mcore_images import cli  # the command table; it imports the module of the command it runs
 
-        if own:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-        return cli.main()
+        def ready() -> None:
+            if own:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        return cli.main(ready=ready)
     except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; programs it started got the signal too
         print(f"\n{INTERRUPTED_LINE}", file=sys.stderr)
         return INTERRUPTED

@@ -1,7 +1,7 @@
 """The contract every `mcore-images` command follows, and the one way to declare one.
 
-A module that offers commands lists them in ``COMMANDS`` (a tuple of ``Command``); cli.py imports each
-such module, reads that tuple from each and builds the parser. The contract, checked by
+A module that offers commands lists them in ``COMMANDS`` (a tuple of ``Command``); cli.py's table names the module
+of each command, imports it when that command runs and builds the parser from the tuple. The contract, checked by
 tests/unit/mcore_images/test_cli.py for every command:
 
 - every option has help text;
@@ -40,8 +40,8 @@ class Command:
 
 
 class RunInstead(Exception):
-    """Raised by a command that stands for another (``from-make``): dispatch runs ``argv`` with the same parser,
-    so that such a command needs no import of the whole command table."""
+    """Raised by a command that stands for another (``from-make``): dispatch runs ``argv`` with the parser the
+    command line makes for it, so that such a command needs no import of the command table."""
 
     def __init__(self, argv: list[str]) -> None:
         super().__init__(argv)
@@ -74,8 +74,10 @@ def split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def dispatch(parser: argparse.ArgumentParser, argv: list[str]) -> int:
-    """Parse and run under the contract: InputError anywhere is one line on stderr and its exit code."""
+def dispatch(parser_for: Callable[[list[str]], argparse.ArgumentParser], argv: list[str]) -> int:
+    """Parse and run under the contract: InputError anywhere is one line on stderr and its exit code. ``parser_for``
+    gives the parser for a command line (the command table imports only the module of the command it names)."""
+    parser = parser_for(argv)
     own, rest = split_passthrough(argv)
     try:
         try:
@@ -88,7 +90,7 @@ def dispatch(parser: argparse.ArgumentParser, argv: list[str]) -> int:
         args.passthrough = rest
         return args.func(args)
     except RunInstead as instead:
-        return dispatch(parser, instead.argv)
+        return dispatch(parser_for, instead.argv)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -98,7 +100,7 @@ def standalone(command: Command, argv: list[str] | None = None) -> int:
     """Run one command as its own program (``python -m mcore_images.image_build.jobs``)."""
     parser = Parser(prog=f"mcore-images {command.name}", description=command.description or command.help)
     configure(parser, command)
-    return dispatch(parser, list(sys.argv[1:] if argv is None else argv))
+    return dispatch(lambda _: parser, list(sys.argv[1:] if argv is None else argv))
 
 
 def print_json(data: Any, compact: bool = False) -> None:

@@ -214,5 +214,5 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (Command("tags", "print the public (or candidate) tags of a stack's layers", _arguments, _run,
+COMMANDS = (Command("tags", "Print the tags of a stack's images (public, or a build's candidates).", _arguments, _run,
                     prints_data=True),)

@@ -26,10 +26,12 @@ LABEL = "io.mcore-images.wgrad-fusion"
 """The OCI label naming the provider, on every image from the kernels layer up."""
 OFF_FLAGS = {
     "Megatron-LM": "--no-gradient-accumulation-fusion",
-    "verl": "actor_rollout_ref.actor.megatron.override_transformer_config.gradient_accumulation_fusion=False",
+    "verl": "++actor_rollout_ref.actor.megatron.override_transformer_config.gradient_accumulation_fusion=False",
     "megatron-core": "TransformerConfig(gradient_accumulation_fusion=False)",
 }
-"""How each framework turns the fusion off, for an environment where no provider imports (the doctor names them)."""
+"""How each framework turns the fusion off, for an environment where no provider imports (the doctor names them).
+verl's is a Hydra override that adds the key (``++``): verl's engine config does not list it, and Hydra refuses a
+plain ``key=value`` for a key its config lacks ("Key 'gradient_accumulation_fusion' is not in struct", verl 0.8.0)."""
 
 
 def expected_provider(stack: Any) -> str:

@@ -173,8 +173,12 @@ def run(args: argparse.Namespace) -> int:
     return exit_code(findings)
 
 
-COMMANDS = (Command("doctor", "diagnose this environment and name the fix for each problem", _arguments, run,
-                    description=__doc__.splitlines()[0], prints_data=True),)
+COMMANDS = (Command("doctor", "Diagnose this environment (an image or your own) and name the fix for each problem.",
+                    _arguments, run, prints_data=True,
+                    description="Check this environment the way Megatron-Core training will use it: Python, torch, "
+                    "megatron-core and its bridges, Transformer Engine and its attention backends, gradient "
+                    "accumulation fusion, NCCL, the cluster settings and the build toolchain. Each problem is a row "
+                    "with its fix. Exit 0: nothing failed; 1: a check failed; 2: the doctor could not run."),)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -462,6 +462,6 @@ def _run(args: argparse.Namespace) -> int:
                               args.force, args.json, args.local_tag, args.platform))
 
 
-COMMANDS = (Command("build", "check rules, then docker buildx bake a stack or a group", _arguments, _run,
-                    prints_data=True,
+COMMANDS = (Command("build", "Build a stack's or a group's images, once the rules and the locks hold.", _arguments,
+                    _run, prints_data=True,
                     passthrough="docker buildx bake (e.g. --no-cache, --set <target>.contexts.apex=DIR)"),)

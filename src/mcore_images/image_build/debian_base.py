@@ -173,5 +173,5 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (Command("base", "build a debian stack's base image from a Debian mirror (debootstrap), per platform",
+COMMANDS = (Command("base", "Build a Debian stack's base image from a Debian mirror (debootstrap).",
                     _arguments, _run, prints_data=True),)

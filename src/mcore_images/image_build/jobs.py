@@ -260,7 +260,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (Command("jobs", "plan MAX_JOBS / NVCC_THREADS for a CUDA extension compile on this machine",
+COMMANDS = (Command("jobs", "Plan the jobs (MAX_JOBS, NVCC_THREADS) of a CUDA extension compile on this machine.",
                     _arguments, _run, prints_data=True),)
 
 

@@ -106,7 +106,8 @@ def _run(args: argparse.Namespace) -> int:
     raise RunInstead(argv)  # the command line's own parser runs it
 
 
-COMMANDS = (Command("from-make", "run a command with its options taken from make variables (what the Makefile "
-                    "runs: values arrive as data, never as shell text)", _arguments, _run,
-                    description=__doc__.split("\n\n")[0], passthrough="COMMAND, as they are (the recipe's own fixed "
-                    "arguments, e.g. --pretty)"),)
+COMMANDS = (Command("from-make", "Run a command with its options taken from make variables (the Makefile's way in).",
+                    _arguments, _run,
+                    description="Turn each make variable the Makefile names into the command's own option (its value "
+                    "arrives as data, never as shell text) and run the command.",
+                    passthrough="COMMAND, as they are (the recipe's own fixed arguments, e.g. --pretty)"),)

@@ -15,9 +15,11 @@ A region sits between two marker lines in its file and is rendered from the one 
 - docker-bake.hcl, the ``GPU_ARCHS`` variable its ``io.mcore-images.gpus`` label is computed from: from the GPU
   architecture table (gpu_archs.py);
 - docker-bake.hcl, the ``PLATFORMS`` variable its per-platform contexts are computed from: from platforms.py;
-- examples/verl-grpo/README.md, the versions of the app image the example runs: from that stack's pins;
-- README.md, the image table (what each image holds, which carry a FlashAttention, how each is certified): from the
-  pins of the stacks it names (``README_IMAGES``) and their groups.
+- examples/verl-grpo/README.md, the app images the example names, their versions and GPU runs: from those
+  stacks' pins and catalogue/proven.py;
+- README.md, the image table (what each image holds, which carry a FlashAttention, what was proven on a CPU and on a
+  GPU, how to get it): from the pins of the stacks it names (``README_IMAGES``), their groups and their GPU runs
+  (catalogue/proven.py).
 
 The locks (env/locks) are the other generated files; lock_update.py writes them and lock_check.py checks them.
 `validate` also holds the Dockerfile's hand-written ARG and check-version lines to the catalogue (dockerfile.py).
@@ -31,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcore_images.catalogue import components, gpu_archs, platforms, tags
+from mcore_images.catalogue import components, gpu_archs, images, platforms, proven, tags
 from mcore_images.catalogue.stacks import Stack, checkout_root, load_stacks, stacks_file
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
@@ -112,17 +114,21 @@ def _bake_platforms(root: Path) -> str:
     return f'variable "PLATFORMS" {{\n  default = {{\n{rows}\n  }}\n}}\n'
 
 
-VERL_EXAMPLE_STACK = "debian-verl"
-"""The stack whose app image examples/verl-grpo runs (mcore-images:app-debian-verl)."""
+VERL_EXAMPLE_STACKS = {"cuda": "to train on", "debian-verl": "where CI checks the launch, on a CPU"}
+"""The stacks whose app images examples/verl-grpo names, and what each is for there."""
 
 
 def _verl_example_versions(root: Path) -> str:
-    stack = load_stacks(stacks_file(root))[VERL_EXAMPLE_STACK]
-    top = [c for layer in reversed(components.LAYERS) for c in components.of_layer(layer)
-           if stack.has(c.key) and c.distributions]  # the app layer's first, down to torch
-    named = ", ".join(f"{c.title} {c.short(stack.pins[c.key])}" for c in top)
-    return (f"The app image `mcore-images:{tags.target('app', stack)}` holds {named} on Python {stack.python} "
-            f"(stack `{stack.name}`).\n")
+    stacks = load_stacks(stacks_file(root))
+    lines = []
+    for name, role in VERL_EXAMPLE_STACKS.items():
+        stack = stacks[name]
+        top = [c for layer in reversed(components.LAYERS) for c in components.of_layer(layer)
+               if stack.has(c.key) and c.distributions and stack.pins[c.key] != components.FROM_BASE]
+        named = ", ".join(f"{c.title} {c.short(stack.pins[c.key])}" for c in top)
+        lines.append(f"- {role}: `mcore-images:{tags.target('app', stack)}` (stack `{stack.name}`), {named} on Python "
+                     f"{stack.python}; on a GPU: {proven.GPU[name].said()}.")
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)
@@ -137,18 +143,22 @@ class ReadmeImage:
 
 
 README_IMAGES: tuple[ReadmeImage, ...] = (
-    ReadmeImage("verl, Megatron backend", "debian-verl", ("app",), "Ray"),
+    ReadmeImage("verl, Megatron backend, or Megatron-Bridge: the release recipe", "cuda", ("app", "runtime"), "Ray"),
+    ReadmeImage("the same on NVIDIA's PyTorch container", "ngc", ("app", "runtime"), "Ray"),
     ReadmeImage("Megatron-LM (a checkout of the image's release)", "debian", ("runtime",),
                 "Megatron-LM's extras, gcc, make and the Python headers"),
-    ReadmeImage("Megatron-Bridge, verl (the release recipes)", "cuda", ("app", "runtime")),
-    ReadmeImage("Megatron-Bridge, verl (the release recipes)", "ngc", ("app", "runtime")),
+    ReadmeImage("Megatron-LM on the newest megatron-core", "debian-mcore019", ("runtime",),
+                "Megatron-LM's extras, gcc, make and the Python headers"),
+    ReadmeImage("nothing on a GPU: CI's image, for verl's own CPU tests and the stack beneath them", "debian-verl",
+                ("app",), "Ray"),
 )
-CERTIFIED_BY = {
-    "ci": "by CI on every commit",
+"""The rows, in the order a user looks for what they train with."""
+ON_A_CPU = {
+    "ci": "CI, every commit",
     "nightly": "nightly",
-    "release": "by the release workflow (docs/release.md), whose machines reach its base image's registry",
+    "release": "the release workflow (none published yet)",
 }
-"""How a stack's group certifies it, in the order a stack in several groups is described by."""
+"""Who certifies a stack's images on a CPU, by its group (every stack has one: tests/unit/repo)."""
 
 
 def _holds(stack: Stack, layer: str) -> dict[str, str]:
@@ -164,26 +174,40 @@ def _holds(stack: Stack, layer: str) -> dict[str, str]:
     return named
 
 
+def _get_it(stack: Stack) -> str:
+    """How to get the stack's images today: build them (no release is published), and what the build must reach."""
+    command = "make build" if "default" in stack.groups else f"make build STACK={stack.name}"
+    if stack.flavor == "debian":
+        return f"`{command}`: a Debian mirror and PyPI"
+    base = images.parse(stack.base_image)
+    return f"`{command}` where {base.host or 'Docker Hub'} is reachable (its base, `{base.repository}`)"
+
+
 def _readme_images(root: Path) -> str:
     stacks = load_stacks(stacks_file(root))
-    rows = ["| you train with | image (alias) | holds | FlashAttention | certified |", "|---|---|---|---|---|"]
+    rows = ["| you train with | image (alias) | holds | FlashAttention | proven | get it |",
+            "|---|---|---|---|---|---|"]
     for row in README_IMAGES:
         if row.stack not in stacks:
             raise InputError(f"README_IMAGES names stack {row.stack!r}, which env/stacks.json lacks: name a stack of "
                              "env/stacks.json in src/mcore_images/image_build/regions.py")
+        if row.stack not in proven.GPU:
+            raise InputError(f"stack {row.stack!r} has no entry in src/mcore_images/catalogue/proven.py GPU: add its "
+                             "GPU run, or NotYet()")
         stack = stacks[row.stack]
         top, *lower = row.layers
         holds = ", ".join([*_holds(stack, top).values(), *([row.also] if row.also else [])])
         holds += f"; CUDA {stack.cuda}, Python {stack.python}"
         for layer in lower:
             dropped = [title for title in _holds(stack, top) if title not in _holds(stack, layer)]
-            holds += f"; `{tags.target(layer, stack)}` without {', '.join(dropped)}"
+            holds += f"; `{tags.target(layer, stack)}` without {', '.join(dropped)}" + (
+                f", {row.also}" if row.also else "")
         flash = stack.pins["flash_attn"]
         flash = "none" if flash == components.NONE else "of the base image" if flash == components.FROM_BASE else flash
-        certified = next((words for group, words in CERTIFIED_BY.items() if group in stack.groups),
-                         "on demand (no group builds it)")
+        cpu = next((words for group, words in ON_A_CPU.items() if group in stack.groups), "not yet (in no group)")
+        gpu = proven.GPU[row.stack].said()
         aliases = ", ".join(f"`{tags.target(layer, stack)}`" for layer in row.layers)
-        rows.append(f"| {row.reader} | {aliases} | {holds} | {flash} | {certified} |")
+        rows.append(f"| {row.reader} | {aliases} | {holds} | {flash} | CPU: {cpu}. GPU: {gpu} | {_get_it(stack)} |")
     return "\n".join(rows) + "\n"
 
 
@@ -289,10 +313,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 COMMANDS = (
-    Command("update", "rewrite every generated file from its source: the stacks and rules pages, bake components, tag "
-            "scheme, GPU architectures and platforms, locks of every platform",
+    Command("update", "Rewrite every generated file from its source: the pages' tables, the bake blocks and the locks.",
             _update_arguments, _update, prints_data=True),
-    Command("validate", "check the stacks against the compatibility rules, every generated file against its "
-            "source, and the Dockerfile's build args against the catalogue (exit 1 when one is out of step)",
+    Command("validate", "Check the rules, and every generated file and the Dockerfile against their sources.",
             lambda p: None, _validate, prints_data=True),
 )

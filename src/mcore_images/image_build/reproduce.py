@@ -34,6 +34,7 @@ from mcore_images.catalogue.stacks import checkout_root
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
 from mcore_images.launch.container import ensure_local
+from mcore_images.progress import Progress
 
 REVISION = "org.opencontainers.image.revision"
 
@@ -185,7 +186,7 @@ class Outcome:
 
 
 def reproduce(ref: str, keep: bool = False) -> Outcome:
-    if problem := ensure_local(ref):
+    if problem := ensure_local(ref, progress=Progress("reproduce")):
         raise InputError(problem)
     original = inspect(ref)
     revision = original.label(REVISION)
@@ -256,5 +257,5 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if outcome.reproduced else 1
 
 
-COMMANDS = (Command("reproduce", "rebuild an image from a clean clone of its commit and compare the digests",
+COMMANDS = (Command("reproduce", "Rebuild an image from a clean clone of its commit and compare the digests.",
                     _arguments, _run, prints_data=True),)

@@ -183,7 +183,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if all(r.ok for r in runs) else 1
 
 
-COMMANDS = (Command(COMMAND, "time cold, warm and pin-bump builds of a stack side by side; check layer reuse",
+COMMANDS = (Command(COMMAND, "Time cold, warm and pin-bump builds of a stack and check that layers are reused.",
                     _arguments, _run,
                     description="Builds through `mcore-images build` and reads BuildKit's output: wall time and which "
                     "Dockerfile stages were cached or rebuilt per scenario (docs/build-efficiency.md)."),)

@@ -17,6 +17,8 @@ from pathlib import Path
 from mcore_images import tools
 from mcore_images.catalogue import images
 from mcore_images.errors import InputError
+from mcore_images.launch import pull
+from mcore_images.progress import Progress
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 """NVLink multicast off for every program we start."""
@@ -26,9 +28,11 @@ MEMLOCK_FLAGS = ("--ulimit", "memlock=-1")
 """RDMA (InfiniBand, RoCE) pins memory: NCCL's IB transport needs memlock unlimited."""
 
 
-def ensure_local(image: str, run: Callable[..., subprocess.CompletedProcess] = tools.run) -> str | None:
+def ensure_local(image: str, run: Callable[..., subprocess.CompletedProcess] = tools.run,
+                 progress: Progress | None = None) -> str | None:
     """Why ``image`` cannot be run (None when it can): a reference docker cannot parse, or an image that is
-    neither local nor pullable. It is pulled once here, so the probes and the run that follow never pull."""
+    neither local nor pullable. It is pulled once here, with progress (pull.py), so the probes and the run that
+    follow never pull."""
 
     try:
         images.parse(image)
@@ -36,10 +40,9 @@ def ensure_local(image: str, run: Callable[..., subprocess.CompletedProcess] = t
         return f"{exc}; give an image reference such as mcore-images:runtime-debian or REPO@sha256:…"
     if run(["docker", "image", "inspect", image], capture_output=True, text=True, check=False).returncode == 0:
         return None
-    pulled = run(["docker", "pull", "-q", image], capture_output=True, text=True, check=False)
-    if pulled.returncode == 0:
+    said = pull.pull(image, progress or Progress("pull"))
+    if said is None:
         return None
-    said = ((pulled.stderr or "").strip().splitlines() or ["no output"])[-1]
     return (f"image {image} is not in the local Docker and could not be pulled ({said[:200]}): build it "
             "(make build), docker login to its registry, or check the name")
 
@@ -102,11 +105,12 @@ def mount_problem(host: Path, option: str) -> str | None:
     return None
 
 
-def preflight(image: str, gpus: str | None, run: Callable[..., subprocess.CompletedProcess] = tools.run) -> None:
+def preflight(image: str, gpus: str | None, run: Callable[..., subprocess.CompletedProcess] = tools.run,
+              progress: Progress | None = None) -> None:
     """Every start of a container asks this first (`run`, and `smoke`, `bridge` and `bench --image`): docker is
     there, the image is local or pulled, and, where ``gpus`` (docker's ``--gpus`` value) names any, this engine can
-    give them. InputError, one line naming the fix, before anything is made or run."""
-    if problem := ensure_local(image, run):
+    give them. InputError, one line naming the fix, before anything is made or run; a pull tells its progress."""
+    if problem := ensure_local(image, run, progress):
         raise InputError(problem)
     if gpus and (problem := gpu_problem(image, gpus, run)):
         raise InputError(problem)

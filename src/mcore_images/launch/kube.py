@@ -2,13 +2,17 @@
 place of the image it names, printed for `kubectl apply -f -`.
 
 The image is judged as a reference first, so a value with a newline or a YAML fragment in it cannot
-reach the manifest; the file's comments and layout are kept (the one ``image:`` line is rewritten).
+reach the manifest; the file's comments and layout are kept (the one ``image:`` line is rewritten). The cluster's
+nodes pull the image themselves: a name with no registry host (Docker Hub's, for them) or with this machine's own
+loopback registry gets one line of warning on stderr, the manifest still printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import re
+import sys
 from pathlib import Path
 
 from mcore_images import reading
@@ -38,6 +42,28 @@ def manifest(image: str, job: Path) -> str:
     return replaced
 
 
+def pull_warning(image: str) -> str | None:
+    """Why a cluster's nodes may not pull ``image`` from where this machine has it (None: it names a registry the
+    nodes may reach)."""
+    ref = images.parse(image)
+    if ref.host is None:
+        if "/" in ref.repository:  # a Docker Hub account's repository: maybe meant
+            return (f"{image} names no registry host: each node pulls it from Docker Hub as "
+                    f"docker.io/{ref.repository}; name its registry if it is elsewhere")
+        return (f"{image} names no registry, so each node pulls it from Docker Hub as docker.io/library/"
+                f"{ref.repository}: push the image to a registry the cluster reaches and name it there "
+                "(REGISTRY/mcore-images:TAG)")
+    host = ref.host[1:ref.host.index("]")] if ref.host.startswith("[") else ref.host.split(":")[0]
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return (f"{image} is in this machine's own registry ({ref.host}), which the cluster's nodes cannot reach: "
+                "push it to a registry they reach and name it there")
+    return None
+
+
 def default_job() -> Path:
     """The Job of $MCORE_IMAGES_ROOT or of the checkout this package runs from, else the copy installed with it."""
     places = [repo_root() / JOB, INSTALLED_DATA / JOB]
@@ -51,9 +77,15 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    print(manifest(args.image, args.job or default_job()), end="")
+    text = manifest(args.image, args.job or default_job())
+    if warning := pull_warning(args.image):
+        print(f"kube-manifest: warning: {warning}", file=sys.stderr)
+    print(text, end="")
     return 0
 
 
-COMMANDS = (Command("kube-manifest", "print the smoke's Kubernetes Job with an image in it (for kubectl apply -f -)",
-                    _arguments, _run, description=__doc__.split("\n\n")[0]),)
+COMMANDS = (Command("kube-manifest", "Print the smoke's Kubernetes Job for an image, for `kubectl apply -f -`.",
+                    _arguments, _run,
+                    description="Print the GPU smoke as a Kubernetes Indexed Job (2 nodes x 8 GPUs, torchrun with a "
+                    "c10d rendezvous) running IMAGE: mcore-images kube-manifest REGISTRY/mcore-images:TAG | kubectl "
+                    "apply -f -. The cluster's nodes pull IMAGE themselves: name it with its registry."),)

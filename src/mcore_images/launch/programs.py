@@ -47,13 +47,13 @@ class Program:
 
 PROGRAMS = (
     Program("smoke", "mcore_images.smoke",
-            "run the GPU smoke suite (every parallel layout that fits) and write a certificate",
+            "Run the training smoke (every parallel layout that fits) and write a certificate.",
             "out/smoke", False),
     Program("bridge", "mcore_images.smoke.bridge",
-            "check the HF <-> Megatron bridge(s): exact round trip, logits, fwd-bwd",
+            "Check the HF <-> Megatron bridges: exact round trip, logits, forward and backward.",
             "out/bridge", True),
     Program("bench", "mcore_images.smoke.bench",
-            "training throughput (tokens/s, TFLOP/s, MFU) of reference models, gated",
+            "Measure the training throughput (tokens/s, MFU) of reference models against baselines.",
             "out/bench", True),
 )
 
@@ -66,8 +66,9 @@ def local_env() -> dict[str, str]:
         inherited = [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []
         return dict(os.environ, PYTHONPATH=os.pathsep.join([str(source), *inherited]))
     if importlib.util.find_spec("mcore_images.smoke.__main__") is None:
-        raise InputError("the smoke programs are not installed here: `pip install mcore-images` (they come with it), "
-                         "or pass --image to run them inside an image")
+        raise InputError("the smoke programs are not installed here: install the tool's wheel, which carries them "
+                         "(in a checkout: pip wheel --no-deps -w dist . && pip install dist/mcore_images-*.whl), or "
+                         "pass --image to run them inside an image")
     return dict(os.environ)
 
 

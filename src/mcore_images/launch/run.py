@@ -31,6 +31,7 @@ from mcore_images.catalogue import images
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.launch import container, programs
+from mcore_images.progress import Progress
 
 OUT = "/out"
 MULTINODE_FLAGS = ("--network", "host", "--device", "/dev/infiniband", "--cap-add", "IPC_LOCK")
@@ -171,7 +172,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.print_only:
         print(printable(command_for(args.image, cmd, memlock=True, tty=True, **options), out))
         return 0
-    container.preflight(args.image, requested_gpus(args.cpu, gpus, extra))
+    container.preflight(args.image, requested_gpus(args.cpu, gpus, extra), progress=Progress("run"))
     out.mkdir(parents=True, exist_ok=True)
     argv = command_for(args.image, cmd, memlock=container.memlock_unlimited(args.image), tty=sys.stdin.isatty(),
                        **options)
@@ -179,6 +180,9 @@ def _run(args: argparse.Namespace) -> int:
     return tools.run(argv, check=False).returncode
 
 
-COMMANDS = (Command("run", "start a container of an image with the flags NVIDIA recommends (GPUs, --ipc=host, "
-                    "memlock, stack), NVLink multicast off and ./out mounted at /out", _arguments, _run,
+COMMANDS = (Command("run", "Start a container of an image, with GPUs and the flags NVIDIA's containers ask for.",
+                    _arguments, _run,
+                    description="Start a container of IMAGE (pulled first when it is not here, with progress) with "
+                    "GPUs, --ipc=host, memlock and stack limits, NVLink multicast off and ./out mounted at /out; "
+                    "--print shows the docker run line instead.",
                     passthrough="the command to run in the container (default: an interactive shell)"),)

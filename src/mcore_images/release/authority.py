@@ -254,9 +254,8 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (Command("ledger", "show a repository's signed release ledger (where its tags must point, which "
-                    "certificates each digest carries), refresh its expiry, or adopt it as the release authority's "
-                    "last write",
+COMMANDS = (Command("ledger", "Show a repository's signed release ledger (where its tags must point), or refresh or "
+                    "adopt it.",
                     _arguments, _run, prints_data=True,
                     description="Reads the release ledger `attach` and `promote --execute` write (docs/release.md), "
                     "checks its signature, that it follows the version this machine saw (not older, not another "

@@ -20,12 +20,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import SOURCE_TREE, create_only, schemas, tools
+from mcore_images import SOURCE_TREE, create_only, progress, schemas, tools
 from mcore_images.catalogue import images, platforms
 from mcore_images.command import Command
 from mcore_images.errors import InputError
 from mcore_images.launch import container, emulation
 from mcore_images.release import framework_tests
+from mcore_images.release.pytest_steps import VERBOSE, PytestSteps
 
 Runner = Callable[..., subprocess.CompletedProcess]
 ROOT = SOURCE_TREE
@@ -100,19 +101,32 @@ def resolve_digest(ref: str, run: Runner = tools.run) -> ImageDigest:
 
 
 def image_test_command(ref: str) -> list[str]:
-    """The image tests on ``ref``; the ten slowest are named at the end (where a certification's time goes)."""
-    return [sys.executable, "-m", "pytest", "-q", "--durations=10", "tests/image", "--image", ref]
+    """The image tests on ``ref``, a line per test (pytest_steps.py makes steps of them); the ten slowest are named at
+    the end (where a certification's time goes)."""
+    return [sys.executable, "-m", "pytest", *VERBOSE, "--durations=10", "tests/image", "--image", ref]
 
 
-def run_image_tests(ref: str, run: Runner = tools.run) -> dict[str, Any]:
-    """Run tests/image against the image; the outcome goes into the certificate."""
+def followed(cmd: list[str], steps: PytestSteps, run: Runner, **kwargs: Any) -> int:
+    """Run ``cmd`` with its output followed by ``steps`` as it comes (progress.follow); a runner other than
+    tools.run (a test's) returns the whole output at once, which ``steps`` then reads line by line."""
+    if run in (subprocess.run, tools.run):
+        code = progress.follow(cmd, steps, **kwargs).returncode
+    else:
+        done = run(cmd, capture_output=True, text=True, **kwargs)
+        for line in (done.stdout or "").splitlines():
+            steps.line(line)
+        code = done.returncode
+    steps.finish()
+    return -9 if code is None else code
+
+
+def run_image_tests(ref: str, run: Runner = tools.run, say: progress.Progress | None = None) -> dict[str, Any]:
+    """Run tests/image against the image, a step per test file; the outcome goes into the certificate."""
     cmd = image_test_command(ref)
-    proc = run(cmd, cwd=ROOT, capture_output=True, text=True)
-    print(proc.stdout, end="")
-    print(proc.stderr, end="", file=sys.stderr)
-    lines = [line for line in (proc.stdout or "").splitlines() if line.strip()]
-    return {"command": cmd, "exit_code": proc.returncode, "passed": proc.returncode == 0,
-            "summary": lines[-1] if lines else ""}
+    steps = PytestSteps("image tests", say or progress.Progress(COMMAND, sys.stdout))
+    code = followed(cmd, steps, run, cwd=ROOT)
+    steps.progress.say(f"image tests: {steps.last or f'exit {code}'}")
+    return {"command": cmd, "exit_code": code, "passed": code == 0, "summary": steps.last}
 
 
 def docker_smoke_command(ref: str, out_dir: Path, smoke_args: Sequence[str], memlock: bool = True,
@@ -189,15 +203,30 @@ DOCKER_OWN_ERRORS = (125, 126, 127)
 """`docker run`'s own exit codes (the daemon, or the command could not start): the smoke could not run."""
 
 
-def run_framework_tests(digest: ImageDigest) -> dict[str, Any]:
-    """Each framework the image carries, its own CPU tests run in the image (framework_tests.py)."""
+def run_framework_tests(digest: ImageDigest, phase: Callable[[str], progress.Progress] | None = None
+                        ) -> dict[str, Any]:
+    """Each framework the image carries, its own CPU tests run in the image (framework_tests.py); ``phase`` says
+    each suite's start and gives the progress its steps go to."""
     labels = digest.labels or {}
     python = labels.get(images.label("python"), "")
     found = platforms.BY_NAME.get(digest.platform or "")
     machine = found.machine if found else "x86_64"
-    outcomes = {suite.distribution: framework_tests.run_suite(digest.ref, labels, suite, python, machine)
-                for suite in framework_tests.SUITES}
+    outcomes = {suite.distribution: framework_tests.run_suite(digest.ref, labels, suite, python, machine,
+                                                              phase(suite_phase(suite)) if phase else None)
+                for suite in framework_tests.carried(labels)}
     return {name: outcome for name, outcome in outcomes.items() if outcome is not None}
+
+
+def suite_phase(suite: framework_tests.Suite) -> str:
+    return f"{suite.distribution}'s own tests"
+
+
+def phases(digest: ImageDigest, smoke_args: Sequence[str], skip_image_tests: bool, bench: bool) -> list[str]:
+    """What certify runs, in order: the steps its progress counts."""
+    gpus = "--cpu" not in smoke_args
+    return [*([] if skip_image_tests else ["image tests"]),
+            *(suite_phase(s) for s in framework_tests.carried(digest.labels or {})),
+            "smoke", "bridge check", *(["bench"] if bench and gpus else [])]
 
 
 def bind(out_dir: Path, digest: ImageDigest, tests: dict[str, Any], smoke_rc: int,
@@ -245,25 +274,33 @@ def certify(ref: str, out_dir: Path, smoke_args: Sequence[str], skip_image_tests
     foreign = digest.foreign
     if foreign and (problem := emulation.problem(platforms.BY_NAME[foreign])):
         raise InputError(f"image {ref} is {foreign}: {problem}")
-    print(f"[certify] {ref} → {digest.digest} ({digest.digest_source.split(':')[0]})"
-          + (f", {foreign} under QEMU" if foreign else ""), flush=True)
+    say = progress.Progress(COMMAND, sys.stdout)
+    say.say(f"{ref} → {digest.digest} ({digest.digest_source.split(':')[0]})"
+            + (f", {foreign} under QEMU" if foreign else ""))
+    planned = phases(digest, smoke_args, skip_image_tests, bench)
+
+    def phase(name: str, detail: str = "") -> progress.Progress:
+        say.say(f"step {planned.index(name) + 1}/{len(planned)}: {name}" + (f": {detail}" if detail else ""))
+        return say
+
     with create_only.writing(target) as work:
-        tests = {"skipped": True, "passed": False} if skip_image_tests else run_image_tests(ref, run)
-        framework = run_framework_tests(digest)
+        tests = {"skipped": True, "passed": False} if skip_image_tests else run_image_tests(
+            ref, run, phase("image tests", " ".join(image_test_command(ref)[1:])))
+        framework = run_framework_tests(digest, phase)
         memlock = container.memlock_unlimited(ref, run, foreign) if foreign else container.memlock_unlimited(ref, run)
         cmd = docker_smoke_command(ref, work, smoke_args, memlock, foreign)
-        print("[certify] " + " ".join(cmd), flush=True)
+        phase("smoke", " ".join(cmd))
         smoke_rc = run(cmd).returncode
         if (work / "certificate.json").exists():
             bridge = docker_bridge_command(ref, work, "--cpu" in smoke_args, memlock, foreign)
-            print("[certify] " + " ".join(bridge), flush=True)
+            phase("bridge check", " ".join(bridge))
             run(bridge)
-            if bench and "--cpu" not in smoke_args:
+            if "bench" in planned:
                 bench_cmd = docker_bench_command(ref, work, memlock, foreign)
-                print("[certify] " + " ".join(bench_cmd), flush=True)
+                phase("bench", " ".join(bench_cmd))
                 run(bench_cmd)
         code = bind(work, digest, tests, smoke_rc, framework)
-    print(f"[certify] wrote {out_dir / 'certificate.json'} and certificate.md (exit {code})", flush=True)
+    say.say(f"wrote {out_dir / 'certificate.json'} and certificate.md (exit {code})")
     return code
 
 
@@ -293,8 +330,8 @@ def _run(args: argparse.Namespace) -> int:
                    bench=args.bench)
 
 
-COMMANDS = (Command(COMMAND, "run image tests, the smoke and the bridge check in an image; write a certificate "
-                    "bound to its digest", _arguments, _run,
+COMMANDS = (Command(COMMAND, "Test an image (image tests, its frameworks' own tests, smoke, bridge) and write its "
+                    "certificate.", _arguments, _run,
                     description="Resolve IMAGE's digest (docker image inspect), run tests/image, the smoke suite, "
                     "the bridge check and, on GPUs, the bench with its regression gate in the image, and write "
                     "certificate.json and certificate.md.",

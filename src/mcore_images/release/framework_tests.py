@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mcore_images import progress
 from mcore_images.catalogue import images
+from mcore_images.release.pytest_steps import VERBOSE, PytestSteps
 from mcore_images.resolve import pypi
 
 INSIDE = "/tmp/framework-tests"
@@ -55,6 +57,11 @@ class Suite:
 SUITES: tuple[Suite, ...] = (
     Suite("verl", "verl", "verl", "*_on_cpu.py", ("--asyncio-mode=auto",), ("pytest", "pytest-asyncio")),
 )
+
+
+def carried(labels: Mapping[str, str]) -> list[Suite]:
+    """The suites of the frameworks an image carries (by its labels)."""
+    return [s for s in SUITES if labels.get(images.label(s.component), "none") != "none"]
 
 
 def fetch_sdist(distribution: str, version: str, into: Path,
@@ -106,12 +113,12 @@ ln -s "$(python -c "import importlib.util as u, os; print(os.path.dirname(u.find
   "$INSIDE/$PACKAGE"
 cd "$INSIDE"
 printf '[pytest]\npython_files = %s\n' "$PYTHON_FILES" > pytest.ini
-PYTHONPATH=/tmp/test-runner timeout "$TIMEOUT" python -m pytest -p no:cacheprovider -q \
-  --continue-on-collection-errors "$@" --junitxml=/out/junit.xml tests/ > /out/pytest.log 2>&1 || true
-tail -n 3 /out/pytest.log
+PYTHONPATH=/tmp/test-runner timeout "$TIMEOUT" python -m pytest -p no:cacheprovider \
+  --continue-on-collection-errors "$@" --junitxml=/out/junit.xml tests/ 2>&1 | tee /out/pytest.log
 '''
 """Run in the container: the runner into its own folder, the sdist's tests/ in a checkout's layout whose package
-folder is the image's installed one, then pytest with the framework's own selection."""
+folder is the image's installed one, then pytest with the framework's own selection, its output streamed (the host
+makes steps of it) and kept in /out/pytest.log."""
 
 
 def counts(junit: Path, suite: Suite) -> dict[str, Any]:
@@ -139,8 +146,10 @@ def counts(junit: Path, suite: Suite) -> dict[str, Any]:
             "total": totals["tests"], "failures": failed[:50], "known_failures": known}
 
 
-def run_suite(ref: str, labels: Mapping[str, str], suite: Suite, python: str, machine: str) -> dict[str, Any] | None:
-    """The suite's outcome for the image (None when the image does not carry the framework)."""
+def run_suite(ref: str, labels: Mapping[str, str], suite: Suite, python: str, machine: str,
+              say: progress.Progress | None = None) -> dict[str, Any] | None:
+    """The suite's outcome for the image (None when the image does not carry the framework); its progress is a step
+    per test file (pytest_steps.py)."""
     version = labels.get(images.label(suite.component))
     if not version or version == "none":
         return None
@@ -158,14 +167,19 @@ def run_suite(ref: str, labels: Mapping[str, str], suite: Suite, python: str, ma
                "-e", f"PACKAGE={suite.package}", "-e", f"PYTHON_FILES={suite.python_files}",
                "-e", f"TIMEOUT={suite.timeout_s}", "-v", f"{work / 'sdist'}:/mnt/sdist:ro",
                "-v", f"{work / 'runner'}:/mnt/runner:ro", "-v", f"{work / 'out'}:/out", "--entrypoint", "sh", ref,
-               "-c", SCRIPT, "framework-tests", *suite.pytest_args]
-        print(f"[certify] {suite.distribution} {version}'s own CPU tests ({suite.python_files} of {sdist.name}), "
-              "offline in the image", flush=True)
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=suite.timeout_s + 300)
-        print(proc.stdout, end="", flush=True)
+               "-c", SCRIPT, "framework-tests", *VERBOSE, *suite.pytest_args]
+        steps = PytestSteps(f"{suite.distribution} {version}'s own tests",
+                            say or progress.Progress("certify", sys.stdout))
+        steps.progress.say(f"{suite.distribution} {version}'s own CPU tests ({suite.python_files} of {sdist.name}), "
+                           "offline in the image: started")
+        done = progress.follow(cmd, steps, timeout=suite.timeout_s + 300)
+        steps.finish()
+        steps.progress.say(f"{suite.distribution} {version}'s own CPU tests: {steps.last or 'no summary'}")
         junit = work / "out" / "junit.xml"
         if not junit.is_file():
-            said = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            said = done.output.strip().splitlines()[-1:] or ["no output"]
+            if done.returncode is None:
+                said = [f"stopped after {suite.timeout_s + 300} s"]
             return {"version": version, "ran": False, "error": f"pytest wrote no report ({said[0][:300]})"}
         return {"version": version, "ran": True, "source": f"{sdist.name} (sha256:{digest})",
                 "selection": f"tests/**/{suite.python_files}", "pytest_args": list(suite.pytest_args),

@@ -153,6 +153,5 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (Command(COMMAND, "join each multi-platform target's per-platform candidates into one index "
-                    "(docker buildx imagetools create) and record its digests for certification and promotion",
+COMMANDS = (Command(COMMAND, "Join each multi-platform target's per-platform candidates into one index.",
                     _arguments, _run, prints_data=True),)

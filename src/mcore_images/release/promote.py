@@ -268,10 +268,10 @@ def _promote(args: argparse.Namespace) -> int:
 
 
 COMMANDS = (
-    Command("attach", "attach a certificate to the digest it certifies (OCI referrer) and sign it with cosign",
+    Command("attach", "Attach a certificate to the digest it certifies, signed with cosign.",
             _attach_arguments, _attach),
-    Command("promote", "tag a digest whose attached, signed certificate passes the policy (dry run unless "
-            "--execute)", _promote_arguments, _promote, prints_data=True,
+    Command("promote", "Tag a digest whose signed certificate passes the policy (a dry run unless --execute).",
+            _promote_arguments, _promote, prints_data=True,
             description="Refuse (exit 1) unless the registry holds a certificate for IMAGE's digest, signed with "
             "KEY, that passes POLICY, and the image is the stack's pins; then point the moving tags and an "
             "immutable tag at the digest. Exit 2 when it cannot check."),

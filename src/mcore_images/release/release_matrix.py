@@ -192,5 +192,5 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (Command("matrix", "GitHub Actions matrix JSON for a bake group, or for built candidates", _arguments,
-                    _run, description="Always prints JSON (one line for $GITHUB_OUTPUT, or --pretty)."),)
+COMMANDS = (Command("matrix", "Print the GitHub Actions matrix of a group's targets, or of built candidates.",
+                    _arguments, _run, description="Always prints JSON (one line for $GITHUB_OUTPUT, or --pretty)."),)

@@ -310,7 +310,7 @@ def _run(args: argparse.Namespace) -> int:
     return verdict.exit_code
 
 
-COMMANDS = (Command("verify", "check that an image's digest carries a passing certificate signed with your key",
+COMMANDS = (Command("verify", "Check that an image carries a passing certificate signed with your key.",
                     _arguments, _run, prints_data=True,
                     description="Exit 0 passed, 1 refused (the reasons are listed), 2 could not check."),)
 

@@ -47,7 +47,8 @@ def pyplot() -> Any:
         import matplotlib.pyplot as plt
     except ImportError:  # the report extra is not installed
         raise InputError(
-            "the report draws its charts with matplotlib: `pip install 'mcore-images[report]'` (or `make setup`)"
+            "the report draws its charts with matplotlib, which is not installed: `pip install matplotlib` (the "
+            "tool's `report` extra; `make setup` installs it in a checkout)"
         ) from None
     return plt
 

@@ -88,10 +88,11 @@ def _run(args: argparse.Namespace) -> int:
 COMMANDS = [
     Command(
         COMMAND,
-        "write a static site of stacks, tags, digests and certificates",
+        "Write a static site of the stacks, their tags, digests and certificates.",
         _arguments,
         _run,
-        description=__doc__.split("\n\n")[0],
+        description="Read the certificates under each INPUT folder (and build timings, if given) and write a static "
+        "site to --out: a page per stack with its images' tags, digests and what each certificate measured.",
         prints_data=True,
     )
 ]

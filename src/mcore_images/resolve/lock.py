@@ -103,5 +103,5 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = (Command("lock", "resolve the hashed per-layer locks in env/locks (or --check them, offline)",
+COMMANDS = (Command("lock", "Resolve the hashed per-layer locks of env/locks, or check them offline (--check).",
                     _arguments, _run, prints_data=True),)

@@ -53,13 +53,14 @@ class Need:
             return None
         return f"pins {self.title} {pin}"
 
-    def line(self, stack: Stack) -> str | None:
-        """The one line `plan` prints for a stack that falls short of this need."""
+    def line(self, stack: Stack, why: bool = True) -> str | None:
+        """The one line for a stack that falls short of this need: with its source and why (`plan --json`), or
+        without them (`plan` and `build` print that one, which names where the why is)."""
         short = self.shortfall(stack)
         if short is None:
             return None
-        return (f"[need {self.name}] stack '{stack.name}' {short}; {self.what} needs {self.title} {self.requires} "
-                f"({self.source}): {self.why}")
+        said = f"[need {self.name}] stack '{stack.name}' {short}; {self.what} needs {self.title} {self.requires}"
+        return f"{said} ({self.source}): {self.why}" if why else f"{said} (why: `mcore-images plan --json`)"
 
 
 def needs_file(root: Path | None = None) -> Path:
@@ -90,9 +91,9 @@ def load(root: Path | None = None) -> list[Need]:
     return out
 
 
-def lines(stack: Stack, needs: Iterable[Need]) -> list[str]:
-    """One line per need the stack falls short of."""
-    return [text for need in needs if (text := need.line(stack))]
+def lines(stack: Stack, needs: Iterable[Need], why: bool = True) -> list[str]:
+    """One line per need the stack falls short of (``why``: with its source and why)."""
+    return [text for need in needs if (text := need.line(stack, why))]
 
 
 def summary(stacks: Iterable[Stack], needs: Iterable[Need]) -> list[str]:

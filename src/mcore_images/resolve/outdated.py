@@ -250,5 +250,6 @@ def _checked_run(args: argparse.Namespace) -> int:
         raise InputError(f"a pin is not a version ({error}); fix env/stacks.json") from None
 
 
-COMMANDS = (Command("outdated", "compare every pin with PyPI's newest release; judge each bump by the rules and uv",
+COMMANDS = (Command("outdated",
+                    "List the pins PyPI has a newer release of, and whether the rules and uv take each bump.",
                     _arguments, _checked_run, prints_data=True),)

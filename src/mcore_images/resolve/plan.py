@@ -19,14 +19,17 @@ class StackPlan:
     targets: dict[str, list[str]] = field(default_factory=dict)
     violations: list[rules.Violation] = field(default_factory=list)
     needs: list[str] = field(default_factory=list)
-    """Known needs of models and recipes the stack falls short of (env/needs.json): told, never refused."""
+    """Known needs of models and recipes the stack falls short of (env/needs.json), each with its why (JSON): told,
+    never refused."""
+    needs_brief: list[str] = field(default_factory=list)
+    """The same, each a line short enough to read (where the why is: `plan --json`)."""
     notes: list[str] = field(default_factory=list)
     """The rules' notes (rules.NOTES): what no measurement decides yet, told, never refused."""
 
     @property
     def told(self) -> list[str]:
         """Every line `plan` and `build` tell and do not refuse: the rules' notes, then the needs."""
-        return [*self.notes, *self.needs]
+        return [*self.notes, *self.needs_brief]
 
     @property
     def base_status(self) -> str:
@@ -81,6 +84,7 @@ def make_plan(selected: list[Stack], group: str | None = None, registry: str = "
             plan.targets[tags.target(layer, stack)] = tags.tags(layer, stack, registry)
         plan.violations = rules.check(stack) + tag_content.violations(stack, every, index)
         plan.needs = needs.lines(stack, known)
+        plan.needs_brief = needs.lines(stack, known, why=False)
         plan.notes = rules.notes(stack)
         plans.append(plan)
     return plans
@@ -167,5 +171,6 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
-COMMANDS = (Command("plan", "list stacks, targets, tags and rule verdicts (exit 1 when a rule is broken)",
+COMMANDS = (Command("plan",
+                    "Show every stack: its images, their tags and the rules' verdicts (exit 1: a rule is broken).",
                     _arguments, _run, prints_data=True),)

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = normalise(args)
         if args.dry_run:
-            from mcore_images.smoke.launcher import count_gpus, plan_from_args
+            from mcore_images.smoke.launcher import count_gpus, plan_from_args, te_installed
 
             available = args.nproc or int(os.environ.get("WORLD_SIZE", "0")) or (2 if args.cpu else count_gpus())
             if available == 0:  # a CPU-only machine: show what each GPU count would run
@@ -49,11 +49,23 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 sizes = [available]
             timings = _timings(args)
+            # Without TE here (a host, not an image), --spec auto plans the local spec alone: say what an image adds.
+            in_image = None if args.cpu or args.spec != "auto" or te_installed() else True
             for size in sizes:
                 the_plan = plan_from_args(args, size)
                 print(layouts.render_plan(the_plan))
                 if timings and not args.cpu:
                     print(projection.render(projection.project(the_plan, timings, args.steps), timings, size))
+                if in_image:
+                    image_plan = plan_from_args(args, size, te_here=True)
+                    added = len(image_plan.to_run) - len(the_plan.to_run)
+                    print(f"this machine has no Transformer Engine, so the plan above is the local spec's alone; in an "
+                          f"image, which carries TE, --spec auto adds the te spec: {added} more run(s), "
+                          f"{len(image_plan.to_run)} of {len(image_plan.runs)} (`mcore-images smoke --image IMAGE -- "
+                          "--dry-run` shows that plan)")
+                    if timings:
+                        print("in an image: " + projection.render(projection.project(image_plan, timings, args.steps),
+                                                                  timings, size))
             return errors.PASSED
         if in_torchrun():
             from mcore_images.smoke import worker

@@ -55,11 +55,17 @@ def count_gpus() -> int:
     return 0
 
 
-def plan_from_args(args: argparse.Namespace, available: int) -> layouts.Plan:
-    """The plan the ranks will make too (TE presence judged by whether it is installed)."""
+def te_installed() -> bool:
+    return importlib.util.find_spec("transformer_engine") is not None
+
+
+def plan_from_args(args: argparse.Namespace, available: int, te_here: bool | None = None) -> layouts.Plan:
+    """The plan the ranks will make too (TE presence judged by whether it is installed, unless ``te_here`` says:
+    the plan an image, which carries TE, would run)."""
     selected = layouts.parse_layouts(args.layouts)
     world = layouts.choose_world(available, selected)
-    te = not args.cpu and args.spec != "local" and importlib.util.find_spec("transformer_engine") is not None
+    te_here = te_installed() if te_here is None else te_here
+    te = not args.cpu and args.spec != "local" and te_here
     specs = ("local", "te") if args.spec == "auto" and te else (("local",) if args.spec == "auto" else (args.spec,))
     shape = layouts.CPU_SHAPE if args.cpu else layouts.GPU_SHAPE
     return layouts.plan(world, selected, te=te, models=tuple(args.models), specs=specs, shape=shape,

@@ -2,7 +2,7 @@
 
 `python -m smoke`, `python -m smoke.bridge` and `python -m smoke.bench` (scripts and job files that users wrote)
 still run in the images and in a checkout: the repository's top-level `smoke` folder, which the images copy beside
-their venv's packages (the wheel leaves it out, so `pip install mcore-images` adds no top-level name to a user's
+their venv's packages (the wheel leaves it out, so installing the tool's wheel adds no top-level name to a user's
 environment), is a namespace folder holding only a `__main__.py` each, which calls ``run_as`` here. Having no
 ``__init__.py``, it never shadows a training repository's own `smoke` package or module: Python takes a namespace
 folder only when no regular one is found anywhere on sys.path.

@@ -48,8 +48,8 @@ MEGATRON_PPO = (
     "algorithm.adv_estimator=grpo actor_rollout_ref.rollout.n=4 "
     "trainer.n_gpus_per_node=8 trainer.nnodes=2"
 )
-"""A GRPO job with the Megatron actor (TP 2, PP 2, EP 2 through verl's mbridge) and vLLM rollout (TP 2),
-as examples/verl-grpo launches it."""
+"""A GRPO job with the Megatron actor (TP 2, PP 2, EP 2 through verl's mbridge) and vLLM rollout (TP 2); the
+example's own launch is composed and validated in test_verl_example.py."""
 
 
 def engine(labels: dict[str, str]) -> components.Component | None:

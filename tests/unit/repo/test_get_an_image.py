@@ -61,3 +61,13 @@ def test_it_says_pypi_has_no_release_and_how_to_install_the_wheel() -> None:
     said = section()
     assert "not on PyPI" in said and "pip wheel --no-deps -w dist . && pip install dist/mcore_images-*.whl" in said
     assert "pip install mcore-images " not in (ROOT / "README.md").read_text().replace("`pip install mcore-images`", "")
+
+
+def test_no_message_or_page_sends_a_user_to_pypi_for_the_tool() -> None:
+    """Before: the smoke wrapper said `pip install mcore-images` and the report `pip install 'mcore-images[report]'`,
+    which find nothing: the tool is installed from a checkout's wheel."""
+    pypi = re.compile(r"pip install '?mcore[-_]images(\[[a-z]+\])?'?(?!`? finds nothing)")
+    files = [*(ROOT / "src").rglob("*.py"), *(ROOT / "docs").glob("*.md"), ROOT / "README.md"]
+    found = [f"{path.relative_to(ROOT)}: {match.group(0)}" for path in files
+             for match in pypi.finditer(path.read_text(encoding="utf-8"))]
+    assert not found, found

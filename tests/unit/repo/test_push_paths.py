@@ -35,7 +35,7 @@ def test_no_make_target_pushes_anything_but_candidate_tags(target: str) -> None:
     if target == "release-local":
         body = script.read_text()
         assert not PUSHES.search(body.replace("--candidate", "")), "release-local pushes outside build/promote"
-        assert body.index("mcore attach") < body.index("mcore promote") < body.index("docker pull -q \"$REGISTRY")
+        assert body.index("mcore attach") < body.index("mcore promote") < body.index("docker pull \"$REGISTRY")
 
 
 def test_only_promote_moves_tags_and_only_after_its_verdict() -> None:

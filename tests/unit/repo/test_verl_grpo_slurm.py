@@ -110,6 +110,12 @@ echo "$*" >> {log}/ray-$SLURM_NODEID.log
 exit 0
 '''
 
+DOCTOR = '''#!/usr/bin/env bash
+# The image's doctor, as today's images answer: no FlashAttention for flash; fused attention and the fusion run.
+[[ " $* " == *" --attention-backend flash "* ]] && exit 1
+exit 0
+'''
+
 TRAINER = '''#!/usr/bin/env bash
 printf '%s\\n' "$@" > {log}/trainer-$SLURM_NODEID.args
 [[ -n "{hold}" ]] && exec sleep 300
@@ -147,8 +153,10 @@ def host(tmp_path: Path, hold: bool) -> Iterator[Host]:
     executable(outside / "scontrol", SCONTROL)
     executable(inside / "ray", RAY.format(log=log, hold="hold" if hold else ""))
     executable(inside / "python3", TRAINER.format(log=log, hold="hold" if hold else ""))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TP", "PP", "EP", "ROLLOUT_TP",
-                                                                     "GPUS_PER_NODE", "NNODES", "HEAD"))}
+    executable(inside / "mcore-images", DOCTOR)
+    given = ("SLURM_", "TP", "PP", "EP", "ROLLOUT_TP", "GPUS_PER_NODE", "NNODES", "HEAD", "ATTENTION_BACKEND",
+             "WGRAD_FUSION")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(given)}
     env |= {"PATH": f"{outside}:{env['PATH']}", "IMAGE": "registry/mcore-images:app-debian-verl",
             "MODEL": "/models/Qwen2.5-7B-Instruct", "DATA": "/data/gsm8k", "SLURM_SUBMIT_DIR": str(ROOT),
             "SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu-node-[07-08]",
@@ -200,8 +208,10 @@ def test_the_layout_and_the_overrides_reach_the_trainer(cluster: Host) -> None:
                      "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
                      "actor_rollout_ref.actor.megatron.expert_model_parallel_size=2",
                      "actor_rollout_ref.rollout.tensor_model_parallel_size=4", "trainer.nnodes=2",
-                     "trainer.n_gpus_per_node=4", "actor_rollout_ref.model.path='/models/Qwen2.5-7B-Instruct'"):
+                     "trainer.n_gpus_per_node=4", "actor_rollout_ref.model.path='/models/Qwen2.5-7B-Instruct'",
+                     "actor_rollout_ref.actor.megatron.override_transformer_config.attention_backend=fused"):
         assert override in args, (override, args)
+    assert not [a for a in args if "gradient_accumulation_fusion" in a], args  # verl's default stands
     assert args[-2:] == ["data.train_batch_size=32", "trainer.total_epochs=2"], args  # last: they win
 
 

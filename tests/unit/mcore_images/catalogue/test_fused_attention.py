@@ -1,4 +1,4 @@
-"""TE's cuDNN fused attention measurements held to the evidence they cite (the attention sections in docs/measurements)."""
+"""TE's cuDNN fused attention measurements held to the evidence they cite (attention sections in docs/measurements)."""
 
 from __future__ import annotations
 

@@ -132,7 +132,7 @@ def test_an_image_that_is_not_there_is_one_line_after_one_pull(tmp_path: Path, m
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no/such:image is not in the local Docker and could not be pulled" in err[0]
     assert "pull access denied" in err[0]
-    assert log.read_text().splitlines() == ["image inspect no/such:image", "pull -q no/such:image"]
+    assert log.read_text().splitlines() == ["image inspect no/such:image", "pull no/such:image"]
     assert not (tmp_path / "out").exists()
 
 

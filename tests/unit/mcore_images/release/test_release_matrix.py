@@ -80,11 +80,11 @@ def test_the_build_matrix_checks_rules_first(tmp_path: Path) -> None:
     entries = json.loads((ROOT / "env" / "stacks.json").read_text())["variable"]["STACKS"]["default"]
     (tmp_path / "env").mkdir()
     (tmp_path / "env" / "engines.json").write_bytes((ROOT / "env" / "engines.json").read_bytes())
-    unpinned = [dict(e, groups=["release"]) if e["name"] == "verl-mcore013" else e for e in entries]
-    write_stacks(tmp_path / "env" / "stacks.json", unpinned)
+    cuda = next(e for e in entries if e["name"] == "cuda")
+    write_stacks(tmp_path / "env" / "stacks.json", [*entries, dict(cuda, name="cuda-unpinned", base_digest="")])
     result = matrix_cli(tmp_path, "--group", "release")
     assert result.returncode == 2 and result.stdout == ""
-    assert "verl-mcore013" in result.stderr and "tag-only base nvidia/cuda:12.8.1" in result.stderr
+    assert "cuda-unpinned" in result.stderr and "tag-only base nvidia/cuda:13.0.2" in result.stderr
 
 
 @pytest.mark.parametrize(("args", "message"), [

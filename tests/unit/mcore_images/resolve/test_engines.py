@@ -75,7 +75,7 @@ def test_a_candidate_engine_release_is_judged_by_its_own_metadata_and_env_is_not
 
 def test_build_with_an_engine_release_the_index_cannot_give_is_one_line_before_anything_runs() -> None:
     env = {**os.environ, "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"}
-    done = subprocess.run([sys.executable, "-m", "mcore_images", "build", "--stack", "verl-mcore013", "--set",
+    done = subprocess.run([sys.executable, "-m", "mcore_images", "build", "--stack", "debian-verl", "--set",
                            "vllm=0.9.9", "--dry-run"], capture_output=True, text=True, check=False, env=env)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "cannot read vllm 0.9.9's requirements from the index" in done.stderr, done.stderr
@@ -105,8 +105,8 @@ def test_a_stack_that_contradicts_verl_is_refused(changes: dict, needle: str) ->
 
 def test_verls_transformers_range_is_judged_against_the_constraints() -> None:
     """verl 0.9.1 needs transformers >= 5.5.3; a stack constrained to transformers < 5 cannot carry it (what
-    `outdated` called "rules ok" for verl-mcore013's 0.6.1 → 0.9.1)."""
-    stack = load_stacks()["verl-mcore013"].replace(verl="0.9.1")
+    `outdated` called "rules ok" for a verl 0.6.1 stack's bump to 0.9.1)."""
+    stack = load_stacks()["debian-verl"].replace(verl="0.9.1")
     found = verl_findings(stack)
     assert any("transformers" in f and "transformers<5" in f for f in found), found
 

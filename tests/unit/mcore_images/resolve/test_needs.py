@@ -93,3 +93,12 @@ def test_a_bad_need_is_one_line_naming_the_fix(checkout: Path, change: dict, mes
 def test_a_tree_without_needs_has_none(checkout: Path) -> None:
     (checkout / "env" / "needs.json").unlink()
     assert needs.load() == []
+
+
+def test_plan_tells_a_need_in_a_line_a_terminal_shows_and_its_json_keeps_the_why(stacks: dict[str, Stack]) -> None:
+    """Before: `plan` printed each need with its whole why: NOTE lines of up to 1,021 characters."""
+    (found,) = plan.make_plan([stacks["debian-verl"]], every=stacks)
+    told = [line for line in found.told if line.startswith("[need ")]
+    assert told and all(len(line) <= 240 and line.endswith("(why: `mcore-images plan --json`)") for line in told)
+    padding = next(line for line in found.to_dict()["needs"] if "verl-megatron-padding" in line)
+    assert "flash_attn.bert_padding" in padding

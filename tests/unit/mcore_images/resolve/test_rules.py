@@ -23,7 +23,7 @@ BAD = [
     ("mcore-min", "debian", {"mcore": "0.12.3"}),
     ("mcore-min", "debian", {"mcore": "none"}),
     ("mbridge-mcore", "debian", {"mcore": "0.19.2"}),
-    ("mbridge-mcore", "verl-mcore013", {"mcore": "0.17.0", "python": "3.12"}),
+    ("mbridge-mcore", "debian-verl", {"mcore": "0.17.0", "python": "3.12"}),
     ("te-cuda", "debian", {"te": "2.6.0"}),
     ("te-cuda", "debian", {"cuda": "11.8"}),
     ("torch-cuda", "debian", {"cuda": "12.8"}),
@@ -49,9 +49,9 @@ BAD = [
     ("cuda-archs", "debian-verl", {"cuda_archs": "90;103"}),
     ("cuda-archs", "debian", {"cuda_archs": "90;101"}),
     ("cuda-archs", "debian", {"cuda_archs": "90;95"}),
-    ("te-archs", "verl-mcore013", {"te": "1.13.0", "cuda_archs": "90;100"}),
-    ("te-flash-attn", "verl-mcore013", {"flash_attn": "4.0.0b36", "constraints": ("nvidia-cutlass-dsl==4.8.1",
-                                                                                  "transformers<5")}),
+    ("te-archs", "debian-verl", {"te": "1.13.0", "cuda_archs": "90;100"}),
+    ("te-flash-attn", "debian-verl", {"te": "2.6.0", "flash_attn": "4.0.0b36",
+                                      "constraints": ("nvidia-cutlass-dsl==4.8.1", "transformers<5")}),
     ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b37", "constraints": ("transformers<5",)}),
     ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b11"}),  # TE's own install hint, on cutlass-dsl 4.8.1
     ("flash-attn-cutlass", "debian", {"flash_attn": "4.0.0b24"}),
@@ -143,7 +143,7 @@ def cudnn_lines(stack: Stack) -> list[str]:
     return [str(v) for v in rules.check(stack) if v.rule == "cudnn-torch"]
 
 
-@pytest.mark.parametrize("name", ["debian", "debian-verl", "verl-mcore013"])
+@pytest.mark.parametrize("name", ["debian", "debian-verl"])
 def test_a_cudnn_pin_other_than_torchs_requirement_is_refused_naming_it(stacks: dict[str, Stack], name: str) -> None:
     # Before: no stack pinned cuDNN; torch's nvidia-cudnn-cuXX came along unseen, read only by te-cudnn from the lock.
     from mcore_images.resolve import engines
@@ -184,7 +184,7 @@ def test_te_cudnn_judges_the_stacks_cudnn_pin(stacks: dict[str, Stack]) -> None:
 ])
 def test_te_archs_are_the_ones_the_te_release_carries(stacks: dict[str, Stack], te: str, archs: str,
                                                      found: str | None) -> None:
-    stack = variant(stacks["verl-mcore013"], te=te, te_source="none" if te == "none" else "build", cuda_archs=archs)
+    stack = variant(stacks["debian-verl"], te=te, te_source="none" if te == "none" else "build", cuda_archs=archs)
     lines = [str(v) for v in rules.check(stack) if v.rule == "te-archs"]
     assert (lines == []) if found is None else (len(lines) == 1 and found in lines[0]), lines
 

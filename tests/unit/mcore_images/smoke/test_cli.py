@@ -15,10 +15,13 @@ from tests.support.host import without_modules
 from tests.unit.conftest import PYTHONPATH
 
 
-def smoke(*args: str, hide_torch: Path | None = None, **env: str) -> subprocess.CompletedProcess:
-    """The smoke's launcher; ``hide_torch``: a folder to make torch unimportable from, whatever this host has."""
+def smoke(*args: str, hide_torch: Path | None = None, first: str | None = None, **env: str
+          ) -> subprocess.CompletedProcess:
+    """The smoke's launcher; ``hide_torch``: a folder to make torch unimportable from, whatever this host has;
+    ``first``: a PYTHONPATH entry before the tool's."""
     clean = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     path = PYTHONPATH if hide_torch is None else f"{without_modules(hide_torch, 'torch')}{os.pathsep}{PYTHONPATH}"
+    path = path if first is None else f"{first}{os.pathsep}{path}"
     clean.update(PYTHONPATH=path, CUDA_VISIBLE_DEVICES="", **env)
     return subprocess.run([sys.executable, "-m", "mcore_images.smoke", *args], capture_output=True, text=True,
                           env=clean,
@@ -40,6 +43,36 @@ def test_dry_run_for_a_given_size_and_selection() -> None:
     assert out.stdout.splitlines()[0] == "smoke plan: 4 rank(s), 3 run(s) of 4, 1 checkpoint round trip(s) of 1"
     assert "dp4            moe   local baseline" in out.stdout
     assert "dp4 again      moe   local bitwise vs dp4/moe/local (deterministic)" in out.stdout
+
+
+def test_a_dry_run_without_transformer_engine_says_what_an_image_adds(tmp_path: Path) -> None:
+    """Before: a host's dry run (no TE) planned the local spec alone and projected its wall time, a plan no image
+    runs, without a word."""
+    hidden = without_modules(tmp_path / "no-te", "transformer_engine")
+    out = smoke("--dry-run", "--nproc", "8", first=hidden)
+    assert out.returncode == 0, out.stderr
+    head = out.stdout.splitlines()[0]
+    assert head.startswith("smoke plan: 8 rank(s), 17 run(s) of 25"), head
+    said = [line for line in out.stdout.splitlines() if "no Transformer Engine" in line]
+    assert said == ["this machine has no Transformer Engine, so the plan above is the local spec's alone; in an "
+                    "image, which carries TE, --spec auto adds the te spec: 25 more run(s), 42 of 50 (`mcore-images "
+                    "smoke --image IMAGE -- --dry-run` shows that plan)"], out.stdout
+    assert "\nin an image: projected wall time on 8 × " in out.stdout
+
+
+@pytest.mark.parametrize("args", [["--spec", "local"], ["--cpu"]])
+def test_a_dry_run_that_asks_for_no_te_adds_nothing(tmp_path: Path, args: list[str]) -> None:
+    hidden = without_modules(tmp_path / "no-te", "transformer_engine")
+    out = smoke("--dry-run", "--nproc", "2", *args, first=hidden)
+    assert out.returncode == 0 and "no Transformer Engine" not in out.stdout, out.stdout + out.stderr
+
+
+def test_a_dry_run_where_transformer_engine_is_plans_it_and_adds_nothing(tmp_path: Path) -> None:
+    (tmp_path / "te" / "transformer_engine").mkdir(parents=True)
+    (tmp_path / "te" / "transformer_engine" / "__init__.py").write_text("")
+    out = smoke("--dry-run", "--nproc", "2", first=str(tmp_path / "te"))
+    assert out.returncode == 0 and "no Transformer Engine" not in out.stdout, out.stdout + out.stderr
+    assert " te    " in out.stdout
 
 
 def test_the_deterministic_repeat_is_planned_on_gpus_only_by_default() -> None:
