@@ -52,7 +52,7 @@ CASES = {
     "build mirror": (["build", "--stack", "debian", "--dry-run"], "DEBIAN_MIRROR 'ftp:mirror' is not a mirror"),
     "doctor only": (["doctor", "--only", "nope"], "unknown check 'nope'"),
     "doctor hf-config": (["doctor", "--hf-config", "no-such-config"],
-                         "argument --hf-config: no-such-config not found: give a HF config.json or the folder holding one"),
+                         "no-such-config not found: give a HF config.json or the folder holding one"),
     "smoke image": (["smoke", "--image", "bad!ref"], "is not a valid name"),
     "smoke out file": (["smoke", "--image", "x", "--out", "file.txt"], "--out file.txt is a file"),
     "smoke out system folder": (["smoke", "--image", "x", "--out", "etc"], "did not write"),
