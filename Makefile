@@ -65,7 +65,7 @@ bake-print: ## print the resolved bake definition of a group (default: all)
 	docker buildx bake --print "$${GROUP:-all}"
 
 lint: ## ruff, shellcheck, hadolint
-	$(PYTHON) -m ruff check src smoke tests docker
+	$(PYTHON) -m ruff check src tests docker
 	$(call tool,shellcheck) .ci/run .ci/run-nightly .ci/*.sh .ci/gpu/*.sh .github/scripts/*.sh docker/*.sh examples/verl-grpo/*.sh examples/verl-grpo/grpo.sbatch
 	$(call tool,hadolint) Dockerfile examples/train-gpt/Dockerfile tests/report/browser/Dockerfile
 	$(PYTHON) -m ruff check examples
