@@ -35,7 +35,7 @@ help: ## show this help
 	@echo "             BAKE_ARGS='<extra docker buildx bake arguments>'"
 
 setup: ## install the tooling and test dependencies into the current Python
-	$(PYTHON) -m pip install -q -e '.[host,test,report]'
+	$(PYTHON) -m pip install -q -e '.[test,report]'
 
 plan: ## list stacks, targets and tags; fail on a broken compatibility rule
 	$(FROM_MAKE) plan STACK GROUP
