@@ -61,8 +61,7 @@ RUN python3 -m venv --system-site-packages /opt/venv
 # every pip install. Our layers install hashed locks with --no-deps that never list what NGC provides
 # (the ngc stack's locks are resolved around it: tests/unit/mcore_images/resolve/test_locks_ngc.py), so the
 # constraint could only refuse a lock it has not seen; it is turned off here, as Megatron-LM's NGC
-# Dockerfile does. A user's `pip install` in the image is then unconstrained too: `pip install -c <(pip
-# freeze)` keeps the image's versions (README).
+# Dockerfile does, until the runtime stage points PIP_CONSTRAINT at the image's own constraints (every flavor's).
 ENV PIP_CONSTRAINT=
 
 # The lock installer and the two scripts it calls (docker/install-lock.sh, pip.sh, pip-check.py) as one folder:
