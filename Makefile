@@ -64,11 +64,12 @@ build: ## build: [STACK=…|GROUP=…] [LAYER=…] [PLATFORM=…] [MAX_JOBS=4] [
 bake-print: ## print the resolved bake definition of a group (default: all)
 	docker buildx bake --print "$${GROUP:-all}"
 
-lint: ## ruff, shellcheck, hadolint
+lint: ## ruff, shellcheck, hadolint, the commit messages since .ci/commit-messages.sh's first commit
 	$(PYTHON) -m ruff check src tests docker
 	$(call tool,shellcheck) .ci/run .ci/run-nightly .ci/*.sh .ci/gpu/*.sh .github/scripts/*.sh docker/*.sh examples/verl-grpo/*.sh examples/verl-grpo/grpo.sbatch
 	$(call tool,hadolint) Dockerfile examples/train-gpt/Dockerfile tests/report/browser/Dockerfile
 	$(PYTHON) -m ruff check examples
+	bash .ci/commit-messages.sh
 
 test-unit: ## unit tests of the tooling, as a machine that never ran CI sees them (.ci/clean-host.sh)
 	bash .ci/clean-host.sh $(PYTHON) -m pytest -q tests/unit
