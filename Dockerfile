@@ -62,8 +62,7 @@ RUN python3 -m venv --system-site-packages /opt/venv
 # every pip install. Our layers install hashed locks with --no-deps that never list what NGC provides
 # (the ngc stack's locks are resolved around it: tests/unit/mcore_images/resolve/test_locks_ngc.py), so the
 # constraint could only refuse a lock it has not seen; it is turned off here, as Megatron-LM's NGC
-# Dockerfile does. A user's `pip install` in the image is then unconstrained too: `pip install -c <(pip
-# freeze)` keeps the image's versions (README).
+# Dockerfile does, until the runtime stage points PIP_CONSTRAINT at the image's own constraints (every flavor's).
 ENV PIP_CONSTRAINT=
 
 # The lock installer and the two scripts it calls (docker/install-lock.sh, pip.sh, pip-check.py) as one folder:
@@ -271,15 +270,10 @@ ENV CUDA_DEVICE_MAX_CONNECTIONS=1 \
     PYTHONUNBUFFERED=1 \
     MCORE_IMAGES_STACK=${STACK} \
     MCORE_IMAGES_ROOT=/opt/mcore-images
-# The smoke programs' old names (`python -m smoke`, `smoke.bench`, `smoke.bridge`), which job files written for
-# earlier images run: the repository's smoke/ namespace folder, beside the venv's packages. The wheel leaves it out,
-# so that `pip install mcore-images` puts no top-level `smoke` into a user's own environment.
 RUN --mount=type=bind,from=tooling-build,source=/tooling,target=/tooling \
     --mount=type=bind,from=install-scripts,target=/mnt/install \
     --mount=type=bind,from=locks,source=${STACK}/runtime.txt,target=/mnt/lock.txt \
-    --mount=type=bind,source=smoke,target=/mnt/old-names \
     sh /mnt/install/pip.sh install --no-deps --no-index --no-cache-dir /tooling/*.whl \
- && cp -R /mnt/old-names "$(python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/smoke" \
  && python /mnt/install/pip-check.py /mnt/lock.txt \
  && mkdir -p /opt/mcore-images \
  && python -m mcore_images.catalogue.constraints > /opt/mcore-images/constraints.txt

@@ -35,7 +35,7 @@ help: ## show this help
 	@echo "             BAKE_ARGS='<extra docker buildx bake arguments>'"
 
 setup: ## install the tooling and test dependencies into the current Python
-	$(PYTHON) -m pip install -q -e '.[host,test,report]'
+	$(PYTHON) -m pip install -q -e '.[test,report]'
 
 plan: ## list stacks, targets and tags; fail on a broken compatibility rule
 	$(FROM_MAKE) plan STACK GROUP
@@ -64,11 +64,12 @@ build: ## build: [STACK=…|GROUP=…] [LAYER=…] [PLATFORM=…] [MAX_JOBS=4] [
 bake-print: ## print the resolved bake definition of a group (default: all)
 	docker buildx bake --print "$${GROUP:-all}"
 
-lint: ## ruff, shellcheck, hadolint
-	$(PYTHON) -m ruff check src smoke tests docker
+lint: ## ruff, shellcheck, hadolint, the commit messages since .ci/commit-messages.sh's first commit
+	$(PYTHON) -m ruff check src tests docker
 	$(call tool,shellcheck) .ci/run .ci/run-nightly .ci/*.sh .ci/gpu/*.sh .github/scripts/*.sh docker/*.sh examples/verl-grpo/*.sh examples/verl-grpo/grpo.sbatch
 	$(call tool,hadolint) Dockerfile examples/train-gpt/Dockerfile tests/report/browser/Dockerfile
 	$(PYTHON) -m ruff check examples
+	bash .ci/commit-messages.sh
 
 test-unit: ## unit tests of the tooling, as a machine that never ran CI sees them (.ci/clean-host.sh)
 	bash .ci/clean-host.sh $(PYTHON) -m pytest -q tests/unit

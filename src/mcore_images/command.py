@@ -107,8 +107,3 @@ def print_json(data: Any, compact: bool = False) -> None:
     """The one way a command prints JSON: indented, or on one line (``compact``: $GITHUB_OUTPUT, a log line)."""
     text = json.dumps(data, default=str, separators=(",", ":")) if compact else json.dumps(data, indent=2, default=str)
     print(text, flush=True)
-
-
-def fail(message: str) -> NoReturn:
-    """Raise the contract's bad-input error (one line, exit 2)."""
-    raise InputError(message)

@@ -38,7 +38,7 @@ def constraints(installed: dict[str, str]) -> list[str]:
 def main() -> int:
     """Print the constraints of this Python's environment (the Dockerfile writes them into the image)."""
     installed = {dist.metadata["Name"]: dist.version for dist in metadata.distributions()}
-    print("# Certified together with this image; see mcore_images/constraints.py")
+    print(f"# Certified together with this image; written by `python -m {__spec__.name}`")
     print("\n".join(constraints(installed)))
     return 0
 

@@ -21,7 +21,7 @@ except ImportError:  # the tooling in an environment without packaging (a foreig
     from pip._vendor.packaging.version import InvalidVersion, Version  # type: ignore[no-redef]
 
 __all__ = ["InvalidRequirement", "InvalidSpecifier", "InvalidVersion", "Requirement", "SpecifierSet", "Version",
-           "at_least", "bounded_below", "major_minor", "parse", "pin_satisfied", "same"]
+           "after", "at_least", "bounded_below", "major_minor", "parse", "pin_satisfied", "same"]
 
 
 def parse(version: str) -> Version:
@@ -41,6 +41,12 @@ def at_least(version: str, floor: str) -> bool:
     """True when ``version``'s release line is at or above ``floor`` ('0.17.0rc1' is at least '0.17')."""
     width = max(len(parse(version).release), len(parse(floor).release))
     return _release(version, width) >= _release(floor, width)
+
+
+def after(version: str, last: str) -> bool:
+    """True when ``version``'s release line is past ``last`` ('1.2.3' is after '1.2.2'; '1.2.2.post1' is not)."""
+    width = max(len(parse(version).release), len(parse(last).release))
+    return _release(version, width) > _release(last, width)
 
 
 def major_minor(version: str) -> str:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from mcore_images import reading
+from mcore_images.catalogue.upstream import MBRIDGE_OLD_NAMES, MCORE_NEW_FLOOR
 from mcore_images.doctor import bridges, probes
 from mcore_images.doctor.checks_megatron import import_fix
 from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip, warn
@@ -56,7 +57,8 @@ def bridge_import(ctx: Context) -> Outcome:
 
 
 def references_encoder_and_decoder(root: Path) -> list[str]:
-    """Files of a package that use ModelType.encoder_and_decoder (mbridge <= 0.15.1 does, in get_model)."""
+    """Files of a package that use ModelType.encoder_and_decoder (mbridge up to upstream.MBRIDGE_OLD_NAMES does, in
+    get_model)."""
     hits = []
     for path in root.rglob("*.py"):
         try:
@@ -86,7 +88,7 @@ def mcore_has_encoder_and_decoder(ctx: Context, core: Path) -> tuple[bool, str]:
 @check(
     "bridge.mcore-compat",
     Status.FAIL,
-    "pin megatron-core < 0.17 or upgrade mbridge past 0.15.1 (pip install -U mbridge)",
+    f"pin megatron-core < {MCORE_NEW_FLOOR} or upgrade mbridge past {MBRIDGE_OLD_NAMES} (pip install -U mbridge)",
     isolated=True,
 )
 def bridge_mcore_compat(ctx: Context) -> Outcome:

@@ -6,11 +6,10 @@ import re
 import sys
 from pathlib import Path
 
+from mcore_images.catalogue.upstream import MCORE_TORCH, VERL_MCORE
 from mcore_images.catalogue.versions import at_least
 from mcore_images.doctor import probes
 from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip
-
-MIN_MCORE = "0.13.0"  # verl asserts megatron-core >= 0.13.0
 
 
 def import_fix(error: str, package: str = "megatron-core") -> str:
@@ -20,7 +19,7 @@ def import_fix(error: str, package: str = "megatron-core") -> str:
     if "No module named 'triton'" in error:
         return "pip install triton (megatron-core imports it unconditionally)"
     if "No module named 'torch'" in error:
-        return "install torch first (a CUDA build, >= 2.6)"
+        return f"install torch first (a CUDA build, >= {MCORE_TORCH})"
     if "transformer-engine" in error or "transformer_engine" in error or "TE core package" in error:
         return (
             "a half-installed Transformer Engine raises on import and takes this import down with it: "
@@ -35,8 +34,8 @@ def import_fix(error: str, package: str = "megatron-core") -> str:
 
 def too_old(version: str, where: Path) -> Outcome:
     return trip(
-        f"megatron-core {version} at {where} is older than {MIN_MCORE} (verl asserts >= {MIN_MCORE})",
-        f"pip install -U 'megatron-core>={MIN_MCORE}'",
+        f"megatron-core {version} at {where} is older than {VERL_MCORE} (verl asserts >= {VERL_MCORE})",
+        f"pip install -U 'megatron-core>={VERL_MCORE}'",
         version=version,
         path=where,
     )
@@ -45,16 +44,17 @@ def too_old(version: str, where: Path) -> Outcome:
 @check(
     "megatron.core",
     Status.FAIL,
-    "pip install 'megatron-core>=0.13.0', or put a Megatron-LM checkout on PYTHONPATH",
+    f"pip install 'megatron-core>={VERL_MCORE}', or put a Megatron-LM checkout on PYTHONPATH",
     isolated=True,
 )
 def megatron_core(ctx: Context) -> Outcome:
-    """megatron.core is found (importlib.util.find_spec, as verl checks), has a version >= 0.13.0, and imports."""
+    """megatron.core is found (importlib.util.find_spec, as verl checks), is a release verl runs on
+    (catalogue.upstream.VERL_MCORE), and imports."""
     where = probes.locate("megatron.core")
     if where is None:
         return trip("megatron.core not found: importlib.util.find_spec('megatron.core') is None")
     version = probes.mcore_version(where)
-    if version and not at_least(version, MIN_MCORE):  # read before importing: an old copy may not import
+    if version and not at_least(version, VERL_MCORE):  # read before importing: an old copy may not import
         return too_old(version, where)
     if error := probes.import_error(ctx, "megatron.core"):
         return trip(
@@ -70,12 +70,12 @@ def megatron_core(ctx: Context) -> Outcome:
             return trip(
                 f"megatron/core at {where} imports but has no version (no package_info.py, no __version__, "
                 "no megatron-core dist-info for this copy): a partial or foreign copy, not verifiably "
-                f">= {MIN_MCORE}",
-                f"pip install --force-reinstall 'megatron-core>={MIN_MCORE}', or use a complete Megatron-LM "
+                f">= {VERL_MCORE}",
+                f"pip install --force-reinstall 'megatron-core>={VERL_MCORE}', or use a complete Megatron-LM "
                 "checkout (it has megatron/core/package_info.py)",
                 path=where,
             )
-        if not at_least(version, MIN_MCORE):
+        if not at_least(version, VERL_MCORE):
             return too_old(version, where)
     return ok(f"megatron-core {version} imports from {where}", version=version, path=where)
 

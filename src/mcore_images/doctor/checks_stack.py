@@ -6,11 +6,10 @@ import sys
 from pathlib import Path
 
 from mcore_images.catalogue import gpu_archs
+from mcore_images.catalogue.upstream import MCORE_NEW_FLOOR, MCORE_PYTHON, MCORE_TORCH
 from mcore_images.catalogue.versions import at_least
 from mcore_images.doctor import fatbin, probes
 from mcore_images.doctor.model import Context, Outcome, Status, check, ok, skip, trip, warn
-
-MCORE_NEEDS_NEW_FLOOR = "0.17"  # from megatron-core 0.17 on: Python >= 3.12 and torch >= 2.6
 
 
 def python_version() -> tuple[int, int, int]:
@@ -25,23 +24,25 @@ def installed_mcore() -> str | None:
 @check(
     "python.version",
     Status.FAIL,
-    "use Python >= 3.12 (a python3.12 venv or image); megatron-core >= 0.17 requires it",
+    f"use Python >= {MCORE_PYTHON} (a python{MCORE_PYTHON} venv or image); megatron-core >= {MCORE_NEW_FLOOR} "
+    "requires it",
     isolated=True,  # finding megatron.core imports the `megatron` package
 )
 def python_floor(ctx: Context) -> Outcome:
-    """Python >= 3.12, which megatron-core >= 0.17 requires."""
+    """The Python newer megatron-core releases require (catalogue.upstream: MCORE_PYTHON from MCORE_NEW_FLOOR)."""
     version = ".".join(map(str, python_version()))
-    if python_version() >= (3, 12):
+    if at_least(version, MCORE_PYTHON):
         return ok(f"Python {version}", python=version)
     mcore = installed_mcore()
-    if mcore and at_least(mcore, MCORE_NEEDS_NEW_FLOOR):
+    if mcore and at_least(mcore, MCORE_NEW_FLOOR):
         return trip(
-            f"Python {version} with megatron-core {mcore}: megatron-core >= 0.17 requires Python >= 3.12",
+            f"Python {version} with megatron-core {mcore}: megatron-core >= {MCORE_NEW_FLOOR} requires Python >= "
+            f"{MCORE_PYTHON}",
             python=version,
             megatron_core=mcore,
         )
     return warn(
-        f"Python {version}: fine for megatron-core < 0.17 only (installed: {mcore or 'none'})",
+        f"Python {version}: fine for megatron-core < {MCORE_NEW_FLOOR} only (installed: {mcore or 'none'})",
         python=version,
         megatron_core=mcore,
     )
@@ -50,11 +51,12 @@ def python_floor(ctx: Context) -> Outcome:
 @check(
     "torch.version",
     Status.FAIL,
-    "pip install 'torch>=2.6' (a CUDA build); megatron-core >= 0.17 needs it",
+    f"pip install 'torch>={MCORE_TORCH}' (a CUDA build); megatron-core >= {MCORE_NEW_FLOOR} needs it",
     isolated=True,
 )
 def torch_version(ctx: Context) -> Outcome:
-    """PyTorch is installed, imports, has a version, and is >= 2.6 for megatron-core >= 0.17."""
+    """PyTorch is installed, imports, has a version, and is the one newer megatron-core releases require
+    (catalogue.upstream: MCORE_TORCH from MCORE_NEW_FLOOR)."""
     facts = probes.torch_facts()
     if facts is None:
         return trip("torch is not installed: megatron-core cannot run here")
@@ -69,15 +71,15 @@ def torch_version(ctx: Context) -> Outcome:
         return trip(
             f"torch at {facts.path} imports but has no version (no __version__ in torch/version.py or "
             "torch, no dist-info for this copy): a partial or foreign copy",
-            "reinstall torch: pip install --force-reinstall 'torch>=2.6' (a CUDA build)",
+            f"reinstall torch: pip install --force-reinstall 'torch>={MCORE_TORCH}' (a CUDA build)",
             path=facts.path,
         )
     mcore = installed_mcore()
-    if not at_least(version, "2.6"):
-        message = f"torch {version} is older than 2.6"
-        if mcore and at_least(mcore, MCORE_NEEDS_NEW_FLOOR):
+    if not at_least(version, MCORE_TORCH):
+        message = f"torch {version} is older than {MCORE_TORCH}"
+        if mcore and at_least(mcore, MCORE_NEW_FLOOR):
             return trip(f"{message}, which megatron-core {mcore} requires", torch=version)
-        return warn(f"{message}: megatron-core >= 0.17 will not run on it", torch=version)
+        return warn(f"{message}: megatron-core >= {MCORE_NEW_FLOOR} will not run on it", torch=version)
     return ok(f"torch {version} imports", torch=version, path=facts.path)
 
 

@@ -5,8 +5,8 @@ cache keys on its ID); `--force` rebuilds it from the mirror. debootstrap copies
 /etc/resolv.conf and /etc/hostname into the tree; both are emptied before import (the container runtime
 mounts its own at start), so the base layer tells nothing of the host that made it.
 
-One local image per platform: the default platform's is the stack's base_image itself (made exactly as before
-stacks had platforms), another's is that tag with its architecture after it (``…:trixie-arm64``, made with
+One local image per platform: the default platform's is the stack's base_image itself (made with plain
+``debootstrap``, no --arch), another's is that tag with its architecture after it (``…:trixie-arm64``, made with
 ``debootstrap --arch arm64``, under QEMU on an x86_64 machine: `make emulation`), which bake hands to BuildKit as
 the base of that platform (docker-bake.hcl's platform contexts).
 """
@@ -68,9 +68,9 @@ def local_tag(stack: Stack, platform: Platform | None = None) -> str:
 def commands(stack: Stack, root: str, mirror: str, platform: Platform | None = None,
              machine: str | None = None) -> tuple[list[str], list[str]]:
     """(debootstrap, docker import) as ``ensure`` runs them for ``platform`` on ``machine`` (default: this one): the
-    default platform's on a machine of that platform exactly as they were before stacks had platforms (so its image,
-    and every cache key above it, stays the same); any other with debootstrap's --arch and docker import's
-    --platform."""
+    default platform's on a machine of that platform with neither --arch nor --platform (so its image, and every
+    cache key above it, does not depend on platforms being named); any other with debootstrap's --arch and docker
+    import's --platform."""
     platform = platform or platforms.DEFAULT
     foreign = platform != platforms.DEFAULT or not emulation.native(platform, machine)
     arch = [f"--arch={platform.arch}"] if foreign else []

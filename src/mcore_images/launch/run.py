@@ -91,9 +91,8 @@ def requested_gpus(cpu: bool, gpus: str, extra: tuple[str, ...]) -> str | None:
     return own[-1] if own else gpus
 
 
-PROGRAM_MODULES = {name: p for p in programs.PROGRAMS
-                   for name in (p.module, p.module.replace("mcore_images.smoke", "smoke"))}
-"""The programs' modules, and the old names they still run under (`smoke`, `smoke.bridge`, `smoke.bench`)."""
+PROGRAM_MODULES = {p.module: p for p in programs.PROGRAMS}
+"""The programs by their module (`mcore_images.smoke`, `mcore_images.smoke.bridge`, …)."""
 
 
 def with_program_out(cmd: list[str]) -> list[str]:

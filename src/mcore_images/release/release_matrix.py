@@ -57,7 +57,7 @@ def build_matrix(group: str, registry: str = "", repo: str = tags.DEFAULT_REPO, 
             }
             if registry:
                 # A multi-platform stack's platforms push <target>.<arch> candidates (`mcore-images index` joins
-                # them) and keep their own build caches; a stack of one platform builds as before.
+                # them) and keep their own build caches; a stack of one platform pushes its plain candidate tags.
                 arch = platform.arch if stack.multi_platform else None
                 sets = [f"{t}.tags={tags.image(candidate_tag(t, sha, arch=arch), registry, repo)}" for t in targets]
                 entry["set"] = "\n".join([*sets, *([f"*.platform={platform.name}"] if arch else [])])

@@ -148,7 +148,7 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
         stack = load_stacks().get(labels.get(images.label("stack"), ""))
         if children is not None:  # an index answers for the platforms of its tag
             verdict.problems += policy.coverage_problems(stack, present, chosen)
-        elif stack is not None:  # one platform's image, judged as one image (as before stacks had platforms)
+        elif stack is not None:  # one platform's image, judged as one image: its platform is one the stack lists
             verdict.problems += [f"the image is {p}, which stack '{stack.name}' is not built for (its platforms: "
                                  f"{', '.join(stack.platforms)}); promote one of its platforms' images"
                                  for p in present if p not in stack.platforms]

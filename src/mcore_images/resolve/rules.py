@@ -14,28 +14,31 @@ from dataclasses import dataclass
 from mcore_images.catalogue import components, flash_attention, fused_attention, gpu_archs, platforms, tags
 from mcore_images.catalogue.components import FROM_BASE
 from mcore_images.catalogue.stacks import NONE, Stack, canonical
+from mcore_images.catalogue.upstream import (
+    MBRIDGE_OLD_NAMES,
+    MCORE_NEW_FLOOR,
+    MCORE_PYTHON,
+    MCORE_TORCH,
+    TE_FIRST_CU13,
+    TE_MIN_CUDNN,
+    TE_MIN_TORCH,
+    TORCH_PYPI_CUDA,
+    VERL_ENGINE_BRIDGE,
+    VERL_MCORE,
+    VERL_PYTHON_BELOW,
+)
 from mcore_images.catalogue.versions import (
     InvalidVersion,
     Requirement,
     SpecifierSet,
     Version,
+    after,
     at_least,
     bounded_below,
     can_meet,
     major_minor,
 )
 from mcore_images.resolve import engines, pypi
-
-# torch on PyPI is built for one CUDA release per torch minor (the nvidia-* wheels it pins).
-TORCH_PYPI_CUDA = {"2.8": "12.8", "2.9": "12.8", "2.11": "13.0"}
-# Transformer Engine publishes transformer-engine-cu13 wheels from 2.9.0 on (PyPI).
-TE_FIRST_CU13 = "2.9.0"
-# TE's extension refuses to compile against older cuDNN headers (a static assertion in its
-# common/cudnn_min_version.h, first in 2.20.0): the TE release → the oldest cuDNN it builds with.
-TE_MIN_CUDNN = {"2.20": "9.12"}
-# TE's extension includes torch's c10d/symm_mem/nccl_dev_cap.hpp from 2.17.0 on; torch 2.9.0's headers lack
-# it (the compile fails), torch 2.11.0's have it (2.10 not measured): the TE release → the oldest torch.
-TE_MIN_TORCH = {"2.17": "2.11"}
 
 
 @dataclass(frozen=True)
@@ -96,40 +99,38 @@ def _release_pinned(s: Stack) -> Iterator[tuple[str, str]]:
             "set base_digest to the image's sha256 digest"
 
 
-@rule("python-for-mcore", 'megatron-core 0.17 and newer need Python 3.12 or newer')
+@rule("python-for-mcore", f'megatron-core {MCORE_NEW_FLOOR} and newer need Python {MCORE_PYTHON} or newer')
 def _python_for_mcore(s: Stack) -> Iterator[tuple[str, str]]:
-    # megatron-core >= 0.17 declares Requires-Python >= 3.12 (0.16.1 still allowed 3.10).
-    if s.has("mcore") and at_least(s.mcore, "0.17") and not at_least(s.python, "3.12"):
-        yield f"megatron-core {s.mcore} needs Python >= 3.12, stack has {s.python}", \
-            "use Python 3.12+ or megatron-core <= 0.16.x"
+    if s.has("mcore") and at_least(s.mcore, MCORE_NEW_FLOOR) and not at_least(s.python, MCORE_PYTHON):
+        yield f"megatron-core {s.mcore} needs Python >= {MCORE_PYTHON}, stack has {s.python}", \
+            f"use Python {MCORE_PYTHON}+ or megatron-core older than {MCORE_NEW_FLOOR}"
 
 
-@rule("torch-min", "torch 2.6 or newer (megatron-core's own requirement)")
+@rule("torch-min", f"torch {MCORE_TORCH} or newer (megatron-core's own requirement)")
 def _torch_min(s: Stack) -> Iterator[tuple[str, str]]:
-    # megatron-core >= 0.17 requires torch >= 2.6.0 (its Requires-Dist).
-    if not at_least(s.torch, "2.6"):
-        yield f"torch {s.torch} is older than 2.6", "use torch >= 2.6"
+    if not at_least(s.torch, MCORE_TORCH):
+        yield f"torch {s.torch} is older than {MCORE_TORCH}", f"use torch >= {MCORE_TORCH}"
 
 
-@rule("mcore-min", "megatron-core 0.13 or newer (verl's assertion)")
+@rule("mcore-min", f"megatron-core {major_minor(VERL_MCORE)} or newer (verl's assertion)")
 def _mcore_min(s: Stack) -> Iterator[tuple[str, str]]:
-    # verl asserts megatron-core >= 0.13.0.
     if not s.has("mcore"):
-        yield "no megatron-core pinned", "pin mcore (>= 0.13.0)"
-    elif not at_least(s.mcore, "0.13"):
-        yield f"megatron-core {s.mcore} is older than 0.13.0 (verl's minimum)", "use megatron-core >= 0.13.0"
+        yield "no megatron-core pinned", f"pin mcore (>= {VERL_MCORE})"
+    elif not at_least(s.mcore, VERL_MCORE):
+        yield (f"megatron-core {s.mcore} is older than {VERL_MCORE} (verl's minimum)",
+               f"use megatron-core >= {VERL_MCORE}")
 
 
 @rule("mbridge-mcore",
-      'mbridge up to 0.15.1 cannot build models on megatron-core 0.17 or newer '
+      f'mbridge up to {MBRIDGE_OLD_NAMES} cannot build models on megatron-core {MCORE_NEW_FLOOR} or newer '
       '(ModelType.encoder_and_decoder was removed; verl #6936)')
 def _mbridge_mcore(s: Stack) -> Iterator[tuple[str, str]]:
-    # mbridge <= 0.15.1 compares against ModelType.encoder_and_decoder, which megatron-core 0.17.0
-    # removed: building any model fails (verl #6936). 0.16.1 still has it.
-    if s.has("mbridge") and s.has("mcore") and not at_least(s.mbridge, "0.15.2") and at_least(s.mcore, "0.17"):
+    if (s.has("mbridge") and s.has("mcore") and not after(s.mbridge, MBRIDGE_OLD_NAMES)
+            and at_least(s.mcore, MCORE_NEW_FLOOR)):
         yield (f"mbridge {s.mbridge} cannot build models on megatron-core {s.mcore} "
-               "(ModelType.encoder_and_decoder was removed in 0.17; verl #6936)"), \
-            "use megatron-core <= 0.16.1 with this mbridge, or set mbridge='none' and use Megatron-Bridge"
+               f"(ModelType.encoder_and_decoder was removed in {MCORE_NEW_FLOOR}; verl #6936)"), \
+            (f"use megatron-core older than {MCORE_NEW_FLOOR} with this mbridge, or set mbridge='none' and use "
+             "Megatron-Bridge")
 
 
 def constraint_on(s: Stack, name: str) -> SpecifierSet:
@@ -142,25 +143,19 @@ def constraint_on(s: Stack, name: str) -> SpecifierSet:
     return found
 
 
-VERL_ENGINE_BRIDGE = "0.9"
-"""verl's Megatron engine from this release on asserts use_mbridge: it builds models through Megatron-Bridge (the
-default) or mbridge (vanilla_mbridge=True, deprecated), never megatron-core alone (verl 0.9.1:
-verl/workers/engine/megatron/transformer_impl.py)."""
-
-
-@rule("verl-bridge", "verl 0.9 and newer build Megatron models only through a bridge: Megatron-Bridge or mbridge")
+@rule("verl-bridge",
+      f"verl {VERL_ENGINE_BRIDGE} and newer build Megatron models only through a bridge: Megatron-Bridge or mbridge")
 def _verl_bridge(s: Stack) -> Iterator[tuple[str, str]]:
     if s.has("verl") and s.has("mcore") and at_least(s.verl, VERL_ENGINE_BRIDGE) and not (
             s.has("megatron_bridge") or s.has("mbridge")):
         yield (f"verl {s.verl}'s Megatron engine builds models only through Megatron-Bridge or mbridge "
                "(it asserts use_mbridge), and the stack carries neither",
-               "pin megatron_bridge (it needs Python >= 3.12), or mbridge with a transformers it reads")
+               f"pin megatron_bridge (it needs Python >= {MCORE_PYTHON}), or mbridge with a transformers it reads")
 
 
-@rule("mbridge-transformers", 'mbridge up to 0.15.1 needs transformers < 5 (it reads config.rope_theta)')
+@rule("mbridge-transformers", f'mbridge up to {MBRIDGE_OLD_NAMES} needs transformers < 5 (it reads config.rope_theta)')
 def _mbridge_transformers(s: Stack) -> Iterator[tuple[str, str]]:
-    # mbridge <= 0.15.1 reads hf_config.rope_theta; transformers 5 moved it to rope_parameters.
-    if s.has("mbridge") and not at_least(s.mbridge, "0.15.2") and not bounded_below(
+    if s.has("mbridge") and not after(s.mbridge, MBRIDGE_OLD_NAMES) and not bounded_below(
             constraint_on(s, "transformers"), "5"):
         yield (f"mbridge {s.mbridge} fails on transformers 5 (config.rope_theta moved into rope_parameters)",
                "add 'transformers<5' to the stack's constraints")
@@ -296,7 +291,8 @@ def _te_fused_attention_unmeasured(s: Stack) -> Iterator[str]:
                f"{f' (with this cuDNN: TE {beside})' if beside else ''}; measure: {fused_attention.MEASURE_COMMAND}")
 
 
-@rule("te-cuda", "a transformer-engine-cuXX wheel exists for the stack's CUDA major (cu13 from TE 2.9)")
+@rule("te-cuda", f"a transformer-engine-cuXX wheel exists for the stack's CUDA major (cu13 from TE "
+                 f"{major_minor(TE_FIRST_CU13)})")
 def _te_cuda(s: Stack) -> Iterator[tuple[str, str]]:
     if s.te_source not in ("build", "pypi"):
         return
@@ -402,7 +398,7 @@ def _torch_cuda(s: Stack) -> Iterator[tuple[str, str]]:
     expected = TORCH_PYPI_CUDA.get(major_minor(s.torch))
     if expected is None:
         yield f"the CUDA build of torch {s.torch} on PyPI is not recorded", \
-            "add it to TORCH_PYPI_CUDA in src/mcore_images/resolve/rules.py after checking its nvidia-* wheels"
+            "add it to TORCH_PYPI_CUDA in src/mcore_images/catalogue/upstream.py after checking its nvidia-* wheels"
     elif expected != major_minor(s.cuda):
         yield f"torch {s.torch} from PyPI is built for CUDA {expected}, stack says {s.cuda}", \
             f"set cuda to {expected} or pick the torch matching CUDA {s.cuda}"
@@ -433,15 +429,14 @@ def _platform_torch(s: Stack) -> Iterator[tuple[str, str]]:
                    f"drop {name} from platforms, or pin a torch whose {machine} wheel is a CUDA build")
 
 
-@rule("verl-python", 'verl and Megatron-Bridge need Python < 3.13')
+@rule("verl-python", f'verl and Megatron-Bridge need Python < {VERL_PYTHON_BELOW}')
 def _verl_python(s: Stack) -> Iterator[tuple[str, str]]:
-    # verl 0.9.x declares Requires-Python <3.13; Megatron-Bridge 0.6.x declares >=3.12,<3.13.
-    if s.has("verl") and at_least(s.python, "3.13"):
-        yield f"the app layer (verl {s.verl}) needs Python < 3.13, stack has {s.python}", \
-            "set verl='none' on this stack, or use a Python 3.12 stack for the app layer"
-    if s.has("megatron_bridge") and at_least(s.python, "3.13"):
-        yield f"Megatron-Bridge {s.megatron_bridge} needs Python < 3.13, stack has {s.python}", \
-            "set megatron_bridge='none', or use Python 3.12"
+    if s.has("verl") and at_least(s.python, VERL_PYTHON_BELOW):
+        yield f"the app layer (verl {s.verl}) needs Python < {VERL_PYTHON_BELOW}, stack has {s.python}", \
+            f"set verl='none' on this stack, or use a Python {MCORE_PYTHON} stack for the app layer"
+    if s.has("megatron_bridge") and at_least(s.python, VERL_PYTHON_BELOW):
+        yield f"Megatron-Bridge {s.megatron_bridge} needs Python < {VERL_PYTHON_BELOW}, stack has {s.python}", \
+            f"set megatron_bridge='none', or use Python {MCORE_PYTHON}"
 
 
 @rule("apex-base", 'apex comes from the base image only on NGC')

@@ -27,5 +27,3 @@ The pure modules (layouts, shards, judge, certificate, kit.errors, kit.numerics,
 kit.gpt_builder, bridge.spec, bench.model, bench.gate, attention.cases, attention.table) import without torch, so host
 tests and ``--dry-run`` work anywhere.
 """
-
-__version__ = "0.2.0"

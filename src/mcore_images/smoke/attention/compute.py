@@ -23,6 +23,7 @@ import torch
 
 from mcore_images.smoke.attention import table
 from mcore_images.smoke.attention.cases import Backend, Case
+from mcore_images.smoke.kit import seeds
 from mcore_images.smoke.kit import transformer_engine as te_kit
 
 BF16 = torch.bfloat16
@@ -95,7 +96,8 @@ def _fwd_bwd(run: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Ten
     q, k, v = (data[n].detach().to(dtype).requires_grad_() for n in ("q", "k", "v"))
     out = run(q, k, v).reshape(data["dout"].shape)
     if fault == "perturb":
-        noise = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).to(out.device, out.dtype)
+        seed = seeds.data_seed("attention-fault", seeds.DEFAULT_SEED)
+        noise = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)).to(out.device, out.dtype)
         out = out + 0.05 * out.detach().abs().max() * noise
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), data["dout"].to(dtype))
     return {"out": out.detach().float(), "dq": dq.float(), "dk": dk.float(), "dv": dv.float()}

@@ -21,6 +21,7 @@ DATA: dict[str, str] = {
     "smoke-batch": "the fixed global batch every smoke layout trains on",
     "bench-tokens": "the bench's training tokens, one stream per data-parallel rank (the same for every row)",
     "bridge-tokens": "the tokens the bridge check feeds both Megatron and transformers",
+    "attention-fault": "the noise a planted `perturb` fault adds to an attention output (the same in every run)",
 }
 """The kinds of data the programs draw, and what each is for."""
 

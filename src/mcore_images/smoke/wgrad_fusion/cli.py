@@ -27,8 +27,9 @@ def build_parser() -> OneLineParser:
     return parser
 
 
-def _prepare(cpu: bool) -> tuple[Any, Any, Any]:
-    """(torch, device, the module) with megatron-core's parallel state up on one rank; CouldNotRun otherwise."""
+def _prepare(cpu: bool, seed: int) -> tuple[Any, Any, Any]:
+    """(torch, device, the module) with megatron-core's parallel state up on one rank, seeded from ``seed``;
+    CouldNotRun otherwise."""
     provider = wgrad_fusion.provider()
     if provider is None:
         raise errors.CouldNotRun(f"{wgrad_fusion.MODULE} does not import here: megatron-core's gradient accumulation "
@@ -58,12 +59,12 @@ def _prepare(cpu: bool) -> tuple[Any, Any, Any]:
     if not cpu and not torch.cuda.is_available():
         raise errors.CouldNotRun("torch sees no GPU: run on a GPU machine, or pass --cpu")
     bootstrap.init_process_group(cpu, timeout_s=120)
-    bootstrap.init_parallel(cpu=cpu, timeout_s=120, seed=0)
+    bootstrap.init_parallel(cpu=cpu, timeout_s=120, seed=seed)
     return torch, torch.device("cpu" if cpu else "cuda"), module
 
 
 def run(args: Any) -> dict[str, Any]:
-    torch, device, module = _prepare(args.cpu)
+    torch, device, module = _prepare(args.cpu, args.seed)
     from mcore_images.smoke.kit import bootstrap, envinfo
     from mcore_images.smoke.wgrad_fusion import check
 

@@ -1,5 +1,5 @@
 """`mcore-images build --platform`: one platform per build, a stack's own platforms only, QEMU registered first for a
-foreign one; an amd64-only stack builds on an x86_64 machine exactly as before (no platform given to bake)."""
+foreign one; an amd64-only stack builds on an x86_64 machine with no platform given to bake."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The debian base: the build host's resolvers and name do not reach the image; one image per platform, the
-default platform's made as before, another's with debootstrap --arch under QEMU."""
+default platform's made with plain debootstrap, another's with debootstrap --arch under QEMU."""
 
 from __future__ import annotations
 

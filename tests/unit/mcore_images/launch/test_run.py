@@ -40,7 +40,8 @@ def test_readmes_run_sample_prints_the_line_readme_shows(capsys: pytest.CaptureF
 @pytest.mark.parametrize(("command", "added"), [
     (["python", "-m", "mcore_images.smoke"], ["--out", "/out/smoke"]),
     (["python3", "-m", "mcore_images.smoke.bench", "--configs", "dense-1b"], ["--out", "/out/bench"]),
-    (["python", "-m", "smoke.bridge", "--cpu"], ["--out", "/out/bridge"]),  # an old name
+    (["python", "-m", "mcore_images.smoke.bridge", "--cpu"], ["--out", "/out/bridge"]),
+    (["python", "-m", "smoke.bridge", "--cpu"], []),  # a name no program has
     (["python", "-m", "mcore_images.smoke", "--out", "/data/cert"], []),
     (["python", "-m", "mcore_images.smoke", "--out=/data/cert"], []),
     (["python", "-m", "mcore_images.smoke", "--dry-run"], []),

@@ -176,7 +176,8 @@ def test_certify_of_a_foreign_image_without_qemu_stops_before_running(monkeypatc
 
 def test_one_platforms_image_of_a_multi_platform_stack_is_judged_as_one_image(
         stacks: dict[str, Stack], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
-    """As before stacks had platforms (the registry tests' images are such), with a note naming the index."""
+    """An image, not an index (the registry tests' images are such): judged on its own platform, with a note naming
+    the index."""
     Registry(stacks["debian"], tmp_path, None, {"linux/amd64": None}, gpus=8).install(monkeypatch)
     verdict = check(f"{REPOSITORY}@{CHILD['linux/amd64']}", key, RELEASE)
     assert verdict.status == "passed", verdict.problems

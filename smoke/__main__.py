@@ -1,5 +1,0 @@
-"""`python -m smoke`: runs `python -m mcore_images.smoke` (see mcore_images/smoke/renamed.py)."""
-
-from mcore_images.smoke.renamed import run_as
-
-run_as("mcore_images.smoke")
