@@ -121,7 +121,7 @@ measure() {
 
 case "${1:-}" in
   prepare) shift; [[ $# -le 1 ]] || die "usage: $0 prepare [FREEZE]"; prepare "$@" ;;
-  plan) plan ;;
+  plan) [[ $# -eq 1 ]] || die "usage: $0 plan"; plan ;;
   measure) shift; [[ $# -eq 1 ]] || die "usage: $0 measure DIR (e.g. $DIR_DEFAULT)"; measure "$1" ;;
   *) die "usage: $0 prepare [FREEZE] | plan | measure DIR" ;;
 esac

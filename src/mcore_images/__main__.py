@@ -40,7 +40,10 @@ def main() -> int:
             if own:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
 
-        return cli.main(ready=ready)
+        code = cli.main(ready=ready)
+        if own:  # the command has finished: a Ctrl-C from here on (the interpreter's shutdown) leaves its exit code
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return code
     except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; programs it started got the signal too
         print(f"\n{INTERRUPTED_LINE}", file=sys.stderr)
         return INTERRUPTED

@@ -19,7 +19,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from mcore_images import __version__
-from mcore_images.command import Command, Parser, configure, dispatch
+from mcore_images.command import Command, configure, dispatch
+from mcore_images.options import OneLineParser
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def listing(width: int | None = None) -> str:
     return "\n".join(out)
 
 
-class _Top(Parser):
+class _Top(OneLineParser):
     """The top-level parser: its help lists the commands by group (argparse lists subcommands in one flat group)."""
 
     def format_help(self) -> str:
@@ -110,7 +111,7 @@ def parser(only: Collection[str] | None = None) -> argparse.ArgumentParser:
     argparse knows, their modules not imported)."""
     top = _Top(prog="mcore-images", description=__doc__.splitlines()[0])
     top.add_argument("--version", action="version", version=f"mcore-images {__version__}")
-    sub = top.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
+    sub = top.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="COMMAND")
     for name in ENTRIES:
         if only is None or name in only:
             command = load(name)

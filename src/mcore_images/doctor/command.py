@@ -187,4 +187,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = COMMANDS[0]
     parser = OneLineParser(prog=f"mcore-images {command.name}", description=command.description or command.help)
     configure(parser, command)
-    return dispatch(parser, list(sys.argv[1:] if argv is None else argv))
+    return dispatch(lambda _: parser, list(sys.argv[1:] if argv is None else argv))

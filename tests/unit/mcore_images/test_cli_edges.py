@@ -101,7 +101,7 @@ def test_ctrl_c_while_the_tool_imports_is_one_line_and_exit_130(entry: str, comm
     landed = 0
     for delay in (0.0, 0.01, 0.05, 0.1, 0.2, 0.3):
         code, said = interrupted_while_importing(ENTRIES[entry], command, delay)
-        if code is None:
+        if code is None or (code == 0 and not said.strip()):  # it had finished its work before the signal came
             continue
         landed += 1
         assert code == entry_point.INTERRUPTED and said.strip().splitlines() == [entry_point.INTERRUPTED_LINE], \

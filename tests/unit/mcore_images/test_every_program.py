@@ -115,6 +115,8 @@ OPTIONS: dict[tuple[str, str], Use] = {
     ("mcore_images.smoke.verl_step.engine_case", "--out"): Use(
         OUT_FILE, ("--backend", "fused", "--bridge", "mbridge", "--model", "{model}", "--batch", "{batch}")),
     ("mcore_images.smoke.projection", "certificate"): Use(IN_FILE, (), positional=True),
+    ("mcore_images.smoke.bench.goals", "benches"): Use(IN_FILE, (), positional=True),
+    ("mcore_images.smoke.verl_step.trainer_imports", "--wheels"): Use(IN_FOLDER, ()),
 }
 """Every option of every program that names a path, and how the walk reaches it."""
 
@@ -142,6 +144,9 @@ PARSERS: dict[str, Callable[[], argparse.ArgumentParser] | None] = {
     "mcore_images.smoke.projection": _parser_of("mcore_images.smoke.projection"),
     "mcore_images.smoke.verl_step": _parser_of("mcore_images.smoke.verl_step.cli"),
     "mcore_images.smoke.verl_step.engine_case": _parser_of("mcore_images.smoke.verl_step.engine_case"),
+    "mcore_images.smoke.verl_step.trainer_imports": _parser_of("mcore_images.smoke.verl_step.trainer_imports"),
+    "mcore_images.smoke.bench.goals": _parser_of("mcore_images.smoke.bench.goals"),
+    "mcore_images.smoke.wgrad_fusion": _parser_of("mcore_images.smoke.wgrad_fusion.cli"),
     "mcore_images.doctor.worker": None,  # one JSON request from the doctor, no options
     "mcore_images.doctor.fatbin": None,  # takes no arguments
     "mcore_images.catalogue.constraints": None,  # takes no arguments

@@ -23,8 +23,8 @@ CUDA = load_stacks(ROOT / "env" / "stacks.json")["cuda"]
 PAIR = "te2.20-b36-c4.8.1"
 """The TE / FlashAttention 4 pair attention-pairs.sh runs here (PAIR_SET): one whose measured section is recorded."""
 HERE = {("image-env-replica.sh", "export"), ("image-env-replica.sh", "locks"), ("replica-stack.sh", "apex-source"),
-        ("attention-pairs.sh", "prepare")}
-"""Steps the headers run on the CPU machine (PyPI, Docker, an apex checkout); every other step runs on the GPU
+        ("replica-stack.sh", "megatron-lm-source"), ("attention-pairs.sh", "prepare")}
+"""Steps the headers run on the CPU machine (PyPI, Docker, an apex or Megatron-LM checkout); every other step runs on the GPU
 machine, where nothing outside can be reached."""
 
 
@@ -102,7 +102,7 @@ class Box:
                 "site": str(next(self.sandbox.host("gpu").glob("lib/python*/site-packages"))), "te": CUDA.te,
                 "stack": CUDA.name, "pair": PAIR, "image": f"mcore-images:runtime-{CUDA.name}",
                 "freeze": str(self.root / "freeze.txt"), "apex": str(self.root / "apex"),
-                "part": str(self.root / "carried.part.000")}
+                "megatron_lm": str(self.root / "megatron-lm"), "part": str(self.root / "carried.part.000")}
 
     def run(self, step: Step, args: list[str], ctx: dict[str, str], env: dict[str, str] | None = None) -> Result:
         """``bash SCRIPT STEP ARGS`` on the machine the step runs on; REPLICA, PAIRS and OUT in the sandbox."""
@@ -117,6 +117,7 @@ def make_box(base: Path) -> Box:
     box = Box(make_sandbox(base, ROOT, CUDA.python, CUDA.torch))
     (box.root / "dir").mkdir()
     (box.root / "apex").mkdir()
+    (box.root / "megatron-lm").mkdir()
     (box.root / "freeze.txt").write_text(f"torch=={CUDA.torch}\npip==24.0\n")
     (box.root / "carried.part.000").write_text("a carried part\n")
     return box
@@ -138,6 +139,7 @@ GOOD: dict[str, Callable[[dict[str, str]], list[str]]] = {
     "FILE": lambda c: sorted(str(p) for p in Path(c["dir"], "parts").glob("*")) or [c["part"]],
     "CMD": lambda c: ["python", "-m", "mcore_images.smoke", "--out", f"{c['out']}/smoke"],
     "APEX_CHECKOUT": lambda c: [c["apex"]],
+    "MEGATRON_LM_CHECKOUT": lambda c: [c["megatron_lm"]],
     "OUT": lambda c: [c["out"]],
     ".whl/carry/NN": lambda c: [".whl/carry/00"],
     "PAIR": lambda c: [c["pair"]],
@@ -157,6 +159,7 @@ BAD: dict[str, Callable[[dict[str, str]], list[str]]] = {
     "FREEZE": lambda c: [f"{c['tmp']}/no-such-freeze.txt"],
     "FILE": lambda c: [f"{c['tmp']}/no-such.part.000"],
     "APEX_CHECKOUT": lambda c: [c["tmp"]],
+    "MEGATRON_LM_CHECKOUT": lambda c: [c["tmp"]],
     "OUT": _full,
     "STEP": lambda c: ["no-such-step"],
     ".whl/carry/NN": lambda c: [".whl/carry/99"],

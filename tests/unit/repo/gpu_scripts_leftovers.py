@@ -17,7 +17,7 @@ from typing import Any
 from tests.image.utils.fake_wheel import FAKE_WHEEL
 from tests.support.gpu_host import SYSTEM_PATH
 from tests.unit.conftest import ROOT
-from tests.unit.repo.gpu_scripts_calls import CUDA, GOOD, PAIR, Box, Step
+from tests.unit.repo.gpu_scripts_calls import CUDA, GOOD, PAIR, Box, Step, ready_dir
 
 PAIR_FOLDERS = {"te-2.20": [("transformer-engine-cu13", "2.20.2"), ("transformer-engine", "2.20.2"),
                             ("pydantic", "2.11.0")],
@@ -94,6 +94,17 @@ def apex_root(box: Box, ctx: dict[str, str]) -> dict[str, str]:
     return {"MCORE_IMAGES_ROOT": str(tree)}
 
 
+def megatron_lm_checkout(box: Box, ctx: dict[str, str]) -> None:
+    """A Megatron-LM checkout tagged with the cuda stack's megatron-core release (core_vX.Y.Z), and DIR as `locks`
+    leaves it: what `megatron-lm-source` archives."""
+    checkout, env = Path(ctx["megatron_lm"]), {"PATH": SYSTEM_PATH, "HOME": ctx["tmp"], "GIT_CONFIG_NOSYSTEM": "1"}
+    (checkout / "pretrain_gpt.py").write_text("# Megatron-LM's entry point\n")
+    for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"],
+                    ["tag", f"core_v{CUDA.mcore}"]):
+        subprocess.run(["git", "-C", str(checkout), *command], env=env, check=True, capture_output=True)
+    ready_dir(ctx)
+
+
 def pairs_downloaded(box: Box, ctx: dict[str, str]) -> None:
     """What `prepare` packs for PAIR: its one part under .whl/carry/00."""
     source = box.root / "pairs-downloaded"
@@ -115,6 +126,7 @@ def pair_checked(box: Box, ctx: dict[str, str]) -> None:
 HOOKS: dict[tuple[str, str], dict[str, Callable[..., Any]]] = {
     ("image-env-replica.sh", "locks"): {"after": locks_downloaded},
     ("replica-stack.sh", "apex-source"): {"env": apex_root},
+    ("replica-stack.sh", "megatron-lm-source"): {"before": megatron_lm_checkout},
     ("replica-stack.sh", "all"): {"before": replica_stashed},
     ("attention-pairs.sh", "prepare"): {"after": pairs_downloaded},
     ("attention-pairs.sh", "check"): {"after": pair_checked},

@@ -8,12 +8,15 @@ applies to it and whether it is met. A goal none of the rows reaches is listed a
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from mcore_images import reading
+from mcore_images.errors import InputError
+from mcore_images.options import OneLineParser
 
 
 def step_spread(row: dict[str, Any]) -> float:
@@ -111,16 +114,19 @@ def table(benches: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="python -m mcore_images.smoke.bench.goals", prefix="goals: ",
+                           description="One table of the bench's variant rows against the goals they are run for.")
+    parser.add_argument("benches", nargs="+", type=Path, help="the bench.json files of one call")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    paths = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]
-    if not paths or (absent := [p for p in paths if not p.is_file()]):
-        print("goals: give the bench.json files of one call" + (f" ({absent[0]} not found)" if paths else ""),
-              file=sys.stderr)
-        return 2
+    args = build_parser().parse_args(argv)
     try:
-        benches = [json.loads(p.read_text()) for p in paths]
-    except ValueError as exc:
-        print(f"goals: a bench.json does not parse ({exc}): give the files the bench wrote", file=sys.stderr)
+        benches = [reading.read_json(p, "a bench.json", "give the files the bench wrote") for p in args.benches]
+    except InputError as exc:
+        print(f"goals: {exc}", file=sys.stderr)
         return 2
     print(table(benches), end="")
     return 0

@@ -120,10 +120,10 @@ def flash_problem(version: Callable[[str], str | None] = installed_version) -> s
                 f"(installed: {installed}), and megatron-core turns fused and unfused off (NVTE_FUSED_ATTN=0 "
                 f"NVTE_UNFUSED_ATTN=0): {fix}")
     cutlass = version(flash_attention.CUTLASS_DSL)
-    sms = {m.sm for m in flash_attention.MEASURED}
-    if view.fa4 and (wrong := flash_attention.measured_wrong(view.fa4, cutlass, te, sms)):
-        m = wrong[0]
-        return (f"--attention-backend flash would run {flash_attention.FA4_DISTRIBUTION} {view.fa4} on "
-                f"{flash_attention.CUTLASS_DSL} {cutlass} under TE {te}, measured wrong on sm_{m.sm} ({m.measured}; "
-                f"catalogue/flash_attention.py MEASURED): {fix}")
+    for sm in sorted({m.sm for m in flash_attention.MEASURED}):
+        judged = flash_attention.judge(view.fa4, cutlass, te, sm) if view.fa4 else None
+        if judged is not None and judged.verdict == flash_attention.WRONG:
+            return (f"--attention-backend flash would run {flash_attention.FA4_DISTRIBUTION} {view.fa4} on "
+                    f"{flash_attention.CUTLASS_DSL} {cutlass} under TE {te}, measured wrong on sm_{sm} ({judged.why}; "
+                    f"catalogue/flash_attention.py MEASURED): {fix}")
     return None

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mcore_images import reading
 from mcore_images.options import OneLineParser
 from mcore_images.smoke.kit import errors
 
@@ -248,7 +249,10 @@ def _check(args: object, scratch: Path) -> tuple[str, str, Closure, dict[str, st
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.wheels and (problem := reading.folder_problem(args.wheels, "--wheels")):
+        parser.error(f"{problem}: give the folder of a lock's wheels")
     try:
         with tempfile.TemporaryDirectory(prefix="verl-source-") as scratch:
             source, rollout, result, absent = _check(args, Path(scratch))

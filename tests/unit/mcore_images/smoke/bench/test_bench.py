@@ -513,10 +513,10 @@ def test_a_graphed_row_that_captured_nothing_fails_as_having_run_eager() -> None
 def test_dropless_names_the_grouped_gemm_the_local_spec_cannot_run() -> None:
     dropless = bench_model.VARIANTS["dropless"]
     assert dropless.dispatcher == "alltoall" and dropless.grouped_gemm
-    settings, dropped = bench_model.resolve_variant(dropless, moe=True, te=True, cpu=False, apex=False)
+    settings, dropped = bench_model.resolve_variant(dropless, moe=True, te=True, cpu=False, wgrad_fusion=False)
     assert settings["moe_permute_fusion"] and "capacity" not in str(settings) and not any("grouped" in d for d in
                                                                                          dropped)
-    _, dropped = bench_model.resolve_variant(dropless, moe=True, te=False, cpu=True, apex=False)
+    _, dropped = bench_model.resolve_variant(dropless, moe=True, te=False, cpu=True, wgrad_fusion=False)
     assert any(d.startswith("moe_grouped_gemm (Transformer Engine's GroupedLinear") for d in dropped)
 
 
