@@ -23,7 +23,8 @@ import pytest
 from tests.unit.conftest import ROOT
 
 SRC = ROOT / "src"
-SHARED = {"errors", "command", "jsonfiles", "schemas", "create_only", "options", "reading", "tools", "__init__"}
+SHARED = {"errors", "command", "jsonfiles", "schemas", "create_only", "options", "reading", "tools", "progress",
+          "__init__"}
 ALLOWED: dict[str, set[str]] = {
     "shared": {"shared"},
     "catalogue": {"shared", "catalogue"},
