@@ -16,21 +16,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mcore_images import PACKAGE
-from mcore_images.errors import InputError, shown
+from mcore_images.errors import InputError
 from mcore_images.reading import MAX_BYTES, read_json
+from mcore_images.schemas import PACKAGED, phrase
 
 Place = Callable[[Any, Sequence[Any]], tuple[str, Sequence[Any]]]
 """Given the document and an error's path in it, names the start of the path ("stack 'debian'") and returns the
 rest."""
 Shape = Callable[[Any], list[str]]
 """A reader's own check of a parsed document, beyond its schema: one phrase per problem ([] when it has none)."""
-
-PACKAGED = PACKAGE / "data"
-CERTIFICATE_SCHEMA = PACKAGED / "certificate.schema.json"
-"""The certificate fields the report, verify, attach and promote read, with their types."""
-BUILD_TIMINGS_SCHEMA = PACKAGED / "build-timings.schema.json"
-"""What `mcore-images build-timing --out` writes, as the report reads it."""
 
 
 def load(path: Path, what: str, fix: str, schema: Path | None = None, *, place: Place | None = None,
@@ -83,13 +77,5 @@ def problem(data: Any, schema: Path, place: Place | None = None) -> str | None:
                  None)
     if error is None:
         return None
-    where: Sequence[Any] = list(error.absolute_path)
-    name, where = place(data, where) if place else ("", where)
-    field = ".".join(str(p) for p in where)
-    hint = error.schema.get("description") or (error.parent.schema.get("description") if error.parent else None)
-    located = ", ".join(p for p in (name, f"field {field}" if field else "") if p)
-    message = error.message
-    if isinstance(error.instance, str) and repr(error.instance) in message:  # the user's text, escaped and cut
-        message = message.replace(repr(error.instance), f"'{shown(error.instance)}'")
-    message = message if len(message) <= 160 else message[:157] + "..."
-    return f"{located + ': ' if located else ''}{message}" + (f"; write {hint}" if hint else "")
+    name, where = place(data, list(error.absolute_path)) if place else ("", list(error.absolute_path))
+    return phrase(error, name, list(where))

@@ -22,7 +22,8 @@ from mcore_images.catalogue.images import ImageRef
 from mcore_images.catalogue.stacks import Stack
 from mcore_images.catalogue.versions import InvalidVersion, Version, pin_satisfied
 from mcore_images.errors import InputError
-from mcore_images.jsonfiles import CERTIFICATE_SCHEMA, PACKAGED, problem
+from mcore_images.jsonfiles import problem
+from mcore_images.schemas import CERTIFICATE_SCHEMA, PACKAGED
 
 CERTIFIED_LAYERS = ("runtime", "app")
 """Layers that carry megatron-core, so the smoke can certify them; only these get public tags."""

@@ -19,8 +19,8 @@ from mcore_images.catalogue import components, images, platforms
 from mcore_images.catalogue.stacks import Stack
 from mcore_images.catalogue.versions import pin_satisfied
 from mcore_images.errors import InputError
-from mcore_images.jsonfiles import BUILD_TIMINGS_SCHEMA
 from mcore_images.release import policy
+from mcore_images.schemas import BUILD_TIMINGS_SCHEMA
 
 CERTIFICATE_NAME = "certificate.json"
 STALE_POLICY = "release"

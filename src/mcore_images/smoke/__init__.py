@@ -13,7 +13,13 @@
   checks that every package verl's trainer imports is installed;
 - ``python -m mcore_images.smoke.wgrad_fusion``: megatron-core's gradient accumulation fusion through its own layers
   against the exact sum (src/mcore_images/smoke/wgrad_fusion/);
-- ``smoke.kit``: what they all stand on (bootstrap, the one GPT builder, tolerances, seeds, environment facts).
+- ``smoke.kit``: what they all stand on (bootstrap, the one GPT builder, tolerances, seeds, environment facts, the
+  GPU count, and the registry of the certificate's sections).
+
+The smoke writes the certificate (``certificate``: data/certificate.schema.json's smoke document, checked with
+jsonschema); the attention check, the bench, the bridge check and the verl step each add a section to it through a
+``section`` module in their package that registers with ``kit.sections`` (its key, its schema identifier, its
+Markdown), so the certificate names no program and any program renders it whole.
 
 They import torch, megatron-core (TE and the bridges when present), the standard library and, from the
 tooling, only modules that stand on the standard library (packaging aside, through versions):
@@ -24,6 +30,6 @@ tooling, only modules that stand on the standard library (packaging aside, throu
 keeps the list).
 
 The pure modules (layouts, shards, judge, certificate, kit.errors, kit.numerics, kit.seeds, kit.model_size,
-kit.gpt_builder, bridge.spec, bench.model, bench.gate, attention.cases, attention.table) import without torch, so host
-tests and ``--dry-run`` work anywhere.
+kit.gpt_builder, kit.sections and every program's section, bridge.spec, bench.model, bench.gate, attention.cases,
+attention.table, verl_step.spec) import without torch, so host tests and ``--dry-run`` work anywhere.
 """

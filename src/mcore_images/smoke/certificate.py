@@ -1,11 +1,14 @@
 """The smoke certificate: a JSON document and the Markdown table rendered from it.
 
 Pure Python. The ranks fill ``environment``/``settings``/``runs``; the launcher adds the outcome and
-wall time; ``mcore-images certify`` adds the image reference and digest. One schema, one renderer.
+wall time; the smoke's programs add their sections (smoke/kit/sections.py: each program's ``section`` module says
+its key and its Markdown); ``mcore-images certify`` adds the image reference and digest. One schema
+(data/certificate.schema.json: the document is its ``$defs/smoke``, each section its ``$defs/<key>``), one renderer.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -14,39 +17,11 @@ from typing import Any
 from mcore_images import create_only, reading, schemas
 from mcore_images.catalogue import components, gpu_archs
 from mcore_images.errors import InputError
-from mcore_images.smoke.attention import table as attention_table
+from mcore_images.smoke.kit import sections
 
 SCHEMA = schemas.CERTIFICATE
-STATUSES = ("passed", "failed", "could-not-run", "running")
-RUN_STATUSES = ("passed", "failed", "skipped", "not-run")
-
-TOP_KEYS = {
-    "schema": str,
-    "status": str,
-    "exit_code": int,
-    "error": (str, type(None)),
-    "image": dict,
-    "created": str,
-    "command": list,
-    "environment": dict,
-    "settings": dict,
-    "tolerance": dict,
-    "runs": list,
-    "timing": dict,
-}
-RUN_KEYS = {
-    "id": str,
-    "layout": str,
-    "model": str,
-    "spec": str,
-    "status": str,
-    "reason": (str, type(None)),
-    "checks": list,
-    "losses": list,
-    "grad_norms": list,
-    "parity": (dict, type(None)),
-    "timing": dict,
-}
+DEFINITION = "#/$defs/smoke"
+"""The part of the certificate's schema the smoke's document is held to (certify's fields come later)."""
 
 
 def new(command: list[str], created: str) -> dict[str, Any]:
@@ -67,42 +42,53 @@ def new(command: list[str], created: str) -> dict[str, Any]:
     }
 
 
+@functools.cache
+def _validator(definition: str = DEFINITION) -> Any:
+    """A definition of the certificate's schema (the smoke's document, or one section's ``#/$defs/<key>``), as a
+    jsonschema validator (jsonschema: every runtime lock has it)."""
+    import jsonschema
+
+    document = json.loads(schemas.CERTIFICATE_SCHEMA.read_text(encoding="utf-8"))
+    return jsonschema.Draft202012Validator({"$defs": document["$defs"], "$ref": definition})
+
+
+def _held(data: Any, definition: str, where: list[Any]) -> list[str]:
+    """Where ``data`` breaks ``definition``, one phrase each, its fields named from ``where`` on."""
+    try:
+        validator = _validator(definition)
+    except ImportError:
+        return ["the jsonschema package is needed to check a certificate: pip install jsonschema"]
+    return [schemas.phrase(e, where=[*where, *e.absolute_path])
+            for e in sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))]
+
+
+def _identifier(key: str, section: Any) -> list[str]:
+    """A registered section's ``schema`` identifier that is not the one its program writes."""
+    registered = sections.registered()[key]
+    if isinstance(section, dict) and registered.schema and section.get("schema") != registered.schema:
+        return [f"{key} section schema {section.get('schema')!r} is not {registered.schema!r}"]
+    return []
+
+
 def validate(cert: dict[str, Any]) -> list[str]:
-    """Problems with a certificate's shape (empty list when it is well-formed)."""
-    problems = [f"missing or mistyped key {k!r}" for k, t in TOP_KEYS.items() if not isinstance(cert.get(k), t)]
-    if problems:
-        return problems
-    if cert["schema"] != SCHEMA:
-        problems.append(f"schema {cert['schema']!r} is not {SCHEMA!r}")
-    if cert["status"] not in STATUSES:
-        problems.append(f"status {cert['status']!r} not one of {STATUSES}")
-    for i, run in enumerate(cert["runs"]):
-        problems += [f"runs[{i}]: missing or mistyped {k!r}" for k, t in RUN_KEYS.items()
-                     if not isinstance(run.get(k), t)]
-        if run.get("status") not in RUN_STATUSES:
-            problems.append(f"runs[{i}]: status {run.get('status')!r} not one of {RUN_STATUSES}")
-    if "checkpoint" in cert:
-        section = cert["checkpoint"]
-        if not isinstance(section, dict) or not isinstance(section.get("pairs"), list):
-            problems.append("checkpoint section is not an object with a pairs list")
-        elif section.get("verdict") not in ("passed", "failed", "skipped"):
-            problems.append(f"checkpoint verdict {section.get('verdict')!r} not one of passed/failed/skipped")
-    if "attention" in cert:  # added by the launcher: smoke.attention's table
-        problems += attention_table.shape_problems(cert["attention"])
-    if "bench" in cert and not isinstance(cert["bench"], dict):
-        problems.append("bench section is not an object")
-    if "bridge" in cert:  # optional section added by `python -m mcore_images.smoke.bridge --certificate FILE`
-        from mcore_images.smoke.bridge.spec import shape_problems
-
-        problems += shape_problems(cert["bridge"])
-    if "verl_step" in cert:  # optional section added by `python -m mcore_images.smoke.verl_step --certificate DIR`
-        from mcore_images.smoke.verl_step.spec import shape_problems as verl_step_problems
-
-        problems += verl_step_problems(cert["verl_step"])
-    digest = cert["image"].get("digest")
-    if digest is not None and not str(digest).startswith("sha256:"):
-        problems.append(f"image digest {digest!r} is not a sha256 digest")
+    """Problems with a certificate's shape, one phrase each (empty list when it is well-formed): where it breaks
+    the schema's smoke document, and a ``schema`` identifier, its own or a section's, that is not the one its writer
+    writes."""
+    problems = _held(cert, DEFINITION, [])
+    if isinstance(cert, dict) and cert.get("schema") != SCHEMA:
+        problems.append(f"schema {cert.get('schema')!r} is not {SCHEMA!r}")
+    for key in sections.registered():
+        if isinstance(cert, dict) and key in cert:
+            problems += _identifier(key, cert[key])
     return problems
+
+
+def section_problems(key: str, section: Any) -> list[str]:
+    """Problems with one program's section on its own (a file its program wrote with --out, before it joins a
+    certificate): where it breaks ``$defs/<key>``, and its identifier. ValueError when no program registers ``key``."""
+    if key not in sections.registered():
+        raise ValueError(f"no program of the smoke registers a certificate section {key!r}")
+    return _held(section, f"#/$defs/{key}", [key]) + _identifier(key, section)
 
 
 def _num(value: Any, fmt: str = ".4g") -> str:
@@ -194,26 +180,16 @@ def render_markdown(cert: dict[str, Any]) -> str:
         )
     if cert.get("checkpoint"):
         lines += render_checkpoint(cert["checkpoint"])
-    if cert.get("attention"):
-        lines += attention_table.markdown(cert["attention"])
     failed = [(run["id"], c) for run in cert["runs"] for c in run["checks"] if not c.get("ok")]
     failed += [(f"checkpoint {p['id']}", c) for p in (cert.get("checkpoint") or {}).get("pairs", [])
                for c in p["checks"] if not c.get("ok")]
     if failed:
         lines += ["", "## Failed checks", ""]
         lines += [f"- {rid}: {c['name']} — {c.get('detail', '')}" for rid, c in failed]
-    if cert.get("bench"):  # optional section added by `python -m mcore_images.smoke.bench --cert DIR`
-        from mcore_images.smoke.bench.gate import render_markdown as render_bench
-
-        lines += ["", render_bench(cert["bench"]).rstrip("\n")]
-    if cert.get("bridge"):  # optional section added by `python -m mcore_images.smoke.bridge --certificate FILE`
-        from mcore_images.smoke.bridge.spec import markdown as render_bridge
-
-        lines += render_bridge(cert["bridge"])
-    if cert.get("verl_step"):  # optional section added by `python -m mcore_images.smoke.verl_step --certificate DIR`
-        from mcore_images.smoke.verl_step.spec import markdown as render_verl_step
-
-        lines += render_verl_step(cert["verl_step"])
+    added = sections.registered()
+    for key, value in cert.items():  # the programs' sections, in the order they were added
+        if key in added and value:
+            lines += added[key].markdown(value)
     return "\n".join(lines) + "\n"
 
 
@@ -258,4 +234,15 @@ def read(path: Path) -> dict[str, Any]:
     problems = validate(cert)
     if problems:
         raise ValueError(f"{path}: " + "; ".join(problems))
+    return cert
+
+
+def attach(folder: Path, key: str, section: dict[str, Any]) -> dict[str, Any]:
+    """Add a program's section under ``key`` to the certificate in ``folder`` and write both files again; the
+    certificate as written. ValueError when the certificate there is malformed or no program registers ``key``."""
+    if key not in sections.registered():
+        raise ValueError(f"no program of the smoke registers a certificate section {key!r}")
+    cert = read(folder / "certificate.json")
+    cert[key] = section
+    write(cert, folder)
     return cert

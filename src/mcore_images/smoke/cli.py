@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = normalise(args)
         if args.dry_run:
-            from mcore_images.smoke.launcher import count_gpus, plan_from_args, te_installed
+            from mcore_images.smoke.kit.gpus import count_gpus
+            from mcore_images.smoke.launcher import plan_from_args, te_installed
 
             available = args.nproc or int(os.environ.get("WORLD_SIZE", "0")) or (2 if args.cpu else count_gpus())
             if available == 0:  # a CPU-only machine: show what each GPU count would run

@@ -27,32 +27,10 @@ from mcore_images.smoke import args as cli_args
 from mcore_images.smoke import certificate, layouts
 from mcore_images.smoke.attention import table as attention_table
 from mcore_images.smoke.kit import errors, folders
+from mcore_images.smoke.kit.gpus import count_gpus
 
 GRACE_S = 30.0
 """The launcher's watchdog waits this long past the ranks' own, so theirs reports first."""
-
-
-def count_gpus() -> int:
-    """Visible GPUs: CUDA_VISIBLE_DEVICES when set, else nvidia-smi (fast), else torch; 0 when none."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
-    if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-            if out.returncode == 0:
-                return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
-        except (OSError, subprocess.SubprocessError):
-            pass
-    if importlib.util.find_spec("torch") is not None:
-        code = "import torch; print(torch.cuda.device_count())"
-        try:
-            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-            if out.returncode == 0 and out.stdout.strip().isdigit():
-                return int(out.stdout.strip())
-        except subprocess.TimeoutExpired:
-            pass
-    return 0
 
 
 def te_installed() -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images import cli, jsonfiles
+from mcore_images import cli, jsonfiles, schemas
 from mcore_images.catalogue.stacks import load_stacks
 from mcore_images.errors import InputError
 from mcore_images.release import policy
@@ -56,7 +56,7 @@ def test_a_packaged_schema_that_is_gone_is_one_line_exit_2_naming_the_fix(tmp_pa
                                                                           capsys: pytest.CaptureFixture) -> None:
     """The installed tool's own schema missing: the report says to reinstall, in one line."""
     packaged = tmp_path / "data"
-    shutil.copytree(jsonfiles.PACKAGED, packaged)
+    shutil.copytree(schemas.PACKAGED, packaged)
     (packaged / "certificate.schema.json").unlink()
     monkeypatch.setattr(jsonfiles, "PACKAGED", packaged)
     monkeypatch.setattr(policy, "CERTIFICATE_SCHEMA", packaged / "certificate.schema.json")
@@ -69,11 +69,11 @@ def test_a_packaged_schema_that_is_gone_is_one_line_exit_2_naming_the_fix(tmp_pa
 
 def test_the_packaged_schemas_are_valid_and_accept_the_real_writers(tmp_path: Path) -> None:
     for name in ("certificate.schema.json", "build-timings.schema.json"):
-        assert jsonfiles.problem(None, jsonfiles.PACKAGED / name) is not None  # loads, checks, and refuses null
+        assert jsonfiles.problem(None, schemas.PACKAGED / name) is not None  # loads, checks, and refuses null
     path = write_certificate(tmp_path, load_stacks()["debian"], repository="r/x", digest="sha256:" + "ab" * 32,
                              created=dt.datetime.now(dt.timezone.utc), gpus=0)
-    assert jsonfiles.problem(json.loads(path.read_text()), jsonfiles.CERTIFICATE_SCHEMA) is None
-    assert jsonfiles.problem(add_sections(path), jsonfiles.CERTIFICATE_SCHEMA) is None
+    assert jsonfiles.problem(json.loads(path.read_text()), schemas.CERTIFICATE_SCHEMA) is None
+    assert jsonfiles.problem(add_sections(path), schemas.CERTIFICATE_SCHEMA) is None
 
 
 def test_a_wrong_type_names_the_field_and_what_to_write(tmp_path: Path) -> None:

@@ -23,7 +23,8 @@ import pytest
 from tests.unit.conftest import ROOT
 
 SRC = ROOT / "src"
-SHARED = {"errors", "command", "jsonfiles", "schemas", "create_only", "options", "reading", "tools", "__init__"}
+SHARED = {"errors", "command", "jsonfiles", "schemas", "create_only", "options", "reading", "tools", "progress",
+          "__init__"}
 ALLOWED: dict[str, set[str]] = {
     "shared": {"shared"},
     "catalogue": {"shared", "catalogue"},
@@ -205,6 +206,54 @@ def test_the_smoke_imports_of_the_tooling_only_what_runs_in_images() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def room(module: str, package: str) -> str | None:
+    """The room of ``package`` a module stands in, as a reader of that package sees it: a module directly in it is
+    its own room, a sub-package is one room (``mcore_images.smoke.bench/``); None outside ``package``."""
+    if not module.startswith(package + "."):
+        return None
+    rest = module.removeprefix(package + ".").split(".")
+    return f"{package}.{rest[0]}" + ("/" if len(rest) > 1 or (SRC / package.replace(".", "/") / rest[0]).is_dir()
+                                     else "")
+
+
+def back_arrows(package: str) -> list[str]:
+    """Each import, top-level or inside a function, that closes a circle between ``package``'s rooms: an arrow that
+    runs back up however the rooms are stacked."""
+    arrows: dict[tuple[str, str], Edge] = {}
+    for e in edges():
+        ends = room(e.source, package), room(e.target, package)
+        if ends[0] and ends[1] and ends[0] != ends[1]:
+            arrows.setdefault((ends[0], ends[1]), e)
+    graph: dict[str, set[str]] = {}
+    for source, target in arrows:
+        graph.setdefault(source, set()).add(target)
+    return [f"{e.source} (line {e.line}) imports {e.target}, and {target} reaches {source} back: "
+            f"{' → '.join(path)}" for (source, target), e in sorted(arrows.items())
+            if (path := reaches(graph, target, source))]
+
+
+def test_no_back_arrow_between_the_smokes_rooms() -> None:
+    """Inside the smoke, each program's folder is one room (its readers see it so) and each top-level module
+    another: no room reaches itself back through others, by imports at the top or inside functions. Before: the
+    certificate imported each program's spec and gate inside its functions while the programs imported the
+    certificate, and the verl step imported the launcher (for count_gpus, now the kit's)."""
+    wrong = back_arrows("mcore_images.smoke")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_certificates_plug_ins_never_reach_the_certificate() -> None:
+    """The sections the certificate finds at run time (smoke/kit/sections.py imports each program's ``section``
+    module, by name, where no test sees an arrow) import neither the certificate nor anything that does: a circle
+    the layout could not show."""
+    graph: dict[str, set[str]] = {}
+    for e in edges():
+        graph.setdefault(e.source, set()).add(e.target)
+    plugins = [m for m in modules() if m.startswith("mcore_images.smoke.") and m.endswith(".section")]
+    wrong = [f"{m} reaches the certificate: {' → '.join(path)}" for m in plugins
+             if (path := reaches(graph, m, "mcore_images.smoke.certificate"))]
+    assert plugins and not wrong, "\n".join(wrong)
+
+
 def named_modules(text: str) -> set[str]:
     return set(re.findall(r"mcore_images(?:\.[a-z_]+)+", text))
 
@@ -234,10 +283,14 @@ PLANTED = {
     "smoke/i.py": "from ..catalogue import stacks\n",
     "smoke/j.py": "__import__('mcore_images.catalogue.stacks')\n",
     "catalogue/stacks.py": "",
+    "smoke/k.py": "from mcore_images.smoke.p import x\n",
+    "smoke/p/x.py": "",
+    "smoke/p/y.py": "def f():\n    from mcore_images.smoke import k\n",
 }
 """A tree that breaks each check: catalogue importing resolve; d ↔ e; b hiding b → c → b; catalogue importing
 resolve relatively (f) and through importlib (g); the smoke importing catalogue.stacks, plainly, relatively and
-through __import__."""
+through __import__; the smoke's k importing its folder p, whose y imports k back inside a function (no file circle:
+a back arrow between rooms)."""
 REFUSED = {
     test_packages_import_in_the_pipelines_direction: ["mcore_images.catalogue.a (line 1) imports mcore_images.resolve",
                                                       "mcore_images.catalogue.f (line 1) imports mcore_images.resolve",
@@ -250,13 +303,15 @@ REFUSED = {
                                                  "mcore_images.catalogue.stacks relatively"],
     test_the_smoke_imports_of_the_tooling_only_what_runs_in_images: [
         f"mcore_images.smoke.{m} (line 1) imports mcore_images.catalogue.stacks: the smoke may" for m in "hij"],
+    test_no_back_arrow_between_the_smokes_rooms: ["mcore_images.smoke.p.y (line 2) imports mcore_images.smoke.k, and "
+                                                  "mcore_images.smoke.k reaches mcore_images.smoke.p/ back"],
 }
 
 
 def test_the_checks_see_an_edge_they_must_refuse(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each check fails on a tree that breaks it, naming each planted import."""
     package = tmp_path / "src" / "mcore_images"
-    for sub in ("catalogue", "resolve", "smoke"):
+    for sub in ("catalogue", "resolve", "smoke", "smoke/p"):
         (package / sub).mkdir(parents=True)
         (package / sub / "__init__.py").write_text("")
     (package / "__init__.py").write_text("")

@@ -207,6 +207,49 @@ def test_add_a_smoke_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     assert any(r.layout.name == "dp2-tp2-cp2" for r in layouts.plan(8, None, te=True).runs)
 
 
+SECTION_RECIPE = """
+import json
+from pathlib import Path
+from mcore_images.smoke import certificate
+cert = certificate.new(["python", "-m", "mcore_images.smoke"], "2026-12-06T00:00:00+00:00")
+cert.update(status="passed", exit_code=0)
+folder = Path(__import__("sys").argv[1])
+certificate.write(cert, folder)
+certificate.attach(folder, "recipe_example", {"schema": "mcore-images/recipe-example/v1", "verdict": "passed"})
+print(json.dumps({"md": (folder / "certificate.md").read_text(),
+                  "bad": certificate.validate({**cert, "recipe_example": {"verdict": 3}})}))
+"""
+"""A smoke program's run adding its section to a certificate, in a process of its own (the registry is its)."""
+
+
+def test_add_a_section_to_the_smoke_certificate(tmp_path: Path) -> None:
+    """A program package with a section.py and its definition in the schema, as the guide says: the certificate
+    finds it, holds it to its shape and its identifier, and renders it; nothing else is edited."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src" / "mcore_images", src / "mcore_images",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    program = src / "mcore_images" / "smoke" / "recipe_example"
+    program.mkdir()
+    (program / "__init__.py").write_text('"""An example program."""\n')
+    (program / "section.py").write_text(
+        "from mcore_images.smoke.kit import sections\n\n\n"
+        "def markdown(section):\n    return ['', f\"## Recipe example: {section['verdict']}\"]\n\n\n"
+        "SECTION = sections.register('recipe_example', markdown, schema='mcore-images/recipe-example/v1', "
+        "program=__package__)\n")
+    schema_path = src / "mcore_images" / "data" / "certificate.schema.json"
+    schema = json.loads(schema_path.read_text())
+    schema["$defs"]["recipe_example"] = {"type": "object", "properties": {"verdict": {"type": "string"}}}
+    schema["$defs"]["fields"]["properties"]["recipe_example"] = {"$ref": "#/$defs/recipe_example"}
+    schema_path.write_text(json.dumps(schema))
+    done = subprocess.run([sys.executable, "-c", SECTION_RECIPE, str(tmp_path / "cert")], capture_output=True,
+                          text=True, env={"PYTHONPATH": str(src)}, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["md"].rstrip().endswith("## Recipe example: passed"), out["md"]
+    assert [p.split(":")[0] for p in out["bad"]] == [
+        "field recipe_example.verdict", "recipe_example section schema None is not 'mcore-images/recipe-example/v1'"]
+
+
 @pytest.fixture
 def extra_check() -> Iterator[str]:
     check_id = "env.recipe-example"
@@ -237,17 +280,20 @@ PURE = ("mcore_images.smoke.layouts", "mcore_images.smoke.shards", "mcore_images
         "mcore_images.smoke.bridge.spec", "mcore_images.smoke.bench.model",
         "mcore_images.smoke.bench.gate", "mcore_images.smoke.attention.cases", "mcore_images.smoke.attention.table",
         "mcore_images.smoke.verl_step.spec", "mcore_images.smoke.verl_step.reward",
-        "mcore_images.smoke.verl_step.flash_imports", "mcore_images.smoke.verl_step.cli")
+        "mcore_images.smoke.verl_step.flash_imports", "mcore_images.smoke.verl_step.cli",
+        "mcore_images.smoke.kit.sections")
 
 
 def test_the_pure_modules_import_without_torch() -> None:
+    """The certificate's sections too: every program's ``section`` module, as the certificate finds them."""
     blocker = ("import sys\n"
                "class Block:\n"
                "    def find_spec(self, name, path=None, target=None):\n"
                "        if name.split('.')[0] in ('torch', 'megatron', 'transformer_engine'):\n"
                "            raise ImportError('blocked: ' + name)\n"
                "sys.meta_path.insert(0, Block())\n"
-               f"import importlib\nfor m in {PURE!r}: importlib.import_module(m)\nprint('ok')\n")
+               f"import importlib\nfor m in {PURE!r}: importlib.import_module(m)\n"
+               "from mcore_images.smoke.kit import sections\nassert len(sections.registered()) >= 4\nprint('ok')\n")
     out = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, cwd=ROOT,
                          env={"PYTHONPATH": str(ROOT / "src")}, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr

@@ -10,6 +10,7 @@ from typing import Any
 from mcore_images import reading
 from mcore_images.errors import InputError
 from mcore_images.options import OneLineParser
+from mcore_images.smoke import certificate
 from mcore_images.smoke.attention import table
 
 FIX = "give a file `python -m mcore_images.smoke.attention --out` wrote"
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         except InputError as exc:
             print(f"merge: {exc}", file=sys.stderr)
             return 2
-        if problems := table.shape_problems(sec):
+        if problems := certificate.section_problems("attention", sec):
             print(f"merge: {path}: {'; '.join(problems)}; {FIX}", file=sys.stderr)
             return 2
         sections.append(sec)

@@ -33,6 +33,7 @@ from mcore_images import SOURCE_TREE, create_only, reading
 from mcore_images.catalogue import flash_attention
 from mcore_images.errors import InputError
 from mcore_images.options import OneLineParser, number
+from mcore_images.smoke import certificate
 from mcore_images.smoke.bench import data as bench_data
 from mcore_images.smoke.bench import gate as bench_gate
 from mcore_images.smoke.bench import graphs
@@ -570,8 +571,6 @@ def write_outputs(bench: dict[str, Any], args: argparse.Namespace) -> None:
             create_only.replace_text(out / "bench.json", json.dumps(bench, indent=2, default=str) + "\n")
             create_only.replace_text(out / "bench.md", text)
     if args.certificate:
-        from mcore_images.smoke import certificate
-
         cert_dir = Path(args.certificate)
         cert = certificate.read(cert_dir / "certificate.json")
         certificate.write(bench_gate.attach(cert, bench), cert_dir)

@@ -25,6 +25,7 @@ from typing import Any
 from mcore_images import create_only, reading
 from mcore_images.errors import InputError
 from mcore_images.options import OneLineParser, number
+from mcore_images.smoke import certificate
 from mcore_images.smoke.bridge import spec
 from mcore_images.smoke.kit import errors, numerics, seeds, stdout
 
@@ -131,20 +132,6 @@ def _run(args: argparse.Namespace, report: dict[str, Any], tol: numerics.Toleran
         bridge_run.teardown()
 
 
-def _read_certificate(folder: Path) -> dict[str, Any]:
-    from mcore_images.smoke import certificate
-
-    return certificate.read(folder / "certificate.json")
-
-
-def _attach_to_certificate(folder: Path, report: dict[str, Any]) -> None:
-    from mcore_images.smoke import certificate
-
-    cert = _read_certificate(folder)
-    cert["bridge"] = report
-    certificate.write(cert, folder)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -166,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.certificate:
             if problem := reading.folder_problem(args.certificate, "--certificate"):
                 raise ValueError(f"{problem}: name a smoke certificate folder")
-            _read_certificate(Path(args.certificate))
+            certificate.read(Path(args.certificate) / "certificate.json")
         if args.out:  # the wrapper's rule (`mcore-images bridge --out`): a new or empty folder, or one it wrote
             create_only.claim(Path(args.out), OUTPUT_OWNER)  # judged now, claimed again when the report is written
     except (ValueError, InputError) as exc:
@@ -204,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             report["exit_code"] = max(report["exit_code"], 2)
     if args.certificate:
         try:
-            _attach_to_certificate(Path(args.certificate), report)
+            certificate.attach(Path(args.certificate), "bridge", report)
         except (OSError, ValueError) as exc:
             print(f"smoke.bridge: could not add the report to {args.certificate}: {exc}", file=sys.stderr)
             report["exit_code"] = max(report["exit_code"], 2)

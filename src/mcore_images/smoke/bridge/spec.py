@@ -16,7 +16,6 @@ from mcore_images.smoke.kit import envinfo
 from mcore_images.smoke.kit.numerics import Tolerance, guarded_ratio
 
 SCHEMA = schemas.BRIDGE
-STATUSES = ("passed", "failed", "could-not-run")
 BRIDGES = ("mbridge", "megatron-bridge", "verl-mbridge")
 """verl-mbridge is mbridge as verl's Megatron engine takes it (`verl.models.mcore.mbridge`, verl's patches
 applied): the path of `actor_rollout_ref.actor.megatron.vanilla_mbridge=True`, where verl converts the HF
@@ -376,17 +375,3 @@ def markdown(report: dict[str, Any]) -> list[str]:
             f"{_fmt(loss.get('megatron'), '.5g')} / {_fmt(loss.get('transformers'), '.5g')} |"
         )
     return lines
-
-
-def shape_problems(report: Any) -> list[str]:
-    """Problems with a report's shape (for the certificate's validate)."""
-    if not isinstance(report, dict):
-        return ["bridge section is not an object"]
-    problems = []
-    if report.get("schema") != SCHEMA:
-        problems.append(f"bridge section schema {report.get('schema')!r} is not {SCHEMA!r}")
-    if report.get("status") not in STATUSES:
-        problems.append(f"bridge section status {report.get('status')!r} not one of {STATUSES}")
-    if not isinstance(report.get("architectures"), list):
-        problems.append("bridge section has no architectures list")
-    return problems

@@ -33,8 +33,9 @@ from typing import Any
 from mcore_images import create_only, reading
 from mcore_images.errors import InputError
 from mcore_images.options import OneLineParser, number, whole
+from mcore_images.smoke import certificate
 from mcore_images.smoke.kit import errors, numerics, seeds, stdout
-from mcore_images.smoke.launcher import count_gpus
+from mcore_images.smoke.kit.gpus import count_gpus
 from mcore_images.smoke.verl_step import flash_imports, spec
 
 PROG = "python -m mcore_images.smoke.verl_step"
@@ -188,14 +189,6 @@ def _work(args: argparse.Namespace, report: dict[str, Any], tol: numerics.Tolera
         report["grpo"] = grpo.run(paths, bridge, args.grpo_attention_backend, args.timeout)
 
 
-def _attach(folder: Path, report: dict[str, Any]) -> None:
-    from mcore_images.smoke import certificate
-
-    cert = _read_certificate(folder)
-    cert["verl_step"] = report
-    certificate.write(cert, folder)
-
-
 def _summary(report: dict[str, Any]) -> list[str]:
     lines = []
     for name, case in ((report.get("engine") or {}).get("cases") or {}).items():
@@ -225,14 +218,8 @@ def judged_first(args: argparse.Namespace) -> create_only.Output | None:
         if reading.file_problem(Path(args.certificate) / "certificate.json"):
             raise ValueError(f"--certificate {args.certificate} holds no certificate.json: name a smoke "
                              "certificate folder")
-        _read_certificate(Path(args.certificate))
+        certificate.read(Path(args.certificate) / "certificate.json")
     return create_only.claim(Path(args.out), OUTPUT_OWNER) if args.out else None
-
-
-def _read_certificate(folder: Path) -> dict[str, Any]:
-    from mcore_images.smoke import certificate
-
-    return certificate.read(folder / "certificate.json")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
     elif args.certificate:
         try:
-            _attach(Path(args.certificate), report)
+            certificate.attach(Path(args.certificate), "verl_step", report)
         except (OSError, ValueError) as exc:
             print(f"smoke.verl_step: could not add the report to {args.certificate}: {exc}", file=sys.stderr)
             report["exit_code"] = max(report["exit_code"], errors.COULD_NOT_RUN)

@@ -19,7 +19,6 @@ from mcore_images import schemas
 from mcore_images.smoke.kit.numerics import Tolerance
 
 SCHEMA = schemas.VERL_STEP
-STATUSES = ("passed", "failed", "could-not-run")
 PARTS = ("engine", "grpo")
 """engine: verl's TrainingWorker and Megatron engine, log-probs and one update under each attention backend;
 grpo: one GRPO step of verl's trainer (vLLM rollout + the Megatron actor on one GPU)."""
@@ -421,26 +420,6 @@ def new_report(command: list[str], parts: Iterable[str], tol: Tolerance) -> dict
     return {"schema": SCHEMA, "status": "could-not-run", "exit_code": 2, "error": None, "command": list(command),
             "parts": list(parts), "tolerance": tol.to_dict(), "verl": {}, "engine": None, "grpo": None,
             "seconds": None}
-
-
-def shape_problems(section: Any) -> list[str]:
-    """What is wrong with a ``verl_step`` certificate section (empty when it is well-formed)."""
-    if not isinstance(section, dict):
-        return ["verl_step section is not an object"]
-    problems = []
-    if section.get("schema") != SCHEMA:
-        problems.append(f"verl_step schema {section.get('schema')!r} is not {SCHEMA!r}")
-    if section.get("status") not in STATUSES:
-        problems.append(f"verl_step status {section.get('status')!r} not one of {'/'.join(STATUSES)}")
-    if not isinstance(section.get("exit_code"), int):
-        problems.append("verl_step exit_code is not an integer")
-    if not isinstance(section.get("verl"), dict):
-        problems.append("verl_step verl is not an object")
-    for part in PARTS:
-        value = section.get(part)
-        if value is not None and (not isinstance(value, dict) or not isinstance(value.get("status"), str)):
-            problems.append(f"verl_step {part} is not null or an object with a status")
-    return problems
 
 
 def _fmt(value: Any, spec: str = ".4g") -> str:

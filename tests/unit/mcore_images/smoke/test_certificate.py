@@ -72,6 +72,35 @@ def test_schema_rejects_broken_certificates() -> None:
     assert certificate.validate({}) and "schema" in certificate.validate({})[0]
 
 
+MEASURED = Path(__file__).resolve().parents[4] / "docs" / "measurements" / "2026-12-06-cuda-replica-te2.18"
+"""The smoke, its attention check and the verl step run on an H100 (its README): what the programs really write."""
+
+
+def test_the_schema_takes_what_the_programs_wrote_on_a_gpu() -> None:
+    """The kept certificate (its fields as the ranks and the launcher wrote them: settings with the gradient
+    accumulation fusion record, runs, timing), the attention section (with ``measured``) and the verl step's report,
+    stamped as certificate.new stamps them: no problem; the fusion record or a measurement broken: named."""
+    real = json.loads((MEASURED / "smoke-certificate.json").read_text())
+    attention = json.loads((MEASURED / "attention.json").read_text())
+    verl_step = json.loads((MEASURED / "verl_step.json").read_text())
+    assert real["settings"]["gradient_accumulation_fusion"]["on"] is True and attention["measured"]
+    cert = {**certificate.new(["python", "-m", "mcore_images.smoke"], "2026-12-06T00:00:00+00:00"),
+            "tolerance": TOL.to_dict(), **real, "attention": attention, "verl_step": verl_step}
+    assert certificate.validate(cert) == []
+    assert certificate.section_problems("attention", attention) == []
+    assert certificate.section_problems("verl_step", verl_step) == []
+    fusion = {**real["settings"]["gradient_accumulation_fusion"], "on": "yes"}
+    assert certificate.validate({**cert, "settings": {**real["settings"], "gradient_accumulation_fusion": fusion}})[
+        0].startswith("field settings.gradient_accumulation_fusion.on: 'yes' is not of type 'boolean'")
+    measured = [{**attention["measured"][0], "sm": "90"}]
+    assert certificate.validate({**cert, "attention": {**attention, "measured": measured}})[0].startswith(
+        "field attention.measured.0.sm: '90' is not of type 'integer'")
+    assert certificate.section_problems("attention", {**attention, "measured": measured})[0].startswith(
+        "field attention.measured.0.sm: '90' is not of type 'integer'")
+    with pytest.raises(ValueError, match="no program of the smoke registers a certificate section 'attentions'"):
+        certificate.section_problems("attentions", attention)
+
+
 def test_markdown_has_header_facts_and_one_row_per_run() -> None:
     cert = sample_cert()
     cert["image"] = {"ref": "mcore:rt", "digest": "sha256:" + "a" * 64, "digest_source": "RepoDigests"}

@@ -59,9 +59,10 @@ def test_a_backend_that_raises_fails() -> None:
     assert table.failed_to_finish("hung")["status"] == "failed"
 
 
-def test_an_unknown_status_is_refused() -> None:
-    with pytest.raises(ValueError, match="not one of"):
-        table.result("flash", "x", "wrong")
+def test_an_unknown_status_is_a_certificate_problem() -> None:
+    sec = table.section([table.result("flash", "x", "wrong")], backends=[], cases=[], environment={}, tolerance={},
+                        wall_s=0.0)
+    assert certificate.validate(_cert(sec))[0].startswith("field attention.results.0.status: 'wrong' is not one of")
 
 
 def _cert(section: dict) -> dict:
@@ -83,9 +84,12 @@ def test_the_certificate_validates_and_renders_its_attention_table() -> None:
 
 
 def test_a_malformed_attention_section_is_a_certificate_problem() -> None:
-    assert certificate.validate(_cert({"status": "maybe", "results": [{"backend": "flash"}]})) == [
-        "attention status 'maybe' not one of passed/failed/could-not-run",
-        "attention results[0] is not a result (backend, case, status, tensors)"]
+    problems = certificate.validate(_cert({"status": "maybe", "results": [{"backend": "flash"}]}))
+    assert [p.split(";")[0] for p in problems] == [
+        "field attention.results.0: 'case' is a required property",
+        "field attention.results.0: 'status' is a required property",
+        "field attention.results.0: 'tensors' is a required property",
+        "field attention.status: 'maybe' is not one of ['passed', 'failed', 'could-not-run']"]
 
 
 def _unavailable_flash(environment: dict) -> dict:
@@ -121,3 +125,19 @@ def test_a_te_release_with_no_measurement_is_said_so_and_cpu_runs_name_every_mea
     cpu = _unavailable_flash({"device": "cpu", "transformer-engine": "2.20.2"})
     assert [(m["sm"], m["verdict"]) for m in cpu["measured"]] == [(90, "wrong")]
     assert _unavailable_flash({"device": "cpu"})["measured"] == []  # no TE: nothing to rest on
+
+
+def test_merge_refuses_a_file_that_is_not_an_attention_section(tmp_path, capsys: pytest.CaptureFixture) -> None:
+    """merge holds each file to the schema's $defs/attention, as the certificate holds its section."""
+    import json
+
+    from mcore_images.smoke.attention import merge
+
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(table.could_not_run("no GPU")))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"status": "maybe", "results": []}))
+    assert merge.main([str(good)]) == 0
+    assert merge.main([str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"merge: {bad}: field attention.status: 'maybe' is not one of") and merge.FIX in err

@@ -322,8 +322,9 @@ def test_bench_section_in_markdown_and_schema() -> None:
     assert "## Bench: FAILED" in text and "| dense-1b | te | production | bf16 |" in text
     assert "failed (-33.3 %)" in text
     assert "| 45.5 % |" in text  # the result's MFU as a percentage
-    bad = dict(cert, bench=[1])
-    assert "bench section is not an object" in certificate.validate(bad)
+    assert certificate.validate(dict(cert, bench=[1]))[0].startswith("field bench: [1] is not of type 'object'")
+    assert certificate.validate(dict(cert, bench={**cert["bench"], "schema": "x"})) == [
+        f"bench section schema 'x' is not {bench_gate.RESULT_SCHEMA!r}"]
 
 
 def test_markdown_shows_errors_and_missing_mfu() -> None:
