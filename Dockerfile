@@ -195,12 +195,17 @@ RUN --mount=type=bind,source=docker/build-apex.sh,target=/mnt/build/build-apex.s
  && if [ "${APEX_COMMIT}" != none ]; then \
       APEX_COMMIT="${APEX_COMMIT}" CUDA_MAJOR="${CUDA_VERSION%%.*}" /mnt/build/build-apex.sh /src/apex; \
     fi
+
 # Gradient accumulation fusion without apex: with it on (Megatron-LM's, Megatron-Bridge's and verl's default),
 # megatron-core imports apex's fused_weight_gradient_mlp_cuda; a stack without apex gets that module over TE's GEMM
-# (kernels/wgrad-fusion: pure Python, nothing to compile). A stack with apex keeps apex's own.
+# (kernels/wgrad-fusion: pure Python, nothing to compile). A stack with apex keeps apex's own. A stage of its own,
+# so that apex's compile step keeps its cache key.
+FROM builder AS wgrad-fusion-build
+ARG APEX_COMMIT
 RUN --mount=type=bind,source=kernels/wgrad-fusion,target=/src/wgrad-fusion,rw \
     --mount=type=bind,source=docker/pip.sh,target=/mnt/build/pip.sh \
-    if [ "${APEX_COMMIT}" = none ]; then \
+    mkdir -p /wheels \
+ && if [ "${APEX_COMMIT}" = none ]; then \
       sh /mnt/build/pip.sh wheel --no-deps --no-build-isolation --no-index -w /wheels /src/wgrad-fusion; \
     fi
 
@@ -208,6 +213,7 @@ RUN --mount=type=bind,source=kernels/wgrad-fusion,target=/src/wgrad-fusion,rw \
 FROM builder AS kernels-build
 COPY --from=te-build /wheels /wheels
 COPY --from=apex-build /wheels /wheels
+COPY --from=wgrad-fusion-build /wheels /wheels
 
 # The tooling (mcore_images and the smoke programs) as the project's own wheel, for the runtime
 # layer's venv: `mcore-images`, `python -m mcore_images.smoke` and `python -m mcore_images doctor` work in the

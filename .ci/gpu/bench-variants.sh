@@ -91,7 +91,9 @@ measure() {
   for f in image-env.json constraints.txt path-tools.txt; do
     [[ -f "$dir/$f" ]] || die "$dir/$f not found: carry it with this call (prepare prints the calls)"
   done
-  [[ -d "$REPLICA/site/megatron" && -x "$REPLICA/bin/python" ]] \
+  # megatron-core installed there: its package, or at least its dist-info record
+  { [[ -d "$REPLICA/site/megatron" ]] || compgen -G "$REPLICA/site/megatron_core-*.dist-info" >/dev/null; } \
+    && [[ -x "$REPLICA/bin/python" ]] \
     || die "no replica installed under $REPLICA: run \`bash .ci/image-env-replica.sh install $dir\` first"
   plan
   mkdir -p "$out"

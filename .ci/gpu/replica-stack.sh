@@ -100,13 +100,12 @@ megatron_lm_command() {
        inside && /^```/ {exit} inside {print}' "$ROOT/docs/megatron-lm.md"
 }
 
-megatron_lm() {
-  local archive="$1" command="$2" checkout
-  checkout="$(mktemp -d /tmp/megatron-lm.XXXXXX)"
-  tar -C "$checkout" -xf "$archive"
-  export MEGATRON_LM_CHECKOUT="$checkout" PYTHONPATH="$checkout:$PYTHONPATH"
-  printf '[replica-gpu] Megatron-LM %s at %s\n' "$(cat "$checkout/.release")" "$checkout"
-  bash -c "$command"
+megatron_lm() {  # ARCHIVE: Megatron-LM's release unpacked here, as a checkout beside the replica (not inside it)
+  local checkout
+  checkout="$(mktemp -d -t megatron-lm.XXXXXX)"
+  tar -C "$checkout" -xf "$1"
+  printf '[replica-gpu] Megatron-LM %s at %s\n' "$(cat "$checkout/.release")" "$checkout" >&2
+  printf '%s\n' "$checkout"
 }
 
 megatron_lm_source() {
@@ -115,7 +114,7 @@ megatron_lm_source() {
   stack="$(python3 -c 'import json, sys; print(next(v.split("=", 1)[1] for v in json.load(open(sys.argv[1])) if v.startswith("MCORE_IMAGES_STACK=")))' "$dir/image-env.json")"
   mcore="$(PYTHONPATH="$ROOT/src" python3 -c 'import sys; from mcore_images.catalogue.stacks import get_stack; print(get_stack(sys.argv[1]).mcore)' "$stack")"
   tag="core_v$mcore"
-  git -C "$checkout" rev-parse -q --verify "refs/tags/$tag" >/dev/null || die "$checkout has no tag $tag (the $stack stack's megatron-core)"
+  git -C "$checkout" rev-parse -q --verify "refs/tags/$tag" >/dev/null 2>&1 || die "$checkout has no tag $tag (the $stack stack's megatron-core)"
   [[ ! -e "$dir/megatron-lm.tar" ]] || die "$dir/megatron-lm.tar exists: remove it first (megatron-lm-source creates it)"
   local staging
   staging="$(mktemp -d)"
@@ -174,8 +173,12 @@ all() {
         local command
         command="$(megatron_lm_command)"
         [[ -n "$command" ]] || die "docs/megatron-lm.md has no megatron-lm-defaults block"
+        local checkout
+        checkout="$(megatron_lm "$dir/megatron-lm.tar")"
+        # The page's command, in the replica, with the checkout on PYTHONPATH (Megatron-LM's own modules).
+        # shellcheck disable=SC2016  # expanded by the inner shell
         step megatron-lm "$out" bash "$REPLICA_SH" run "$dir" bash -c \
-          "ROOT='$ROOT'; $(declare -f megatron_lm); megatron_lm '$dir/megatron-lm.tar' \"\$1\"" _ "$command" ;;
+          'export MEGATRON_LM_CHECKOUT="$1" PYTHONPATH="$1:${PYTHONPATH:-}"; exec bash -c "$2"' _ "$checkout" "$command" ;;
     esac
   done
   cat "$out/summary.txt"

@@ -27,10 +27,9 @@ import signal
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 from typing import Any, NoReturn
-
-import tomllib
 
 from mcore_images import create_only, reading
 from mcore_images.errors import InputError

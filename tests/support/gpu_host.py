@@ -29,6 +29,7 @@ GPU_PYTHON = [
     [["-m", "mcore_images.smoke*"], "gpu"],  # the smoke's programs: a GPU and the stack's own packages
     [["-m", "pip", "wheel"], "build"],  # compiles with the host's CUDA toolchain, torch and build backends
     [["-"], "gpu"],  # a program on stdin: apex's extension, compiled and run
+    [["-m", "torch.distributed.run"], "gpu"],  # torchrun: Megatron-LM's pretrain_gpt.py on the GPUs
 ]
 """What the GPU machine's python stands in for; the rest (pip install, -c, the scripts' own programs) runs."""
 CPU_PYTHON = [

@@ -42,7 +42,9 @@ class NotYet:
 
 
 GPU: dict[str, GpuRun | NotYet] = {
-    "cuda": NotYet("its replica on an H200 or H100 is pending (docs/verl-step.md)"),
+    "cuda": NotYet("in its replica on an H100 (2026-12-06) the attention check, the fusion module and verl's engine "
+                   "step passed, and the smoke stopped at its checkpoint round trip on an NCCL error "
+                   "(docs/measurements/2026-12-06-cuda-replica-te2.18/)"),
     "ngc": NotYet("its base image is out of reach of the machines that ran GPU work"),
     "debian": GpuRun("2026-12-03", "one H200", "the smoke and the bridge check",
                      "a replica of its locks over the host's Python 3.12 and torch 2.11.0+cu130 (the image: Python "

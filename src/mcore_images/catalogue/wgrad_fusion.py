@@ -31,7 +31,7 @@ OFF_FLAGS = {
 }
 """How each framework turns the fusion off, for an environment where no provider imports (the doctor names them).
 verl's is a Hydra override that adds the key (``++``): verl's engine config does not list it, and Hydra refuses a
-plain ``key=value`` for a key its config lacks ("Key 'gradient_accumulation_fusion' is not in struct", verl 0.8.0)."""
+plain ``key=value`` for a key its config lacks ("Key 'gradient_accumulation_fusion' is not in struct", verl 0.8)."""
 
 
 def expected_provider(stack: Any) -> str:

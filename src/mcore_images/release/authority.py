@@ -215,7 +215,7 @@ def _run(args: argparse.Namespace) -> int:
                                  ("--start-over", args.start_over, True)):
         if key and (problem := registry.key_problem(key, option, private)):
             raise InputError(problem)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     if args.adopt is not None:
         said = adopt(args.repository, args.key, args.adopt or None)
         if args.json:

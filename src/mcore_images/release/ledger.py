@@ -190,7 +190,7 @@ def write(ledger: Ledger, key: str, previous: str | None, run: Runner | None = N
     pushed and signed before TAG moves, so TAG never names an unsigned one; TAG is read before the push, before it
     moves and after, so a write that did not land on top of ``previous`` fails instead of losing a record."""
     kwargs = {"run": run} if run else {}
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     ledger.version += 1
     ledger.previous = previous
     ledger.issued = now.isoformat(timespec="seconds")

@@ -93,7 +93,7 @@ def created(cert: Mapping[str, Any]) -> dt.datetime | None:
     falls outside the calendar in UTC)."""
     try:
         when = dt.datetime.fromisoformat(str(cert.get("created")))
-        return when.astimezone(dt.timezone.utc) if when.tzinfo else None
+        return when.astimezone(dt.UTC) if when.tzinfo else None
     except (ValueError, OverflowError):
         return None
 

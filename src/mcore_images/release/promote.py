@@ -193,7 +193,7 @@ def plan(image_ref: str, stack_name: str, key: str, chosen: policy.Policy, layer
     assert image is not None and verdict.created is not None
     created = dt.datetime.fromisoformat(verdict.created)
     full = tags.layer_tag(image_layer, stack)
-    record = ledger.accepted(image.repository, key, now or dt.datetime.now(dt.timezone.utc), run)
+    record = ledger.accepted(image.repository, key, now or dt.datetime.now(dt.UTC), run)
     if not allow_rollback and (back := rollback_problem(image, f"{image_layer}-{stack.name}", created, key, chosen,
                                                         now, run, record)):
         raise Refused(f"refusing to promote {ref.ref}, its tags untouched: {back}")

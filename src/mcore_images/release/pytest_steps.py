@@ -29,7 +29,7 @@ class PytestSteps:
     """Follows one pytest run's verbose output: a step per test file and per failure, pytest's other lines echoed."""
 
     name: str
-    """What the run is, as the steps say it ("image tests", "verl 0.8.0's own tests")."""
+    """What the run is, as the steps say it ("image tests", "verl's own tests")."""
     progress: Progress
     echo: TextIO | None = None
     """Where pytest's own lines go (default: stdout)."""

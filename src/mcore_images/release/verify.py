@@ -114,7 +114,7 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
     try:
         image = registry.resolve(parsed, **kwargs)
         verdict.digest = image.digest
-        record = ledger.accepted(image.repository, key, now or dt.datetime.now(dt.timezone.utc), run)
+        record = ledger.accepted(image.repository, key, now or dt.datetime.now(dt.UTC), run)
         if record is not None and parsed.tag and (moved := ledger.tag_problem(record, parsed.tag, image.digest or "")):
             verdict.status = "refused"
             verdict.problems.append(moved)
@@ -229,7 +229,7 @@ def _judge(verdict: Verdict, image: ImageRef, labels: dict[str, str], key: str, 
         # Judged: the newest by the signed content's own `created` (the index's annotations are not signed,
         # and anyone with push rights can reorder them).
         fetched = [(referrer, registry.fetch_certificate(image, referrer, **kwargs)) for referrer in signed]
-        fetched.sort(key=lambda pair: policy.created(pair[1]) or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
+        fetched.sort(key=lambda pair: policy.created(pair[1]) or dt.datetime.min.replace(tzinfo=dt.UTC),
                      reverse=True)
         chosen_referrer, cert = fetched[0]
         for referrer, other in fetched[1:]:
@@ -250,7 +250,7 @@ def _judge(verdict: Verdict, image: ImageRef, labels: dict[str, str], key: str, 
         verdict.status = "refused"
         verdict.problems.append(f"the signed certificate is malformed: {'; '.join(shape)}")
         return False
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     when = policy.created(cert)
     verdict.created = cert["created"]
     verdict.age_days = None if when is None else round((now - when).total_seconds() / 86400, 3)

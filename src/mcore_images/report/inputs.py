@@ -153,7 +153,7 @@ def stale_reasons(cert: Certificate, stack: Stack) -> list[str]:
     policy allows."""
     reasons = pin_mismatches(((cert.data or {}).get("environment") or {}).get("packages") or {}, stack)
     created, max_age = cert.created, _max_age_days()
-    if created is not None and dt.datetime.now(dt.timezone.utc) - created > dt.timedelta(days=max_age):
+    if created is not None and dt.datetime.now(dt.UTC) - created > dt.timedelta(days=max_age):
         reasons.append(f"older than the {STALE_POLICY} policy's {max_age:g} days")
     return reasons
 

@@ -79,7 +79,7 @@ def _short_digest(digest: object) -> str:
 
 def _date(cert: Certificate) -> str:
     created = cert.created
-    return created.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if created else "–"
+    return created.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC") if created else "–"
 
 
 def index(stacks: dict[str, Stack], certs: list[Certificate]) -> str:
@@ -94,7 +94,7 @@ def index(stacks: dict[str, Stack], certs: list[Certificate]) -> str:
             "lists what env/stacks.json would build.</p>"
         )
     def later(cert: Certificate, than: Certificate | None) -> bool:
-        oldest = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+        oldest = dt.datetime.min.replace(tzinfo=dt.UTC)
         return than is None or (cert.created or oldest) > (than.created or oldest)
 
     newest: dict[tuple[str, str], Certificate] = {}

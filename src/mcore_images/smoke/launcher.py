@@ -275,7 +275,7 @@ def _finish(args: argparse.Namespace, argv: list[str], out: Path, state: Path, l
     if cert is None:
         from mcore_images.smoke.kit import envinfo  # stdlib-only part: package versions
 
-        created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         cert = certificate.new(["python", "-m", "mcore_images.smoke", *argv], created)
         cert["environment"] = {"packages": envinfo.packages()}
     cert["status"] = errors.STATUS[code]

@@ -185,7 +185,7 @@ def _run(args: argparse.Namespace, argv: list[str], rank: int, world: int, statu
     # (rank 0 only: it creates each pair's folder), before any run.
     ck_folder = cli_args.checkpoint_dir(args, out)
     ck_created = rank == 0 and bool(the_plan.round_trips) and cli_args.prepare_checkpoint_dir(args, ck_folder)
-    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     cert = certificate.new(["python", "-m", "mcore_images.smoke", *argv], created)
     if rank == 0:
         nodes = int(os.environ.get("GROUP_WORLD_SIZE", os.environ.get("NNODES", "1")))

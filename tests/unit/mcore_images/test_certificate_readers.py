@@ -27,7 +27,7 @@ from mcore_images.errors import InputError
 from mcore_images.release import policy
 from tests.support.certificates import add_sections, labels_of, write_certificate
 
-NOW = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = images.parse(f"127.0.0.1:5000/mcore-images@{DIGEST}")
 RELEASE = policy.Policy("release", "GPUs required", require_gpu=True, max_age_days=7)

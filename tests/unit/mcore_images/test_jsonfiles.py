@@ -61,7 +61,7 @@ def test_a_packaged_schema_that_is_gone_is_one_line_exit_2_naming_the_fix(tmp_pa
     monkeypatch.setattr(jsonfiles, "PACKAGED", packaged)
     monkeypatch.setattr(policy, "CERTIFICATE_SCHEMA", packaged / "certificate.schema.json")
     write_certificate(tmp_path / "in", load_stacks()["debian"], repository="r/x", digest="sha256:" + "ab" * 32,
-                      created=dt.datetime.now(dt.timezone.utc))
+                      created=dt.datetime.now(dt.UTC))
     assert cli.main(["report", "--out", str(tmp_path / "site"), str(tmp_path / "in")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "certificate.schema.json not found; reinstall mcore-images" in err
@@ -71,14 +71,14 @@ def test_the_packaged_schemas_are_valid_and_accept_the_real_writers(tmp_path: Pa
     for name in ("certificate.schema.json", "build-timings.schema.json"):
         assert jsonfiles.problem(None, schemas.PACKAGED / name) is not None  # loads, checks, and refuses null
     path = write_certificate(tmp_path, load_stacks()["debian"], repository="r/x", digest="sha256:" + "ab" * 32,
-                             created=dt.datetime.now(dt.timezone.utc), gpus=0)
+                             created=dt.datetime.now(dt.UTC), gpus=0)
     assert jsonfiles.problem(json.loads(path.read_text()), schemas.CERTIFICATE_SCHEMA) is None
     assert jsonfiles.problem(add_sections(path), schemas.CERTIFICATE_SCHEMA) is None
 
 
 def test_a_wrong_type_names_the_field_and_what_to_write(tmp_path: Path) -> None:
     path = write_certificate(tmp_path, load_stacks()["debian"], repository="r/x", digest="sha256:" + "ab" * 32,
-                             created=dt.datetime.now(dt.timezone.utc))
+                             created=dt.datetime.now(dt.UTC))
     cert = json.loads(path.read_text())
     cert["environment"]["gpu"]["count"] = "eight"
     assert policy.shape_problems(cert) == ["field environment.gpu.count: 'eight' is not of type 'integer'; write the "

@@ -24,8 +24,8 @@ PAIR = "te2.20-b36-c4.8.1"
 """The TE / FlashAttention 4 pair attention-pairs.sh runs here (PAIR_SET): one whose measured section is recorded."""
 HERE = {("image-env-replica.sh", "export"), ("image-env-replica.sh", "locks"), ("replica-stack.sh", "apex-source"),
         ("replica-stack.sh", "megatron-lm-source"), ("attention-pairs.sh", "prepare")}
-"""Steps the headers run on the CPU machine (PyPI, Docker, an apex or Megatron-LM checkout); every other step runs on the GPU
-machine, where nothing outside can be reached."""
+"""Steps the headers run on the CPU machine (PyPI, Docker, an apex or Megatron-LM checkout); every other step runs
+on the GPU machine, where nothing outside can be reached."""
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,8 @@ EXPECTED = {
     "replica-stack.sh all trainer-imports": _gpu("-m", "mcore_images.smoke.verl_step.trainer_imports"),
     "replica-stack.sh all verl-step": _gpu("-m", "mcore_images.smoke.verl_step", "--keep", "{tmp}/*", "--out",
                                            "{out}/verl-step"),
+    "replica-stack.sh all megatron-lm": _gpu("-m", "torch.distributed.run", "--nproc-per-node", "1",
+                                             "{tmp}/megatron-lm.*/pretrain_gpt.py"),
     "replica-stack.sh all bridge": _gpu("-m", "mcore_images.smoke.bridge", "--bridges", "megatron-bridge"),
     "attention-pairs.sh prepare": Expect("network", "python3", ("-m", "pip", "download", "--only-binary=:all:", "-d",
                                                                 "{root}/.whl/attention-pairs/te-2.20",

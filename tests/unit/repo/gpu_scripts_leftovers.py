@@ -105,6 +105,14 @@ def megatron_lm_checkout(box: Box, ctx: dict[str, str]) -> None:
     ready_dir(ctx)
 
 
+def replica_installed(box: Box, ctx: dict[str, str]) -> None:
+    """The replica an earlier step installed, where `measure` looks for it (REPLICA): the headers run bench-variants.sh
+    on the machine replica-stack.sh installed."""
+    installed = [p for p in (box.root / "replica-stack", box.root / "image-env-replica") if (p / "bin/python").exists()]
+    assert installed, "no earlier step installed a replica"
+    Path(ctx["replica"]).symlink_to(installed[0])
+
+
 def pairs_downloaded(box: Box, ctx: dict[str, str]) -> None:
     """What `prepare` packs for PAIR: its one part under .whl/carry/00."""
     source = box.root / "pairs-downloaded"
@@ -127,6 +135,7 @@ HOOKS: dict[tuple[str, str], dict[str, Callable[..., Any]]] = {
     ("image-env-replica.sh", "locks"): {"after": locks_downloaded},
     ("replica-stack.sh", "apex-source"): {"env": apex_root},
     ("replica-stack.sh", "megatron-lm-source"): {"before": megatron_lm_checkout},
+    ("bench-variants.sh", "measure"): {"before": replica_installed},
     ("replica-stack.sh", "all"): {"before": replica_stashed},
     ("attention-pairs.sh", "prepare"): {"after": pairs_downloaded},
     ("attention-pairs.sh", "check"): {"after": pair_checked},

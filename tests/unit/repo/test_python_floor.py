@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
-import tomllib
 from packaging.specifiers import SpecifierSet
 
 from mcore_images.catalogue.stacks import load_stacks

@@ -188,7 +188,9 @@ def test_record_a_models_need(checkout: Path, capsys: pytest.CaptureFixture) -> 
     assert cli.main(["plan", "--stack", "debian-verl"]) == 0
     notes = [line for line in capsys.readouterr().out.splitlines() if "[need long-context]" in line]
     assert notes == ["  NOTE [need long-context] stack 'debian-verl' pins TE 2.16.0; 128k-token training needs TE "
-                     ">=2.18 (a test): an example need"]
+                     ">=2.18 (why: `mcore-images plan --json`)"]
+    assert cli.main(["plan", "--stack", "debian-verl", "--json"]) == 0
+    assert "an example need" in capsys.readouterr().out
     assert cli.main(["validate"]) == 1 and "docs/stacks.md" in capsys.readouterr().err
     assert cli.main(["update", "--no-locks"]) == 0
     readme = (checkout / "docs" / "stacks.md").read_text()

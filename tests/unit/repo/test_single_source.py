@@ -3,7 +3,8 @@
 Scanned: every file that builds or ships an image (Dockerfile, bake, Makefile, docker/, .ci/,
 .github/, src/mcore_images/smoke/, the tooling). Exempt: env/ itself (the locks are derived and checked against the
 pins by test_locks.py), docs and tests, and the modules that hold compatibility facts about
-upstream releases (catalogue/upstream.py, flash_attention.py's measurements, the doctor) and the GPU measurement scripts
+upstream releases (catalogue/upstream.py, the GPU measurements in flash_attention.py, fused_attention.py and
+proven.py, the doctor) and the GPU measurement scripts
 (.ci/gpu/: the releases they compare are their subject), which name versions on purpose.
 """
 
@@ -18,7 +19,8 @@ from mcore_images.catalogue.stacks import Stack
 
 EXEMPT = (re.compile(r"^env/"), re.compile(r"^docker-bake\.json$"), re.compile(r"\.md$"),
           re.compile(r"^tests/"), re.compile(r"^docs/"), re.compile(r"^src/mcore_images/catalogue/upstream\.py$"),
-          re.compile(r"^src/mcore_images/catalogue/flash_attention\.py$"), re.compile(r"^\.ci/gpu/"),
+          re.compile(r"^src/mcore_images/catalogue/(flash_attention|fused_attention|proven)\.py$"),
+          re.compile(r"^\.ci/gpu/"),
           re.compile(r"^src/mcore_images/doctor/"))
 # Pins short enough to collide with unrelated numbers are matched as whole tokens.
 TOKEN = r"(?<![\w.]){}(?![\w.])"

@@ -526,7 +526,7 @@ def measure(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
         status = "failed"
     bench = {
         "schema": bench_gate.RESULT_SCHEMA, "status": status, "error": te_error,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "command": ["python", "-m", "mcore_images.smoke.bench", *sys.argv[1:]],
         "gpu": gpu, "world_size": world, "stack": stack, "stack_how": stack_how, "packages": packages,
         "cudnn_loaded": te.cudnn_libraries(), "cudnn_torch": None if args.cpu else te.torch_cudnn(),

@@ -132,7 +132,7 @@ class Owner:
         handle.truncate()
         handle.write(json.dumps({
             "program": program, "host": socket.gethostname(), "pid": os.getpid(),
-            "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "slurm_job": os.environ.get("SLURM_JOB_ID"), "argv": sys.argv,
         }) + "\n")
         handle.flush()

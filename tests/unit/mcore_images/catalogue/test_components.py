@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -42,7 +43,8 @@ def with_made_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(components, "BY_LABEL", {c.label: c for c in catalogue})
     monkeypatch.setattr(components, "KEYS", tuple(c.key for c in catalogue))
     shutil.copytree(ROOT / "env", tmp_path / "env")
-    for name in sorted({region.path for region in regions.REGIONS}):
+    secrets = set(re.findall(r'"id=\w+,src=([^"$]+)"', (ROOT / "docker-bake.hcl").read_text()))  # bake reads them
+    for name in sorted({region.path for region in regions.REGIONS} | secrets):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     path = tmp_path / "env" / "stacks.json"
@@ -66,7 +68,8 @@ def test_every_consumer_picks_up_a_new_component(with_made_up: Path) -> None:
     assert "made-up" in components.certificate_packages() and "made-up" in envinfo.packages()
 
     # bake labels it, from the regenerated COMPONENTS block; README's image table names it in runtime-debian
-    assert regions.update(with_made_up) == ["docs/stacks.md", "docker-bake.hcl", "README.md"]
+    assert regions.update(with_made_up) == ["docs/stacks.md", "docker-bake.hcl", "examples/verl-grpo/README.md",
+                                            "README.md"]
     assert "made-up 2.8.3" in (with_made_up / "README.md").read_text()
     assert regions.stale(with_made_up) == []
     need("docker")

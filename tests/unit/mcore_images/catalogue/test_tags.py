@@ -65,7 +65,7 @@ def test_a_new_part_stands_by_its_rank_in_the_layers_up_to_until(monkeypatch: py
 def test_the_lengths_the_tag_length_rule_reads_are_those_of_real_tags(verl: Stack) -> None:
     """The rule asks the scheme how long an immutable or candidate tag grows, rather than counting its format again."""
     content = tags.layer_tag("app", verl)
-    created = dt.datetime(2026, 12, 5, tzinfo=dt.timezone.utc)
+    created = dt.datetime(2026, 12, 5, tzinfo=dt.UTC)
     assert tags.immutable_length(content) == len(tags.immutable_tag(content, "sha256:" + "ab" * 32, created))
     target = tags.target("app", verl)
     assert tags.longest_candidate(target, False) == len(tags.candidate_tag(target, "f" * 40))

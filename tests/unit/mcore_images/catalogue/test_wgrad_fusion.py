@@ -4,9 +4,8 @@ image tests, the doctor and the smoke, and the module's own package agreeing wit
 from __future__ import annotations
 
 import ast
-from types import SimpleNamespace
-
 import tomllib
+from types import SimpleNamespace
 
 from mcore_images.catalogue import wgrad_fusion
 from mcore_images.catalogue.stacks import load_stacks

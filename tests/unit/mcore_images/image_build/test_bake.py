@@ -130,7 +130,8 @@ def test_variables_reach_args(root: Path, tmp_path: Path) -> None:
     target = json.loads(out.stdout)["target"]["runtime-debian"]
     assert target["tags"][0].startswith("ghcr.io/acme/mcore-images:runtime-")
     # An explicit job count reaches the compile steps as a secret (outside their cache key), never as an arg.
-    assert target["secret"] == [f"id=ca_bundle,src={ca}", "id=max_jobs,env=MAX_JOBS"]
+    # The job planner's files come as secrets too (test_dockerfile.py holds those); the variables add these two.
+    assert target["secret"][-2:] == [f"id=ca_bundle,src={ca}", "id=max_jobs,env=MAX_JOBS"]
     assert "MAX_JOBS" not in target["args"]
 
 

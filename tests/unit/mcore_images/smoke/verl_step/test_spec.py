@@ -268,7 +268,7 @@ def test_a_section_is_well_formed_and_a_broken_one_is_named() -> None:
 
 def test_the_certificate_carries_the_section_through_its_schema_and_markdown(tmp_path: Path) -> None:
     path = write_certificate(tmp_path, load_stacks()["debian"], repository="r/x", digest="sha256:" + "ab" * 32,
-                             created=dt.datetime.now(dt.timezone.utc), gpus=1)
+                             created=dt.datetime.now(dt.UTC), gpus=1)
     cert = json.loads(path.read_text())
     cert["verl_step"] = json.loads(json.dumps(section(), default=str))
     assert certificate.validate(cert) == []
