@@ -60,11 +60,11 @@ for part in ("actor_rollout_ref.actor", "actor_rollout_ref.ref", "critic"):
 """verl's trainer (verl/trainer/main_ppo.py) validates its config this way before it starts any worker."""
 
 
-def composed(host: Any, example: str, settings: str, name: str) -> tuple[Any, str]:
-    """The example's composed config (`--cfg job`) under ``settings`` (its variables), written to a file in the
-    container: (the run, the file)."""
+def composed(host: Any, example: str, settings: str, name: str, overrides: str = "") -> tuple[Any, str]:
+    """The example's composed config (`--cfg job`) under ``settings`` (its variables) and a user's Hydra
+    ``overrides``, written to a file in the container: (the run, the file)."""
     path = f"/tmp/verl-grpo-{name}.yaml"
-    done = host.run(f"cd /tmp && {settings} timeout 600 bash {example}/grpo-megatron.sh --cfg job > {path}")
+    done = host.run(f"cd /tmp && {settings} timeout 600 bash {example}/grpo-megatron.sh --cfg job {overrides} > {path}")
     return done, path
 
 
@@ -89,9 +89,18 @@ def test_the_composed_config_passes_verls_own_validation(host: Any, example: str
     assert parts == everywhere, parts
 
 
+def test_a_layout_that_does_not_divide_the_gpus_is_refused_in_one_line(host: Any, example: str) -> None:
+    """The script judges its own counts before Hydra sees them: TP=3 on 8 GPUs is one line and exit 2."""
+    done, _ = composed(host, example, "TP=3", "tp3")
+    assert done.rc == 2 and done.stderr.strip().splitlines() == [
+        "grpo-megatron.sh: TP=3 x PP=1 must divide the 8 GPUs (NNODES x GPUS_PER_NODE)"], done.stderr
+
+
 def test_a_layout_verl_refuses_fails_its_validation(host: Any, example: str) -> None:
-    """The check is verl's own: a tensor-parallel size that does not divide the GPUs is refused."""
-    done, path = composed(host, example, "TP=3", "tp3")
+    """The check is verl's own: a tensor-parallel size that does not divide the GPUs, given as a user's Hydra
+    override (which wins over the script's), is refused by verl's validation."""
+    done, path = composed(host, example, "", "tp3-override",
+                          "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=3")
     assert done.rc == 0, (done.stdout + done.stderr)[-3000:]
     verdict = verls_verdict(host, path)
     assert verdict.rc != 0 and "must be divisible" in verdict.stderr, (verdict.stdout + verdict.stderr)[-3000:]
