@@ -197,9 +197,13 @@ NOT_LOCKED = {"pip": "the venv's own installer", "mcore-images": "this project's
 
 
 def compiled_here(stack: Stack) -> set[str]:
-    """The distributions the kernels layer compiles instead of taking them from a lock."""
+    """The distributions the kernels layer builds instead of taking them from a lock: TE's extension where it is
+    compiled, and whichever provides gradient accumulation fusion (apex, or this project's module where apex is
+    absent)."""
+    from mcore_images.catalogue import wgrad_fusion
+
     out = {"transformer-engine-torch"} if stack.te_source == "build" else set()
-    return out | ({"apex"} if stack.apex not in (NONE, "base") else set())
+    return out | ({wgrad_fusion.expected_provider(stack)} if stack.apex != "base" else set())
 
 
 def locked_pins(stack: Stack, layer: str, machine: str = "x86_64") -> dict[str, str]:

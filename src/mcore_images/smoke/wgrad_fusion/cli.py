@@ -10,7 +10,7 @@ from typing import Any
 
 from mcore_images.catalogue import wgrad_fusion
 from mcore_images.options import OneLineParser
-from mcore_images.smoke.kit import errors, seeds
+from mcore_images.smoke.kit import errors, seeds, stdout
 
 PROG = "python -m mcore_images.smoke.wgrad_fusion"
 
@@ -106,7 +106,8 @@ def _table(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        result = run(args)
+        with stdout.to_stderr():  # torch's Gloo and TE print to fd 1: the JSON report keeps it to itself
+            result = run(args)
     except errors.CouldNotRun as exc:
         print(f"{PROG}: could not run: {exc}", file=sys.stderr)
         return errors.COULD_NOT_RUN
