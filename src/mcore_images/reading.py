@@ -45,16 +45,23 @@ def _named(what: str, path: Path | str) -> str:
     return f"{what} {path}" if what else str(path)
 
 
-def file_problem(path: Path | str, what: str = "", max_bytes: int | None = MAX_BYTES) -> str | None:
-    """Why ``path`` is not a file this tool reads (missing, a folder, a FIFO, a device, over ``max_bytes``),
-    without opening it; None when it is one. For a path another program reads (cosign's key, docker's mounts)."""
-    named = _named(what, path)
+def _stat(path: Path | str, named: str) -> os.stat_result | str:
+    """``path``'s stat, or why there is none (the first rung of both a file's and a folder's problem)."""
     try:
-        st = os.stat(path)
+        return os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return f"{named} not found"
     except OSError as exc:
         return f"{named} cannot be read ({exc.strerror or exc})"
+
+
+def file_problem(path: Path | str, what: str = "", max_bytes: int | None = MAX_BYTES) -> str | None:
+    """Why ``path`` is not a file this tool reads (missing, a folder, a FIFO, a device, over ``max_bytes``),
+    without opening it; None when it is one. For a path another program reads (cosign's key, docker's mounts)."""
+    named = _named(what, path)
+    st = _stat(path, named)
+    if isinstance(st, str):
+        return st
     if not stat.S_ISREG(st.st_mode):
         return f"{named} is {kind(st.st_mode)}, not a regular file"
     if max_bytes is not None and st.st_size > max_bytes:
@@ -118,12 +125,9 @@ def folder_problem(path: Path | str, what: str = "") -> str | None:
     """Why ``path`` is not a folder this tool reads files from (missing, a file, a FIFO, a device); None when it
     is one."""
     named = _named(what, path)
-    try:
-        st = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return f"{named} not found"
-    except OSError as exc:
-        return f"{named} cannot be read ({exc.strerror or exc})"
+    st = _stat(path, named)
+    if isinstance(st, str):
+        return st
     if not stat.S_ISDIR(st.st_mode):
         return f"{named} is {kind(st.st_mode)}, not a folder"
     return None
