@@ -303,11 +303,13 @@ def _te_cuda(s: Stack) -> Iterator[tuple[str, str]]:
         yield f"TE {s.te} has no transformer-engine-cu13 wheel", f"use TE >= {TE_FIRST_CU13} or CUDA 12"
 
 
-def _te_floor(table: dict[str, str], te: str) -> str | None:
+def _te_floor_missed(table: dict[str, str], te: str, have: str) -> str | None:
     """The floor a TE release needs from one of the tables above (TE release line → oldest version of the
-    other side): the entry of the newest line ``te`` has reached, None before the first."""
+    other side: the entry of the newest line ``te`` has reached) where ``have`` is below it; None where ``have``
+    meets it or ``te`` predates the first line."""
     reached = [line for line in table if at_least(te, line)]
-    return table[max(reached, key=Version)] if reached else None
+    floor = table[max(reached, key=Version)] if reached else None
+    return floor if floor is not None and not at_least(have, floor) else None
 
 
 @rule("cuda-archs", "every GPU architecture in cuda_archs is one the stack's CUDA compiles (gpu_archs.py)")
@@ -373,8 +375,7 @@ def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
     # against.
     if s.te_source != "build" or s.cudnn in (NONE, FROM_BASE):
         return
-    floor = _te_floor(TE_MIN_CUDNN, s.te)
-    if floor is not None and not at_least(s.cudnn, floor):
+    if floor := _te_floor_missed(TE_MIN_CUDNN, s.te, s.cudnn):
         yield (f"TE {s.te}'s extension compiles only against cuDNN >= {floor} headers, and torch {s.torch} brings "
                f"cuDNN {s.cudnn}",
                f"pin a TE release before {min(TE_MIN_CUDNN)} for this torch, or a torch with newer cuDNN")
@@ -384,8 +385,7 @@ def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
 def _te_torch(s: Stack) -> Iterator[tuple[str, str]]:
     if s.te_source != "build":
         return
-    floor = _te_floor(TE_MIN_TORCH, s.te)
-    if floor is not None and not at_least(s.torch, floor):
+    if floor := _te_floor_missed(TE_MIN_TORCH, s.te, s.torch):
         yield (f"TE {s.te}'s extension compiles only against torch >= {floor} (it includes "
                f"c10d/symm_mem/nccl_dev_cap.hpp), the stack pins torch {s.torch}",
                f"pin a TE release before {min(TE_MIN_TORCH)} for this torch, or torch >= {floor}")
