@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +46,25 @@ def _named(what: str, path: Path | str) -> str:
     return f"{what} {path}" if what else str(path)
 
 
-def file_problem(path: Path | str, what: str = "", max_bytes: int | None = MAX_BYTES) -> str | None:
-    """Why ``path`` is not a file this tool reads (missing, a folder, a FIFO, a device, over ``max_bytes``),
-    without opening it; None when it is one. For a path another program reads (cosign's key, docker's mounts)."""
-    named = _named(what, path)
+def _stat_of_kind(path: Path | str, named: str, is_kind: Callable[[int], bool], wanted: str) -> os.stat_result | str:
+    """``path``'s stat where it is the kind ``is_kind`` accepts; else why not (missing, unreadable, or
+    another kind than ``wanted``): the rungs a file and a folder share."""
     try:
         st = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
         return f"{named} not found"
     except OSError as exc:
         return f"{named} cannot be read ({exc.strerror or exc})"
-    if not stat.S_ISREG(st.st_mode):
-        return f"{named} is {kind(st.st_mode)}, not a regular file"
+    return st if is_kind(st.st_mode) else f"{named} is {kind(st.st_mode)}, not {wanted}"
+
+
+def file_problem(path: Path | str, what: str = "", max_bytes: int | None = MAX_BYTES) -> str | None:
+    """Why ``path`` is not a file this tool reads (missing, a folder, a FIFO, a device, over ``max_bytes``),
+    without opening it; None when it is one. For a path another program reads (cosign's key, docker's mounts)."""
+    named = _named(what, path)
+    st = _stat_of_kind(path, named, stat.S_ISREG, "a regular file")
+    if isinstance(st, str):
+        return st
     if max_bytes is not None and st.st_size > max_bytes:
         return f"{named} is {size_text(st.st_size)}, over the {size_text(max_bytes)} this tool reads"
     return None
@@ -110,6 +118,15 @@ def read_json(path: Path | str, what: str, fix: str, finite: bool = False, missi
         raise InputError(f"{_named(what, path)} is not JSON ({exc}); {fix}") from None
 
 
+def read_json_object(path: Path | str, what: str, fix: str, not_object: str) -> dict[str, Any]:
+    """``read_json`` held to a JSON object, the first shape a document (a config, a certificate) must have;
+    InputError ``not_object`` where it is another JSON value."""
+    data = read_json(path, what, fix)
+    if not isinstance(data, dict):
+        raise InputError(not_object)
+    return data
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
@@ -117,13 +134,5 @@ def _no_constant(name: str) -> Any:
 def folder_problem(path: Path | str, what: str = "") -> str | None:
     """Why ``path`` is not a folder this tool reads files from (missing, a file, a FIFO, a device); None when it
     is one."""
-    named = _named(what, path)
-    try:
-        st = os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return f"{named} not found"
-    except OSError as exc:
-        return f"{named} cannot be read ({exc.strerror or exc})"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{named} is {kind(st.st_mode)}, not a folder"
-    return None
+    st = _stat_of_kind(path, _named(what, path), stat.S_ISDIR, "a folder")
+    return st if isinstance(st, str) else None

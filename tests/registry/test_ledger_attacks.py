@@ -17,7 +17,7 @@ import pytest
 from mcore_images import cli
 from mcore_images.release import ledger, promote, registry
 from tests.registry.conftest import Pushed
-from tests.registry.test_trust import attach, oras_tag, two_releases, verdict  # noqa: F401 (a fixture)
+from tests.registry.test_trust import attach, failed_over_passed, oras_tag, two_releases, verdict  # noqa: F401 (a fixture)
 
 
 def repository_args(pushed: Pushed, keys: dict[str, Path]) -> list[str]:
@@ -36,11 +36,8 @@ def test_a_recorded_certificate_whose_signature_was_deleted_is_refused(
     """Before: a passed and a newer failed certificate, both signed and recorded; `oras manifest delete
     …:sha256-<failed artifact>.sig` (push rights, no key), and verify said `PASSED … ignored: certificate …: it is
     not signed`, for a client that saw the ledger and for a fresh one; a promote dry run accepted it too."""
-    now = dt.datetime.now(dt.UTC)
     pushed = push()
-    attach(pushed, keys, tmp_path / "good", created=now - dt.timedelta(hours=2))
-    bad = attach(pushed, keys, tmp_path / "bad", created=now - dt.timedelta(hours=1), smoke_status="failed")
-    assert verdict(pushed.ref, keys, capsys)[0] == 1  # the newer, failed certificate is judged
+    bad = failed_over_passed(pushed, keys, tmp_path, capsys)
     signature = f"{pushed.repository}:sha256-{bad.removeprefix('sha256:')}.sig"
     subprocess.run(["oras", "manifest", "delete", "--plain-http", "--force", signature], check=True,
                    capture_output=True)

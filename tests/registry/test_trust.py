@@ -125,6 +125,16 @@ def verdict(ref: str, keys: dict[str, Path], capsys: pytest.CaptureFixture) -> t
     return code, json.loads(capsys.readouterr().out)
 
 
+def failed_over_passed(pushed: Pushed, keys: dict[str, Path], folder: Path, capsys: pytest.CaptureFixture) -> str:
+    """A passed certificate and a newer failed one, both attached and recorded, and verify judging the failed one:
+    where each attack on a failed verdict starts. The failed certificate's digest."""
+    now = dt.datetime.now(dt.UTC)
+    attach(pushed, keys, folder / "good", created=now - dt.timedelta(hours=2))
+    bad = attach(pushed, keys, folder / "bad", created=now - dt.timedelta(hours=1), smoke_status="failed")
+    assert verdict(pushed.ref, keys, capsys)[0] == 1  # the newer, failed certificate is judged
+    return bad
+
+
 def oras_tag(source: str, tag: str) -> None:
     subprocess.run(["oras", "tag", "--plain-http", source, tag], check=True, capture_output=True)
 
@@ -174,11 +184,8 @@ def test_a_failed_verdict_removed_from_the_referrers_is_noticed(push: Callable[.
                                                                 tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """Before: remove the failed certificate's referrer from the sha256-<digest> index (push rights, no key), and
     verify judged the older passed certificate."""
-    now = dt.datetime.now(dt.UTC)
     pushed = push()
-    attach(pushed, keys, tmp_path / "good", created=now - dt.timedelta(hours=2))
-    bad = attach(pushed, keys, tmp_path / "bad", created=now - dt.timedelta(hours=1), smoke_status="failed")
-    assert verdict(pushed.ref, keys, capsys)[0] == 1  # the newer, failed certificate is judged
+    bad = failed_over_passed(pushed, keys, tmp_path, capsys)
     index_ref = f"{pushed.repository}:sha256-{pushed.digest.removeprefix('sha256:')}"
     index = json.loads(subprocess.run(["oras", "manifest", "fetch", "--plain-http", index_ref], check=True,
                                       capture_output=True, text=True).stdout)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 SENTINELS = {
@@ -33,10 +34,24 @@ PLACES = {
 def make_root(base: Path) -> Path:
     """A fake root under ``base`` holding every sentinel."""
     root = base / "root"
-    for name, text in SENTINELS.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
+    plant(root, SENTINELS)
     return root
+
+
+def plant(root: Path, files: Mapping[str, str | bytes]) -> None:
+    """Each of ``files`` (path under ``root`` → its text or bytes) written under ``root``, its folders made."""
+    for name, content in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            (root / name).write_bytes(content)
+        else:
+            (root / name).write_text(content)
+
+
+def files_under(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` (its path there → its bytes): equal to what was planted means each file was kept
+    and none added."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def snapshot(root: Path) -> dict[str, str | None]:

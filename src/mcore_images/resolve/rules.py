@@ -303,11 +303,23 @@ def _te_cuda(s: Stack) -> Iterator[tuple[str, str]]:
         yield f"TE {s.te} has no transformer-engine-cu13 wheel", f"use TE >= {TE_FIRST_CU13} or CUDA 12"
 
 
-def _te_floor(table: dict[str, str], te: str) -> str | None:
+def _te_floor_missed(table: dict[str, str], te: str, have: str) -> str | None:
     """The floor a TE release needs from one of the tables above (TE release line → oldest version of the
-    other side): the entry of the newest line ``te`` has reached, None before the first."""
+    other side: the entry of the newest line ``te`` has reached) where ``have`` is below it; None where ``have``
+    meets it or ``te`` predates the first line."""
     reached = [line for line in table if at_least(te, line)]
-    return table[max(reached, key=Version)] if reached else None
+    floor = table[max(reached, key=Version)] if reached else None
+    return floor if floor is not None and not at_least(have, floor) else None
+
+
+def _te_compiles_against(s: Stack, table: dict[str, str], side: str, have: str, why: str,
+                         instead: str) -> Iterator[tuple[str, str]]:
+    """The problem where the ``side`` (at ``have``) TE's extension compiles against is below the floor ``s.te``
+    needs from ``table``: ``why`` and ``instead`` (the other way out than an older TE) name it, ``{floor}`` in
+    them standing for that floor."""
+    if floor := _te_floor_missed(table, s.te, have):
+        yield (f"TE {s.te}'s extension compiles only against {side} >= {why.format(floor=floor)}",
+               f"pin a TE release before {min(table)} for this torch, or {instead.format(floor=floor)}")
 
 
 @rule("cuda-archs", "every GPU architecture in cuda_archs is one the stack's CUDA compiles (gpu_archs.py)")
@@ -371,24 +383,18 @@ def _te_archs(s: Stack) -> Iterator[tuple[str, str]]:
 def _te_cudnn(s: Stack) -> Iterator[tuple[str, str]]:
     # The stack's cuDNN (torch's, held to torch's requirement by cudnn-torch) is what TE's extension compiles
     # against.
-    if s.te_source != "build" or s.cudnn in (NONE, FROM_BASE):
-        return
-    floor = _te_floor(TE_MIN_CUDNN, s.te)
-    if floor is not None and not at_least(s.cudnn, floor):
-        yield (f"TE {s.te}'s extension compiles only against cuDNN >= {floor} headers, and torch {s.torch} brings "
-               f"cuDNN {s.cudnn}",
-               f"pin a TE release before {min(TE_MIN_CUDNN)} for this torch, or a torch with newer cuDNN")
+    if s.te_source == "build" and s.cudnn not in (NONE, FROM_BASE):
+        yield from _te_compiles_against(s, TE_MIN_CUDNN, "cuDNN", s.cudnn,
+                                        f"{{floor}} headers, and torch {s.torch} brings cuDNN {s.cudnn}",
+                                        "a torch with newer cuDNN")
 
 
 @rule("te-torch", "the torch TE's extension compiles against is one that TE release builds with")
 def _te_torch(s: Stack) -> Iterator[tuple[str, str]]:
-    if s.te_source != "build":
-        return
-    floor = _te_floor(TE_MIN_TORCH, s.te)
-    if floor is not None and not at_least(s.torch, floor):
-        yield (f"TE {s.te}'s extension compiles only against torch >= {floor} (it includes "
-               f"c10d/symm_mem/nccl_dev_cap.hpp), the stack pins torch {s.torch}",
-               f"pin a TE release before {min(TE_MIN_TORCH)} for this torch, or torch >= {floor}")
+    if s.te_source == "build":
+        yield from _te_compiles_against(s, TE_MIN_TORCH, "torch", s.torch,
+                                        f"{{floor}} (it includes c10d/symm_mem/nccl_dev_cap.hpp), the stack pins "
+                                        f"torch {s.torch}", "torch >= {floor}")
 
 
 @rule("torch-cuda", "torch's CUDA build on PyPI is the stack's CUDA")

@@ -50,15 +50,14 @@ def slim(cert: dict[str, Any]) -> dict[str, Any]:
 def load(path: Path) -> dict[str, Any]:
     """A timings file or a whole certificate; ValueError naming the problem (reading.py's rungs first: a regular file
     within its limit)."""
+    neither = f"{path} is neither a smoke certificate nor a {SCHEMA} file"
     try:
-        data = reading.read_json(path, "", "give a smoke certificate.json")
+        data = reading.read_json_object(path, "", "give a smoke certificate.json", neither)
     except InputError as exc:
         raise ValueError(str(exc)) from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} is neither a smoke certificate nor a {SCHEMA} file")
     if data.get("schema") != SCHEMA:
         if not isinstance(data.get("runs"), list):
-            raise ValueError(f"{path} is neither a smoke certificate nor a {SCHEMA} file")
+            raise ValueError(neither)
         data = slim(data)
     if not data.get("runs") or not data.get("steps"):
         raise ValueError(f"{path} holds no measured runs")

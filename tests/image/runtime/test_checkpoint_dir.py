@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.image.utils.docker import container_options, remove_container
+from tests.support.sentinels import files_under, plant
 
 SMOKE = ("python", "-m", "mcore_images.smoke", "--cpu", "--nproc", "1", "--layouts", "dp1", "--models", "dense",
          "--spec",
          "local", "--steps", "2", "--no-attention", "--checkpoint-dir", "/ck")
 """The shortest run with a round trip: dp1 → dp1 (dense), saved in the background (the attention check, which the
 runtime tests judge, left out)."""
-SENTINELS = {"run-42/iter_0000100/__0_0.distcp": "weights", "run-42/latest": "iter_0000100", "notes.txt": "keep"}
+SENTINELS = {"run-42/iter_0000100/__0_0.distcp": b"weights", "run-42/latest": b"iter_0000100", "notes.txt": b"keep"}
 """Someone else's files in the folder the smoke is given."""
 
 
@@ -37,36 +38,26 @@ def run(image: Any, script: str, *docker: str) -> subprocess.CompletedProcess[st
         raise
 
 
-def plant(root: Path) -> None:
-    for name, text in SENTINELS.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-
-
-def found(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 def test_the_round_trips_leave_what_was_in_the_folder_alone(image: Any, tmp_path: Path) -> None:
     ck, out = tmp_path / "ck", tmp_path / "out"
-    plant(ck)
+    plant(ck, SENTINELS)
     out.mkdir()
     done = run(image, shlex.join([*SMOKE, "--out", "/out"]), "-v", f"{ck}:/ck", "-v", f"{out}:/out")
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     cert = json.loads((out / "certificate.json").read_text())
     assert cert["checkpoint"]["verdict"] == "passed" and cert["checkpoint"]["folder"] == "/ck"
-    assert found(ck) == SENTINELS  # every file kept, and nothing of the smoke's left
+    assert files_under(ck) == SENTINELS  # every file kept, and nothing of the smoke's left
     assert sorted(p.name for p in ck.iterdir()) == ["notes.txt", "run-42"]
 
 
 def test_a_read_only_folder_is_refused_before_torchrun_starts(image: Any, tmp_path: Path) -> None:
-    plant(tmp_path)
+    plant(tmp_path, SENTINELS)
     done = run(image, shlex.join(SMOKE), "-v", f"{tmp_path}:/ck:ro")
     assert done.returncode == 2, (done.stdout + done.stderr)[-3000:]
     assert done.stderr.strip() == ("smoke: could not run: --checkpoint-dir /ck: cannot write in /ck (Read-only file "
                                    "system): pass a folder this user can write")
     assert done.stdout == ""  # no plan printed: nothing started
-    assert found(tmp_path) == SENTINELS
+    assert files_under(tmp_path) == SENTINELS
 
 
 def test_a_full_folder_is_named_in_one_line_and_the_round_trips_folder_is_removed(image: Any,

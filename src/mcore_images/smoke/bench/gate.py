@@ -93,11 +93,10 @@ def load_baselines(path: Path) -> dict[str, Any]:
     """Read a baselines file (a regular file within reading's limit); ValueError naming the problem when it cannot be
     read or is malformed."""
     try:
-        data = reading.read_json(path, "", "give a baselines file")
+        data = reading.read_json_object(path, "", "give a baselines file",
+                                        f"{path}: not a baselines file (a JSON object with schema {SCHEMA!r})")
     except InputError as exc:
         raise ValueError(str(exc).removesuffix("; give a baselines file")) from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: not a baselines file (a JSON object with schema {SCHEMA!r})")
     if data.get("schema") != SCHEMA:
         raise ValueError(f"{path}: schema {data.get('schema')!r} is not {SCHEMA!r}")
     if not isinstance(data.get("baselines"), list):

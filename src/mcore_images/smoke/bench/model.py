@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -305,43 +306,45 @@ def mean_relative_difference(loss: list[float], reference: list[float]) -> float
 def compare_graphs(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each graphed row gets ``vs_eager``: its speed-up in tokens/s over the eager row of the same config, spec,
     variant and precision, and its loss against that row's (limit GRAPH_LOSS_RTOL); None where that row failed."""
-    out = []
-    for rec in results:
-        if not rec.get("cuda_graphs") or rec.get("status") != "ok":
-            out.append(rec)
-            continue
-        eager = next((r for r in results if r.get("status") == "ok" and not r.get("cuda_graphs")
-                      and r.get("base_variant") == rec.get("base_variant")
-                      and all(r.get(k) == rec.get(k) for k in ("config", "spec", "precision", "attention_asked"))),
-                     None)
-        if eager is None:
-            out.append({**rec, "vs_eager": None})
-            continue
-        loss_rel = mean_relative_difference(rec["loss"], eager["loss"])
-        out.append({**rec, "vs_eager": {
-            "speedup": rec["tokens_per_s"] / eager["tokens_per_s"], "loss_rel": loss_rel, "loss_rtol": GRAPH_LOSS_RTOL,
-            "loss_ok": loss_rel <= GRAPH_LOSS_RTOL, "eager_step_ms": eager["step_ms_median"],
-        }})
-    return out
+    return _compared(
+        results, "vs_eager", GRAPH_LOSS_RTOL,
+        applies=lambda rec: bool(rec.get("cuda_graphs")),
+        is_base=lambda r, rec: (not r.get("cuda_graphs") and r.get("base_variant") == rec.get("base_variant")
+                                and all(r.get(k) == rec.get(k)
+                                        for k in ("config", "spec", "precision", "attention_asked"))),
+        extra=lambda eager: {"eager_step_ms": eager["step_ms_median"]})
 
 
 def compare_precisions(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each FP8 row gets ``vs_bf16``: its speed-up in tokens/s over the bf16 row of the same config, spec and
     variant, and its loss over the timed steps against that row's (mean relative difference, limit
     FP8_LOSS_RTOL). Both rows start from the same weights and batches, so the loss is comparable step by step."""
+    return _compared(
+        results, "vs_bf16", FP8_LOSS_RTOL,
+        applies=lambda rec: PRECISIONS.get(rec.get("precision", ""), PRECISIONS["bf16"]).fp8,
+        is_base=lambda r, rec: (r.get("precision") == "bf16"
+                                and all(r.get(k) == rec.get(k) for k in ("config", "spec", "variant"))),
+        extra=lambda bf16: {"bf16_loss_last": bf16["loss_last"]})
+
+
+def _compared(results: list[dict[str, Any]], key: str, rtol: float, *, applies: Callable[[dict[str, Any]], bool],
+              is_base: Callable[[dict[str, Any], dict[str, Any]], bool],
+              extra: Callable[[dict[str, Any]], dict[str, Any]]) -> list[dict[str, Any]]:
+    """``results`` with ``key`` on each passed row ``applies`` picks: its speed-up and loss against the first passed
+    row ``is_base`` pairs it with (None where there is none), and ``extra`` facts of that row. The one way every
+    variant is weighed against its plain twin."""
     out = []
     for rec in results:
-        if not PRECISIONS.get(rec.get("precision", ""), PRECISIONS["bf16"]).fp8 or rec.get("status") != "ok":
+        if not applies(rec) or rec.get("status") != "ok":
             out.append(rec)
             continue
-        bf16 = next((r for r in results if r.get("status") == "ok" and r.get("precision") == "bf16"
-                     and all(r.get(k) == rec.get(k) for k in ("config", "spec", "variant"))), None)
-        if bf16 is None:
-            out.append({**rec, "vs_bf16": None})
+        base = next((r for r in results if r.get("status") == "ok" and is_base(r, rec)), None)
+        if base is None:
+            out.append({**rec, key: None})
             continue
-        loss_rel = mean_relative_difference(rec["loss"], bf16["loss"])
-        out.append({**rec, "vs_bf16": {
-            "speedup": rec["tokens_per_s"] / bf16["tokens_per_s"], "loss_rel": loss_rel, "loss_rtol": FP8_LOSS_RTOL,
-            "loss_ok": loss_rel <= FP8_LOSS_RTOL, "bf16_loss_last": bf16["loss_last"],
+        loss_rel = mean_relative_difference(rec["loss"], base["loss"])
+        out.append({**rec, key: {
+            "speedup": rec["tokens_per_s"] / base["tokens_per_s"], "loss_rel": loss_rel, "loss_rtol": rtol,
+            "loss_ok": loss_rel <= rtol, **extra(base),
         }})
     return out

@@ -533,10 +533,8 @@ def arch_configs(names: tuple[str, ...], hf_config: str | None) -> list[dict[str
         path = Path(hf_config)
         path = path / "config.json" if path.is_dir() else path
         try:
-            found = reading.read_json(path, "--hf-config", "give a HF config.json or its folder")
+            return [reading.read_json_object(path, "--hf-config", "give a HF config.json or its folder",
+                                             f"--hf-config {path} is not a HF config (a JSON object)")]
         except InputError as exc:
             raise CouldNotRun(str(exc)) from None
-        if not isinstance(found, dict):
-            raise CouldNotRun(f"--hf-config {path} is not a HF config (a JSON object)")
-        return [found]
     return [ARCHITECTURES[n].config() for n in names]

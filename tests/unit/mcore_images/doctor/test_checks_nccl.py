@@ -19,8 +19,7 @@ def test_nccl_loaded_library_differs(world: World) -> None:
     world.torch(nccl=(2, 27, 7))
     world.dist("torch", "2.11.0", requires=PIN)
     world.dist("nvidia-nccl-cu13", "2.27.7")
-    world.maps("/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5")
-    world.versions["/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5"] = 22105
+    world.loads("/usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5", 22105)
     found = world.run("nccl.version")
     assert found.status == Status.FAIL and "2.21.5" in found.finding
 
@@ -30,9 +29,7 @@ def test_nccl_agrees(world: World) -> None:
     world.torch(nccl=(2, 27, 7))
     world.dist("torch", "2.11.0", requires=PIN)
     world.dist("nvidia-nccl-cu13", "2.27.7")
-    lib = str(world.site / "nvidia" / "nccl" / "lib" / "libnccl.so.2")
-    world.maps(lib)
-    world.versions[lib] = 22707
+    world.loads(world.pip_library("nccl", "libnccl.so.2"), 22707)
     found = world.run("nccl.version")
     assert found.status == Status.OK and "2.27.7" in found.finding
 

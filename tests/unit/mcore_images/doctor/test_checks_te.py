@@ -49,7 +49,7 @@ def test_te_cudnn_mismatch_trap(world: World) -> None:
     assert status(world, "te.cudnn") == Status.SKIP
     world.package("transformer_engine", {"pytorch.py": ""})
     world.torch(cudnn=91900)
-    pip_cudnn = str(world.site / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9")
+    pip_cudnn = world.pip_library("cudnn", "libcudnn.so.9")
     world.maps(pip_cudnn, SYS_CUDNN, "/usr/lib/x86_64-linux-gnu/libcudnn_graph.so.9")
     world.versions.update({pip_cudnn: 91900, SYS_CUDNN: 91400})
     found = world.run("te.cudnn")
@@ -67,8 +67,7 @@ def test_te_cudnn_torch_refuses_the_mix(world: World) -> None:
                            "but found runtime version (9, 14, 0)")
 
     torch.backends.cudnn.version = refuse
-    world.maps(SYS_CUDNN)
-    world.versions[SYS_CUDNN] = 91400
+    world.loads(SYS_CUDNN, 91400)
     found = world.run("te.cudnn")
     assert found.status == Status.FAIL and "incompatibility" in found.finding
     assert "LD_LIBRARY_PATH" in found.fix
@@ -77,9 +76,7 @@ def test_te_cudnn_torch_refuses_the_mix(world: World) -> None:
 def test_te_cudnn_one_copy(world: World) -> None:
     world.package("transformer_engine", {"pytorch.py": ""})
     world.torch(cudnn=91900)
-    pip_cudnn = str(world.site / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9")
-    world.maps(pip_cudnn)
-    world.versions[pip_cudnn] = 91900
+    world.loads(world.pip_library("cudnn", "libcudnn.so.9"), 91900)
     found = world.run("te.cudnn")
     assert found.status == Status.OK and "9.19.0" in found.finding
 

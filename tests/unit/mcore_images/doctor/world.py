@@ -161,6 +161,15 @@ class World:
         lines = [f"7f00{i:04x}000-7f00{i:04x}fff r-xp 00000000 08:01 {i} {p}" for i, p in enumerate(paths)]
         (self.proc / "self" / "maps").write_text("\n".join(lines) + "\n")
 
+    def loads(self, path: str, version: int) -> None:
+        """The process has only ``path`` mapped, and that library answers ``version`` when asked for it."""
+        self.maps(path)
+        self.versions[path] = version
+
+    def pip_library(self, package: str, name: str) -> str:
+        """Where torch's pip nvidia-* wheel ``package`` puts its library ``name``."""
+        return str(self.site / "nvidia" / package / "lib" / name)
+
     def meminfo(self, total_gib: float, available_gib: float) -> None:
         (self.proc / "meminfo").write_text(
             f"MemTotal: {int(total_gib * GIB_KB)} kB\nMemAvailable: {int(available_gib * GIB_KB)} kB\n"
@@ -183,6 +192,5 @@ def unversioned_libraries(world: World) -> None:
     world.torch(cudnn=91900, nccl=(2, 27, 7))
     world.dist("torch", "2.11.0", requires=PIN)
     world.dist("nvidia-nccl-cu13", "2.27.7")
-    cudnn = str(world.site / "nvidia" / "cudnn" / "lib" / "libcudnn.so.9")
-    nccl = str(world.site / "nvidia" / "nccl" / "lib" / "libnccl.so.2")
-    world.maps(cudnn, nccl)  # mapped, but world.versions has no answer for them
+    # mapped, but world.versions has no answer for them
+    world.maps(world.pip_library("cudnn", "libcudnn.so.9"), world.pip_library("nccl", "libnccl.so.2"))

@@ -22,6 +22,7 @@ from mcore_images.smoke import args as smoke_args
 from mcore_images.smoke.bench import cli as bench_cli
 from mcore_images.smoke.bridge import cli as bridge_cli
 from tests.support.host import need
+from tests.support.sentinels import files_under, plant
 from tests.unit.conftest import PYTHONPATH
 
 USERS = {"certificate.json": b'{"mine": true, "notes": "my own certificate"}\n',
@@ -46,27 +47,17 @@ def program(module: str, *args: str, torch: Path | None = None, cwd: Path | None
                           env=env, cwd=cwd, timeout=120)
 
 
-def plant(folder: Path) -> None:
-    for name, data in USERS.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_bytes(data)
-
-
-def kept(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def test_a_users_folder_is_refused_with_every_file_kept_byte_for_byte(tmp_path: Path) -> None:
     """Before: exit 0 in an image (here: exit 2 after torchrun), certificate.json and .md replaced silently."""
     out = tmp_path / "o"
-    plant(out)
+    plant(out, USERS)
     done = program("mcore_images.smoke", "--cpu", "--nproc", "1", "--out", str(out), torch=stand_in_torch(tmp_path))
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [f"smoke: could not run: --out {out} is a folder mcore-images did not write (it "
                                         f"has no {create_only.MARKER}) and is not empty: give a new or empty folder; "
                                         "nothing was changed"]
     assert done.stdout == ""  # not even the plan: nothing started
-    assert kept(out) == USERS
+    assert files_under(out) == USERS
 
 
 def test_a_folder_the_smoke_wrote_is_marked_and_taken_again_by_the_smoke_and_its_wrapper(tmp_path: Path) -> None:
@@ -87,13 +78,13 @@ def test_a_folder_the_smoke_wrote_is_marked_and_taken_again_by_the_smoke_and_its
                                               ("mcore_images.smoke.bench", ["--dry-run", "--cpu"])])
 def test_the_bridge_and_the_bench_refuse_a_users_folder_too(module: str, args: list[str], tmp_path: Path) -> None:
     out = tmp_path / "o"
-    plant(out)
+    plant(out, USERS)
     (out / "bridge.json").write_bytes(b"{}\n")
     (out / "bench.json").write_bytes(b"{}\n")
-    before = kept(out)
+    before = files_under(out)
     done = program(module, *args, "--out", str(out))
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
-    assert "did not write" in done.stderr and kept(out) == before
+    assert "did not write" in done.stderr and files_under(out) == before
 
 
 MOUNT_READ_ONLY = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'

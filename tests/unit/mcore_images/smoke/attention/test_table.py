@@ -71,14 +71,19 @@ def _cert(section: dict) -> dict:
     return cert
 
 
+def _rendered(section: dict) -> str:
+    """The certificate around ``section`` as Markdown, once it is known to validate: what a reader is shown."""
+    cert = _cert(section)
+    assert certificate.validate(cert) == []
+    return certificate.render_markdown(cert)
+
+
 def test_the_certificate_validates_and_renders_its_attention_table() -> None:
     sec = table.section([table.result("flash", "sbhd MHA d64", "", selected="FlashAttention 4.0.0b36",
                                       errors={**GOOD, "out": (3.92, 0.012, 4.0)})],
                         backends=[{"name": "flash", "about": "attention_backend=flash"}], cases=["sbhd MHA d64"],
                         environment={"gpu": "H200"}, tolerance=numerics.attention().to_dict(), wall_s=3.0)
-    cert = _cert(sec)
-    assert certificate.validate(cert) == []
-    text = certificate.render_markdown(cert)
+    text = _rendered(sec)
     assert "## Attention against an fp32 reference: FAILED" in text
     assert "| flash | FlashAttention 4.0.0b36 | sbhd MHA d64 | failed | 3.92e+00 > 8.65e-02 |" in text
 
@@ -110,9 +115,7 @@ def test_the_section_links_the_measurement_its_te_flash_backend_rests_on() -> No
                         "docs/measurements/2026-12-06-attention-pairs/te2.20-b40-c4.8.1.json"}
     assert all(r["direct"] == "right" and r["through_te"] == "wrong" and r["date"] == "2026-12-06"
                for r in measured["rests_on"])
-    cert = _cert(sec)
-    assert certificate.validate(cert) == []
-    text = certificate.render_markdown(cert)
+    text = _rendered(sec)
     assert "- TE 2.20.2's flash backend with FlashAttention 4 on sm_90, as measured on a GPU: wrong: " in text
     assert "docs/measurements/2026-12-06-attention-pairs/te2.20-b36-c4.8.1.json" in text
 
