@@ -115,3 +115,4 @@ def test_negative_overwriting_main_grad_the_accumulation_check_fails(
                                             test_megatron_core_layers_accumulate_through_it)
     assert rc == 1 and failed == {"test_megatron_core_layers_accumulate_through_it"}, \
         f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+    assert "of its limit" in output, output[-3000:]  # the sums are wrong, not the check unable to run
