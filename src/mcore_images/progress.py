@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TextIO
 
+from mcore_images import tools
+
 QUIET_S = 30.0
 """After this long without a step, one line says the work is still running (CI logs show no spinner)."""
 
@@ -71,10 +73,10 @@ def follow(argv: Sequence[str], reader: Reader, *, every: float | None = None, t
            cwd: Path | None = None, env: Mapping[str, str] | None = None) -> Followed:
     """Run ``argv`` (stdout and stderr as one stream, stdin closed) and give ``reader`` each line of its output as it
     comes, and a ``quiet()`` call after every ``every`` seconds (default QUIET_S) without one; a program past
-    ``timeout`` seconds is killed. FileNotFoundError when the program is missing, as subprocess raises it."""
+    ``timeout`` seconds is killed. A missing program is tools.require's one line (InputError)."""
     every = QUIET_S if every is None else every
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            text=True, errors="replace", cwd=cwd, env=None if env is None else dict(env))
+    proc = tools.popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                       text=True, errors="replace", cwd=cwd, env=None if env is None else dict(env))
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:

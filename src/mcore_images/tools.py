@@ -32,6 +32,11 @@ INSTALL: dict[str, str] = {
 """Each program the tool starts, and how a machine gets it (the second half of the line a missing one gives)."""
 
 
+def missing(name: str) -> str:
+    """The one line a missing program gives: it is not there, and how to install it."""
+    return f"{name} is not installed or not on PATH: {INSTALL.get(name, 'check PATH')}"
+
+
 def require(name: str) -> str:
     """The path of program ``name`` on PATH; InputError, one line naming how to install it, where it is missing. A
     program named by its path (this Python, ``sys.executable``) is taken as it is."""
@@ -43,7 +48,7 @@ def require(name: str) -> str:
         raise KeyError(f"{name!r} is not a program the tool starts: add it to tools.INSTALL with how to install it")
     found = shutil.which(name)
     if found is None:
-        raise InputError(f"{name} is not installed or not on PATH: {INSTALL[name]}")
+        raise InputError(missing(name))
     return found
 
 
@@ -53,7 +58,7 @@ def run(argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(list(argv), **kwargs)  # the caller says check=
     except FileNotFoundError:  # removed between the look and the start
-        raise InputError(f"{argv[0]} is not installed or not on PATH: {INSTALL.get(argv[0], 'check PATH')}") from None
+        raise InputError(missing(argv[0])) from None
 
 
 def popen(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
@@ -62,4 +67,4 @@ def popen(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
     try:
         return subprocess.Popen(list(argv), **kwargs)
     except FileNotFoundError:
-        raise InputError(f"{argv[0]} is not installed or not on PATH: {INSTALL.get(argv[0], 'check PATH')}") from None
+        raise InputError(missing(argv[0])) from None

@@ -89,6 +89,22 @@ def parse(text: str) -> ImageRef:
     return ImageRef(name, tag, digest or None)
 
 
+EXAMPLE = "mcore-images:runtime-debian or REPO@sha256:…"
+"""What a command that runs or certifies a local image asks for in place of a reference it cannot parse."""
+REGISTRY_EXAMPLE = "registry/repo:tag or registry/repo@sha256:…"
+"""The same, for a command that reads the image from its registry."""
+
+
+def reference_problem(text: str, option: str = "", example: str = EXAMPLE) -> str | None:
+    """Why ``text`` is not an image reference, and what to give instead, in one line (None when it is one): the
+    one wording of that refusal, whichever command (or its ``option``) took the reference."""
+    try:
+        parse(text)
+    except ValueError as exc:
+        return f"{option + ' ' if option else ''}{exc}; give an image reference such as {example}"
+    return None
+
+
 def registry_problem(text: str, option: str) -> str | None:
     """Why ``text`` cannot prefix a repository (``ghcr.io/acme``, ``127.0.0.1:5000``), or None. A value
     that bake would read as two tags (a comma) or as another option never gets this far."""

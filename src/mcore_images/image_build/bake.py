@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import tools
+from mcore_images import docker_cli, tools
 from mcore_images.catalogue import components, images, platforms, tags
 from mcore_images.catalogue.stacks import Stack, checkout_root, load_stacks, repo_root
 from mcore_images.command import Command, print_json
@@ -52,8 +52,8 @@ def candidate_targets(selected: list[Stack], stack: str | None, group: str | Non
     if stack:
         return bake_targets(selected, stack, group, layer)
     files = [a for f in bake_files for a in ("-f", str(f))]
-    printed = tools.run(["docker", "buildx", "bake", *files, "--print", group or "default"], capture_output=True,
-                        text=True, check=False)
+    printed = docker_cli.run("buildx", "bake", *files, "--print", group or "default", capture_output=True,
+                             text=True, check=False)
     if printed.returncode != 0:
         raise InputError(f"docker buildx bake --print {group} failed ({printed.stderr.strip()[-300:]}); run "
                          "`make docker-engine`")
@@ -61,10 +61,10 @@ def candidate_targets(selected: list[Stack], stack: str | None, group: str | Non
 
 
 def check_docker() -> None:
-    probe = tools.run(["docker", "buildx", "version"], capture_output=True, check=False)
+    probe = docker_cli.run("buildx", "version", capture_output=True, check=False)
     if probe.returncode != 0:
         raise InputError("the docker buildx plugin is missing; run `make docker-engine`")
-    probe = tools.run(["docker", "info", "--format", "{{.ServerVersion}}"], capture_output=True, check=False)
+    probe = docker_cli.run("info", "--format", "{{.ServerVersion}}", capture_output=True, check=False)
     if probe.returncode != 0:
         raise InputError("the Docker Engine does not answer; start it with `make docker-engine`")
 
@@ -239,8 +239,8 @@ def summarize(log: BakeLog, metadata: Path, only: str | None, code: int, wall: f
 
 
 def _size(ref: str) -> int | None:
-    out = tools.run(["docker", "image", "inspect", "--format", "{{.Size}}", ref], capture_output=True,
-                    text=True, check=False)
+    out = docker_cli.run("image", "inspect", "--format", "{{.Size}}", ref, capture_output=True,
+                         text=True, check=False)
     return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip().isdigit() else None
 
 
@@ -357,8 +357,8 @@ def build(request: BuildRequest) -> int:
         say(f"override: {', '.join(f'{k}={v}' for k, v in changes.items())}; bake file {stacks_json}, "
               f"locks {locks} (from layer '{overrides.first_changed_layer(changes)}' up)")
     progress = progress_mode(request.bake_args)
-    cmd = ["docker", "buildx", "bake", "-f", str(root / "docker-bake.hcl"), "-f", str(stacks_json),
-           *([f"--progress={progress}"] if progress else []), *targets]
+    cmd = docker_cli.argv("buildx", "bake", "-f", str(root / "docker-bake.hcl"), "-f", str(stacks_json),
+                          *([f"--progress={progress}"] if progress else []), *targets)
     if request.candidate or request.local_tag:
         bake_files = [root / "docker-bake.hcl", stacks_json]
         multi = {tags.target(layer, s) for s in stacks.values() if s.multi_platform for layer in s.built_layers}

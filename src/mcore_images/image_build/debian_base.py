@@ -21,7 +21,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from mcore_images import tools
+from mcore_images import docker_cli, tools
 from mcore_images.catalogue import platforms
 from mcore_images.catalogue.platforms import Platform
 from mcore_images.catalogue.stacks import Stack, get_stack
@@ -39,8 +39,8 @@ HOST_FILES = ("etc/resolv.conf", "etc/hostname")
 
 def recipe_of(ref: str) -> str | None:
     """The recipe label of the local image ``ref`` ("" when it has none), or None when there is no such image."""
-    result = tools.run(["docker", "image", "inspect", "--format", f'{{{{index .Config.Labels "{RECIPE_LABEL}"}}}}',
-                        ref], capture_output=True, text=True, check=False)
+    result = docker_cli.run("image", "inspect", "--format", f'{{{{index .Config.Labels "{RECIPE_LABEL}"}}}}', ref,
+                            capture_output=True, text=True, check=False)
     if result.returncode != 0:
         return None
     value = result.stdout.strip()
@@ -76,10 +76,10 @@ def commands(stack: Stack, root: str, mirror: str, platform: Platform | None = N
     arch = [f"--arch={platform.arch}"] if foreign else []
     debootstrap = ["debootstrap", "--variant=minbase", *arch, stack.debian_suite, root, mirror]
     message = " ".join(["debootstrap", "--variant=minbase", *arch, stack.debian_suite, mirror])
-    docker_import = ["docker", "import", *(["--platform", platform.name] if foreign else []),
-                     "--change", "ENV LANG=C.UTF-8", "--change", 'CMD ["/bin/bash"]',
-                     "--change", f"LABEL {RECIPE_LABEL}={RECIPE}", "--message", message, "-",
-                     local_tag(stack, platform)]
+    docker_import = docker_cli.argv("import", *(["--platform", platform.name] if foreign else []),
+                                    "--change", "ENV LANG=C.UTF-8", "--change", 'CMD ["/bin/bash"]',
+                                    "--change", f"LABEL {RECIPE_LABEL}={RECIPE}", "--message", message, "-",
+                                    local_tag(stack, platform))
     return debootstrap, docker_import
 
 
@@ -109,7 +109,7 @@ def ensure(stack: Stack, force: bool = False, mirror: str | None = None, platfor
     if not force and recipe == RECIPE:
         return f"base {tag} exists (use --force to rebuild it from the mirror)"
     why = f" (the local one was made by recipe {recipe or 1}, not {RECIPE})" if recipe is not None and not force else ""
-    for program in ("debootstrap", "tar", "docker"):
+    for program in ("debootstrap", "tar", docker_cli.PROGRAM):
         tools.require(program)
     if os.geteuid() != 0:
         raise InputError("debootstrap needs root; run the build as root (or with sudo)")

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import tools
+from mcore_images import docker_cli, tools
 from mcore_images.catalogue import images, tags
 from mcore_images.catalogue.components import LAYERS
 from mcore_images.catalogue.stacks import checkout_root
@@ -59,12 +59,12 @@ class Image:
 
 def inspect(ref: str) -> Image:
     """The image's digest, labels, layers and the steps that made them (from its history)."""
-    out = tools.run(["docker", "image", "inspect", ref], capture_output=True, text=True, check=False)
+    out = docker_cli.run("image", "inspect", ref, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise InputError(f"cannot inspect {ref} ({out.stderr.strip()[-200:]}); pull or build it first")
     data = json.loads(out.stdout)[0]
-    history = tools.run(["docker", "image", "history", "--no-trunc", "--format", "{{json .}}", ref],
-                        capture_output=True, text=True, check=False)
+    history = docker_cli.run("image", "history", "--no-trunc", "--format", "{{json .}}", ref,
+                             capture_output=True, text=True, check=False)
     rows = [json.loads(line) for line in history.stdout.splitlines() if line.strip()]
     # history lists the newest step first and includes steps that add no layer (ENV, LABEL): size 0.
     steps = [r.get("CreatedBy", "") for r in reversed(rows) if r.get("Size") not in ("0B", "0")]
@@ -123,8 +123,8 @@ those four bytes alone (the magic, the flags, the source size and the code are c
 
 def content(ref: str) -> list[str]:
     """The image's file system as MANIFEST lists it, run in a container with no network."""
-    done = tools.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python3", ref, "-c",
-                      MANIFEST], capture_output=True, text=True, check=False)
+    done = docker_cli.run("run", "--rm", "--network", "none", "--entrypoint", "python3", ref, "-c", MANIFEST,
+                          capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise InputError(f"cannot list the files of {ref} ({(done.stderr.strip().splitlines() or ['no output'])[-1]})")
     return done.stdout.splitlines()
@@ -210,10 +210,10 @@ def reproduce(ref: str, keep: bool = False) -> Outcome:
     finally:
         shutil.rmtree(work, ignore_errors=True)  # the folder mkdtemp made for this run, nothing else
     if not keep:
-        present = [t for t in made if tools.run(["docker", "image", "inspect", t], capture_output=True,
-                                                check=False).returncode == 0]
+        present = [t for t in made if docker_cli.run("image", "inspect", t, capture_output=True,
+                                                     check=False).returncode == 0]
         if present:
-            tools.run(["docker", "image", "rm", *present], capture_output=True, check=False)
+            docker_cli.run("image", "rm", *present, capture_output=True, check=False)
     return Outcome(ref, revision, stack, layer, original.digest, rebuilt.digest, same or not paths,
                    None if same else first_difference(original, rebuilt), layer, seconds,
                    same_content=not same and not paths, differing_paths=tuple(paths))

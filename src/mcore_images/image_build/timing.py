@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from mcore_images import create_only, tools
+from mcore_images import create_only, docker_cli
 from mcore_images.catalogue import tags
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
@@ -75,7 +75,7 @@ def read_run(scenario: str, command: list[str], wall_s: float, returncode: int, 
 
 
 def prune() -> None:
-    tools.run(["docker", "builder", "prune", "-af"], check=True, capture_output=True)
+    docker_cli.run("builder", "prune", "-af", check=True, capture_output=True)
 
 
 def image_sizes(stack: str) -> dict[str, float]:
@@ -83,8 +83,8 @@ def image_sizes(stack: str) -> dict[str, float]:
     sizes = {}
     for layer in ("base", "kernels", "runtime"):
         alias = tags.image(tags.target(layer, stack))
-        out = tools.run(["docker", "image", "inspect", "--format", "{{.Size}}", alias],
-                        capture_output=True, text=True, check=False)
+        out = docker_cli.run("image", "inspect", "--format", "{{.Size}}", alias, capture_output=True, text=True,
+                             check=False)
         if out.returncode == 0 and out.stdout.strip().isdigit():
             sizes[layer] = round(int(out.stdout.strip()) / 1e9, 2)
     return sizes

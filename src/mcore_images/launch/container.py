@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from mcore_images import tools
+from mcore_images import docker_cli, tools
 from mcore_images.catalogue import images
 from mcore_images.errors import InputError
 from mcore_images.launch import pull
@@ -33,12 +33,10 @@ def ensure_local(image: str, run: Callable[..., subprocess.CompletedProcess] = t
     """Why ``image`` cannot be run (None when it can): a reference docker cannot parse, or an image that is
     neither local nor pullable. It is pulled once here, with progress (pull.py), so the probes and the run that
     follow never pull."""
-
-    try:
-        images.parse(image)
-    except ValueError as exc:
-        return f"{exc}; give an image reference such as mcore-images:runtime-debian or REPO@sha256:…"
-    if run(["docker", "image", "inspect", image], capture_output=True, text=True, check=False).returncode == 0:
+    if problem := images.reference_problem(image):
+        return problem
+    if docker_cli.run("image", "inspect", image, runner=run, capture_output=True, text=True,
+                      check=False).returncode == 0:
         return None
     said = pull.pull(image, progress or Progress("pull"))
     if said is None:
@@ -53,8 +51,8 @@ def memlock_unlimited(image: str, run: Callable[..., subprocess.CompletedProcess
     """Whether this Docker Engine can start ``image`` with memlock unlimited. An engine whose own hard limit
     is lower (a sandboxed or rootless daemon) refuses the container; then it runs without the flag, and
     says so once (the doctor's `env.memlock` finding names the fix for multi-node runs)."""
-    probe = run(["docker", "run", "--rm", *(["--platform", platform] if platform else []), *MEMLOCK_FLAGS,
-                 "--entrypoint", "true", image], capture_output=True, text=True, check=False)
+    probe = docker_cli.run("run", "--rm", *(["--platform", platform] if platform else []), *MEMLOCK_FLAGS,
+                           "--entrypoint", "true", image, runner=run, capture_output=True, text=True, check=False)
     if probe.returncode != 0 and "rlimit" in (probe.stderr or ""):
         print("[container] this Docker Engine's own memlock limit is lower than unlimited: running without "
               "--ulimit memlock=-1 (RDMA needs it; runs on one host do not)", file=sys.stderr)
@@ -81,8 +79,8 @@ def gpu_problem(image: str, gpus: str, run: Callable[..., subprocess.CompletedPr
     """Why this Docker Engine cannot give a container of ``image`` the GPUs ``gpus`` names (docker's ``--gpus``
     value), None when it can: asked by starting ``true`` in the image with them, before anything else is made or
     run. Only a refusal of the GPUs themselves is a problem here; any other failure is the run's to report."""
-    probe = run(["docker", "run", "--rm", "--gpus", gpus, "--entrypoint", "true", image], capture_output=True,
-                text=True, check=False)
+    probe = docker_cli.run("run", "--rm", "--gpus", gpus, "--entrypoint", "true", image, runner=run,
+                           capture_output=True, text=True, check=False)
     if probe.returncode == 0:
         return None
     stderr = probe.stderr or ""
@@ -126,8 +124,9 @@ def run_command(image: str, command: Sequence[str], *, gpus: bool | str = True,
     ``--gpus`` value (True: all; False: none); ``platform`` runs an image of another platform than this machine's
     (``linux/arm64`` under QEMU)."""
     devices = "all" if gpus is True else gpus
-    argv = ["docker", "run", "--rm", *(["--platform", platform] if platform else []),
-            *(["--gpus", devices] if devices else []), *RECOMMENDED_FLAGS, *(MEMLOCK_FLAGS if memlock else ())]
+    argv = docker_cli.argv("run", "--rm", *(["--platform", platform] if platform else []),
+                           *(["--gpus", devices] if devices else []), *RECOMMENDED_FLAGS,
+                           *(MEMLOCK_FLAGS if memlock else ()))
     for key, value in {**NO_MULTICAST, **(env or {})}.items():
         argv += ["-e", f"{key}={value}"]
     for host, inside in (mounts or {}).items():

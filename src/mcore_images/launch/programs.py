@@ -121,11 +121,7 @@ def _arguments_for(program: Program):
 
 def image_problem(image: str) -> str | None:
     """Why ``image`` is not a reference docker can run (None when it is one)."""
-    try:
-        images.parse(image)
-    except ValueError as exc:
-        return f"--image {exc}; give an image reference such as mcore-images:runtime-debian or REPO@sha256:…"
-    return None
+    return images.reference_problem(image, "--image")
 
 
 def _run_for(program: Program):

@@ -16,7 +16,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mcore_images.progress import Progress, follow
+from mcore_images import docker_cli, tools
+from mcore_images.progress import Progress
 
 STARTED = re.compile(r"^\S+: Pulling from (?P<repository>\S+)$")
 """docker's first line once the registry has the image (a name it lacks gets an error line alone)."""
@@ -63,16 +64,17 @@ class PullSteps:
 
 
 def pull(image: str, progress: Progress, terminal: bool | None = None,
-         docker: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
+         docker: Callable[..., subprocess.CompletedProcess] = tools.run) -> str | None:
     """Pull ``image``, telling its progress; None when it is here, else docker's last word on why not (then nothing
     else was said: a name no registry has is one line, the caller's)."""
     terminal = sys.stderr.isatty() if terminal is None else terminal
     if terminal:  # docker's own bars (and its "Pulling from" line), on stderr; its error lines come back to us
-        done = docker(["docker", "pull", image], stdout=sys.stderr, stderr=subprocess.PIPE, text=True, check=False)
+        done = docker_cli.run("pull", image, runner=docker, stdout=sys.stderr, stderr=subprocess.PIPE, text=True,
+                              check=False)
         code, said = done.returncode, (done.stderr or "").strip().splitlines()
     else:
         steps = PullSteps(image, progress)
-        followed = follow(["docker", "pull", image], steps)
+        followed = docker_cli.follow("pull", image, reader=steps)
         code, said = followed.returncode, steps.said
     if code == 0:
         progress.say(f"pulled {image}")

@@ -158,11 +158,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     cmd = with_program_out(list(args.passthrough))
-    try:
-        images.parse(args.image)
-    except ValueError as exc:
-        raise InputError(f"{exc}; give an image reference such as mcore-images:runtime-debian or REPO@sha256:…"
-                         ) from None
+    if problem := images.reference_problem(args.image):
+        raise InputError(problem)
     extra = tuple(docker_args(args.docker_args))
     gpus = gpus_value(args.gpus)
     if problem := out_problem(out):

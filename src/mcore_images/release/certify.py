@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mcore_images import SOURCE_TREE, create_only, progress, schemas, tools
+from mcore_images import SOURCE_TREE, create_only, docker_cli, progress, schemas, tools
 from mcore_images.catalogue import images, platforms
 from mcore_images.command import Command
 from mcore_images.errors import InputError
@@ -64,13 +64,13 @@ def _repository_of(ref: str) -> str | None:
 
 def resolve_digest(ref: str, run: Runner = tools.run) -> ImageDigest:
     """The image's content digest from ``docker image inspect``; InputError when there is none."""
-    if not ref or ref.startswith("-"):
-        raise InputError(f"bad image reference {ref!r}: give a name such as mcore-images:runtime-debian")
+    if problem := images.reference_problem(ref):
+        raise InputError(problem)
     try:
-        proc = run(["docker", "image", "inspect", "--format", "{{json .}}", ref],
-                   capture_output=True, text=True, timeout=60)
+        proc = docker_cli.run("image", "inspect", "--format", "{{json .}}", ref, runner=run, capture_output=True,
+                              text=True, timeout=60)
     except FileNotFoundError as exc:
-        raise InputError("docker is not installed or not on PATH: install Docker to certify images") from exc
+        raise InputError(tools.missing(docker_cli.PROGRAM)) from exc
     if proc.returncode != 0:
         why = (proc.stderr or proc.stdout or "").strip().splitlines()
         raise InputError(f"image {ref} is not available locally ({why[0] if why else 'inspect failed'}): "
@@ -320,11 +320,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        images.parse(args.image)
-    except ValueError as exc:
-        raise InputError(f"{exc}; give an image reference such as mcore-images:app-debian-verl or REPO@sha256:…"
-                         ) from None
+    if problem := images.reference_problem(args.image):
+        raise InputError(problem)
     out = Path(args.out) if args.out else default_out(args.image)
     return certify(args.image, out, list(args.passthrough), skip_image_tests=args.skip_image_tests,
                    bench=args.bench)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mcore_images import progress
+from mcore_images import docker_cli, progress
 from mcore_images.catalogue import images
 from mcore_images.release.pytest_steps import VERBOSE, PytestSteps
 from mcore_images.resolve import pypi
@@ -163,11 +163,11 @@ def run_suite(ref: str, labels: Mapping[str, str], suite: Suite, python: str, ma
             runner_wheels(suite, python, machine, work / "runner")
         except (OSError, ValueError, subprocess.CalledProcessError) as exc:
             return {"version": version, "ran": False, "error": f"could not fetch the tests: {exc}"}
-        cmd = ["docker", "run", "--rm", "--network", "none", "-e", f"INSIDE={INSIDE}", "-e", f"SDIST={sdist.name}",
-               "-e", f"PACKAGE={suite.package}", "-e", f"PYTHON_FILES={suite.python_files}",
-               "-e", f"TIMEOUT={suite.timeout_s}", "-v", f"{work / 'sdist'}:/mnt/sdist:ro",
-               "-v", f"{work / 'runner'}:/mnt/runner:ro", "-v", f"{work / 'out'}:/out", "--entrypoint", "sh", ref,
-               "-c", SCRIPT, "framework-tests", *VERBOSE, *suite.pytest_args]
+        cmd = docker_cli.argv("run", "--rm", "--network", "none", "-e", f"INSIDE={INSIDE}", "-e", f"SDIST={sdist.name}",
+                              "-e", f"PACKAGE={suite.package}", "-e", f"PYTHON_FILES={suite.python_files}",
+                              "-e", f"TIMEOUT={suite.timeout_s}", "-v", f"{work / 'sdist'}:/mnt/sdist:ro",
+                              "-v", f"{work / 'runner'}:/mnt/runner:ro", "-v", f"{work / 'out'}:/out", "--entrypoint",
+                              "sh", ref, "-c", SCRIPT, "framework-tests", *VERBOSE, *suite.pytest_args)
         steps = PytestSteps(f"{suite.distribution} {version}'s own tests",
                             say or progress.Progress("certify", sys.stdout))
         steps.progress.say(f"{suite.distribution} {version}'s own CPU tests ({suite.python_files} of {sdist.name}), "

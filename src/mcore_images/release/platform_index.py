@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcore_images import create_only, reading, tools
+from mcore_images import create_only, docker_cli, reading, tools
 from mcore_images.catalogue import images, platforms, tags
 from mcore_images.catalogue.stacks import Stack, load_stacks
 from mcore_images.command import Command, print_json
@@ -85,7 +85,7 @@ def per_platform(candidates: Path, sha: str, stacks: dict[str, Stack]) -> dict[s
 
 def create_command(index_ref: str, sources: dict[str, str]) -> list[str]:
     """The `docker buildx imagetools create` that joins the platforms' manifests under ``index_ref``."""
-    return ["docker", "buildx", "imagetools", "create", "-t", index_ref, *(sources[p] for p in sorted(sources))]
+    return docker_cli.argv("buildx", "imagetools", "create", "-t", index_ref, *(sources[p] for p in sorted(sources)))
 
 
 def assemble(found: dict[str, dict[str, str]], sha: str, stacks: dict[str, Stack], dry_run: bool = False,

@@ -123,7 +123,7 @@ def plain_http(ref: ImageRef) -> bool:
     return host in ("127.0.0.1", "localhost") or (ref.host or "") in extra or host in extra
 
 
-def _run(argv: list[str], what: str, run: Runner = subprocess.run, cwd: Path | None = None,
+def _run(argv: list[str], what: str, run: Runner = tools.run, cwd: Path | None = None,
          env: Mapping[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
     try:
         program = tools.require(argv[0])
@@ -142,7 +142,7 @@ def _run(argv: list[str], what: str, run: Runner = subprocess.run, cwd: Path | N
     return proc
 
 
-def oras(ref: ImageRef, command: str, *args: str, what: str, run: Runner = subprocess.run, cwd: Path | None = None,
+def oras(ref: ImageRef, command: str, *args: str, what: str, run: Runner = tools.run, cwd: Path | None = None,
          check: bool = True) -> subprocess.CompletedProcess:
     """`oras <command> <args…>` (command: "resolve", "manifest fetch", …) for a reference on this registry,
     with --plain-http where the host needs it."""
@@ -154,7 +154,7 @@ def oras(ref: ImageRef, command: str, *args: str, what: str, run: Runner = subpr
 # Reading
 
 
-def resolve(ref: ImageRef, run: Runner = subprocess.run) -> ImageRef:
+def resolve(ref: ImageRef, run: Runner = tools.run) -> ImageRef:
     """The reference by digest (a tag resolved through the registry)."""
     if ref.digest:
         return ref
@@ -164,7 +164,7 @@ def resolve(ref: ImageRef, run: Runner = subprocess.run) -> ImageRef:
     return ref.with_digest(out)
 
 
-def manifest(ref: ImageRef, run: Runner = subprocess.run) -> dict[str, Any]:
+def manifest(ref: ImageRef, run: Runner = tools.run) -> dict[str, Any]:
     out = oras(ref, "manifest fetch", ref.ref, what=f"fetching the manifest of {ref.ref}", run=run).stdout
     return json.loads(out)
 
@@ -191,7 +191,7 @@ def is_index(document: Mapping[str, Any], ref: str) -> bool:
                            "refused; push a document whose mediaType says what it is")
 
 
-def registry_labels(image: ImageRef, run: Runner = subprocess.run) -> dict[str, str]:
+def registry_labels(image: ImageRef, run: Runner = tools.run) -> dict[str, str]:
     """The image's labels as the registry holds them (nothing is pulled): the config of the digest's image,
     or of each platform of an index (which must agree)."""
     top = manifest(image, run)
@@ -212,7 +212,7 @@ def registry_labels(image: ImageRef, run: Runner = subprocess.run) -> dict[str, 
     return found[0]
 
 
-def platform_children(image: ImageRef, run: Runner = subprocess.run) -> dict[str, ImageRef] | None:
+def platform_children(image: ImageRef, run: Runner = tools.run) -> dict[str, ImageRef] | None:
     """An index's image manifests by platform (``linux/arm64`` → REPO@its digest; attestation manifests, whose
     platform is unknown/unknown, left out), None for a single image manifest."""
     top = manifest(image, run)
@@ -230,7 +230,7 @@ def platform_children(image: ImageRef, run: Runner = subprocess.run) -> dict[str
     return children
 
 
-def image_platform(image: ImageRef, run: Runner = subprocess.run) -> str:
+def image_platform(image: ImageRef, run: Runner = tools.run) -> str:
     """The os/architecture of a single image manifest, from its config."""
     body = manifest(image, run)
     if is_index(body, image.ref):
@@ -240,7 +240,7 @@ def image_platform(image: ImageRef, run: Runner = subprocess.run) -> str:
     return f"{config.get('os') or 'linux'}/{config.get('architecture') or 'amd64'}"
 
 
-def tags(repository: ImageRef, run: Runner = subprocess.run) -> list[str]:
+def tags(repository: ImageRef, run: Runner = tools.run) -> list[str]:
     """Every tag of the repository, as the registry lists them."""
     out = oras(repository, "repo tags", repository.repository, what=f"listing the tags of {repository.repository}",
                run=run).stdout
@@ -253,7 +253,7 @@ class Referrer:
     annotations: dict[str, str]
 
 
-def certificates(image: ImageRef, run: Runner = subprocess.run) -> list[Referrer]:
+def certificates(image: ImageRef, run: Runner = tools.run) -> list[Referrer]:
     """The certificate artifacts attached to the image's digest, in the registry's order. Neither that order nor
     the index's annotations are signed, so nothing is ordered by them here: verify orders by signed content."""
     out = oras(image, "discover", "--format", "json", "--artifact-type", schemas.CERTIFICATE_ARTIFACT, image.ref,
@@ -262,7 +262,7 @@ def certificates(image: ImageRef, run: Runner = subprocess.run) -> list[Referrer
     return found
 
 
-def referrers_mode(image: ImageRef, run: Runner = subprocess.run) -> str:
+def referrers_mode(image: ImageRef, run: Runner = tools.run) -> str:
     """How this registry keeps referrers: 'referrers API', or 'tag schema' (a sha256-<digest> index tag)
     where it has no referrers API (distribution 2.8)."""
     probe = oras(image, "discover", "--distribution-spec", "v1.1-referrers-api", image.ref, what="", run=run,
@@ -270,7 +270,7 @@ def referrers_mode(image: ImageRef, run: Runner = subprocess.run) -> str:
     return "referrers API" if probe.returncode == 0 else "tag schema"
 
 
-def fetch_certificate(image: ImageRef, referrer: Referrer, run: Runner = subprocess.run) -> dict[str, Any]:
+def fetch_certificate(image: ImageRef, referrer: Referrer, run: Runner = tools.run) -> dict[str, Any]:
     """certificate.json of an attached certificate artifact: its one blob, fetched alone and hashed here (a
     blob that does not hash to its digest is an IntegrityError, however the tool words it)."""
     artifact = manifest(image.with_digest(referrer.digest), run)
@@ -299,7 +299,7 @@ def fetch_certificate(image: ImageRef, referrer: Referrer, run: Runner = subproc
     return loaded if isinstance(loaded, dict) else {"schema": None, "error": "certificate.json is not a JSON object"}
 
 
-def signature_problem(image: ImageRef, referrer: Referrer, key: str, run: Runner = subprocess.run) -> str | None:
+def signature_problem(image: ImageRef, referrer: Referrer, key: str, run: Runner = tools.run) -> str | None:
     """Why the certificate artifact's signature does not verify with ``key`` for this image (None: it does).
     cosign checks the signature over the artifact's digest and that it names the image's digest."""
     proc = _run(["cosign", "verify", "--key", key, "--insecure-ignore-tlog", "--output", "json",
@@ -323,7 +323,7 @@ def signature_problem(image: ImageRef, referrer: Referrer, key: str, run: Runner
 # Writing: referrers and signatures on a digest, and tags (promote.py alone moves tags).
 
 
-def attach(image: ImageRef, certificate: Path, run: Runner = subprocess.run) -> Referrer:
+def attach(image: ImageRef, certificate: Path, run: Runner = tools.run) -> Referrer:
     """Attach certificate.json (and .md) to the image's digest as an OCI referrer."""
     cert = reading.read_json(certificate, "the certificate", "use the certificate.json `mcore-images certify` wrote")
     files = [f"{certificate.name}:application/json"]
@@ -341,7 +341,7 @@ def attach(image: ImageRef, certificate: Path, run: Runner = subprocess.run) -> 
     return Referrer(found.group(1), annotations)
 
 
-def sign(image: ImageRef, referrer: Referrer, key: str, run: Runner = subprocess.run) -> None:
+def sign(image: ImageRef, referrer: Referrer, key: str, run: Runner = tools.run) -> None:
     """Sign the certificate artifact with ``key`` (a cosign key file, or a KMS URI such as awskms://…),
     the image's digest written into the signed payload. No transparency log: the key is the trust."""
     _run(["cosign", "sign", "--key", key, "--tlog-upload=false", "--yes",
@@ -349,7 +349,7 @@ def sign(image: ImageRef, referrer: Referrer, key: str, run: Runner = subprocess
          f"signing certificate {referrer.digest}", run, env={"COSIGN_PASSWORD": os.environ.get("COSIGN_PASSWORD", "")})
 
 
-def sign_image(image: ImageRef, referrer: Referrer, key: str, run: Runner = subprocess.run,
+def sign_image(image: ImageRef, referrer: Referrer, key: str, run: Runner = tools.run,
                claims: Mapping[str, str] | None = None) -> None:
     """Sign the image's digest itself, naming the passing certificate it rests on and ``claims`` (its stack, layer,
     alias and content tag: ``binding_claims``): what stock `cosign verify --key cosign.pub -a …=… REPO:TAG` checks,
@@ -362,6 +362,6 @@ def sign_image(image: ImageRef, referrer: Referrer, key: str, run: Runner = subp
          env={"COSIGN_PASSWORD": os.environ.get("COSIGN_PASSWORD", "")})
 
 
-def retag(image: ImageRef, new_tags: Sequence[str], run: Runner = subprocess.run) -> None:
+def retag(image: ImageRef, new_tags: Sequence[str], run: Runner = tools.run) -> None:
     """Point tags of the image's repository at its digest (oras tag: the manifest is not copied)."""
     oras(image, "tag", image.ref, *new_tags, what=f"tagging {image.ref}", run=run)

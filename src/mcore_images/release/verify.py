@@ -104,11 +104,9 @@ def check(ref: str, key: str, chosen: policy.Policy, now: dt.datetime | None = N
     """The verdict for REF, the image by digest, and its labels (promote reuses both)."""
     kwargs = {"run": run} if run else {}
     verdict = Verdict(image=ref, policy=chosen.name)
-    try:
-        parsed = images.parse(ref)
-    except ValueError as exc:
-        raise InputError(f"{exc}; give an image reference such as registry/repo:tag or registry/repo@sha256:…") \
-            from None
+    if problem := images.reference_problem(ref, example=images.REGISTRY_EXAMPLE):
+        raise InputError(problem)
+    parsed = images.parse(ref)
     if problem := registry.key_problem(key):
         raise InputError(problem)
     try:

@@ -90,8 +90,7 @@ def run(stack: Stack, requirements: list[str], below: dict[str, str], constraint
         if preferred:
             out.write_text(preferred)
             cmd += ["--output-file", out.name]
-        result = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp,
-                                env=resolver_environment())
+        result = tools.run(cmd, capture_output=True, text=True, check=False, cwd=tmp, env=resolver_environment())
         text = out.read_text() if preferred and result.returncode == 0 else result.stdout
     return result, text, cmd
 

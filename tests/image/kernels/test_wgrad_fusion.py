@@ -5,17 +5,18 @@ With ``gradient_accumulation_fusion`` on (Megatron-LM's, Megatron-Bridge's and v
 who provides it (apex where the stack has apex, this project's module over TE's GEMM where it has none): the module
 imports, from that distribution; where megatron-core is installed too, its own layers accumulate through the module
 to the exact sum (on the CPU, the contract; the kernel's numbers on a GPU are the GPU script's). Each promise fails
-on an image that breaks it: the module uninstalled, the module made to overwrite main_grad instead of adding.
+on a negative image that breaks it: the module uninstalled, the module made to overwrite main_grad instead of
+adding.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 import pytest
-from tests.image.utils import docker, layers
+from tests.image.utils import docker, layers, negatives
+from tests.image.utils.negatives import Negative
 
 from mcore_images.catalogue import wgrad_fusion
 
@@ -57,11 +58,19 @@ def _carried(image: docker.ImageInfo) -> None:
         pytest.skip(f"{image.shown} is a {image.layer} image; the module comes with the kernels layer")
 
 
-def _ours_with_megatron(image: docker.ImageInfo, labels: dict[str, str]) -> None:
+def _not_ours_with_megatron(image: docker.ImageInfo) -> str | None:
+    """Why the accumulation check (and a defect in this project's module) does not apply: no megatron-core below
+    the runtime layer, and apex's extension runs on CUDA only."""
     if not layers.layer_applies("runtime", image.layer or ""):
-        pytest.skip(f"{image.shown} is a {image.layer} image: megatron-core comes with the runtime layer")
-    if labels.get(wgrad_fusion.LABEL) != wgrad_fusion.OURS:
-        pytest.skip(f"{wgrad_fusion.LABEL}={labels.get(wgrad_fusion.LABEL)}: apex's extension runs on CUDA only")
+        return f"{image.shown} is a {image.layer} image: megatron-core comes with the runtime layer"
+    have = image.labels.get(wgrad_fusion.LABEL)
+    return None if have == wgrad_fusion.OURS else f"{wgrad_fusion.LABEL}={have}: apex's extension runs on CUDA only"
+
+
+def _ours_with_megatron(image: docker.ImageInfo) -> None:
+    reason = _not_ours_with_megatron(image)
+    if reason:
+        pytest.skip(reason)
 
 
 def test_the_fusion_module_imports_from_its_labelled_provider(host: Any, image: docker.ImageInfo,
@@ -71,36 +80,39 @@ def test_the_fusion_module_imports_from_its_labelled_provider(host: Any, image: 
     assert not problems, "\n".join(problems)
 
 
-def test_megatron_core_layers_accumulate_through_it(host: Any, image: docker.ImageInfo,
-                                                    labels: dict[str, str]) -> None:
-    _ours_with_megatron(image, labels)
+def test_megatron_core_layers_accumulate_through_it(host: Any, image: docker.ImageInfo) -> None:
+    _ours_with_megatron(image)
     problems = accumulation_problems(host)
     assert not problems, "\n".join(problems)
 
 
-MUTANTS = {
-    "uninstalled": f"RUN pip uninstall -y {wgrad_fusion.OURS}",
+UNINSTALLED = Negative("wgrad-uninstalled", f"RUN pip uninstall -y {wgrad_fusion.OURS}\n",
+                       skip=lambda u: _not_ours_with_megatron(u.image))
+OVERWRITES = Negative(
+    "wgrad-overwrites",
     # The GPU path's accumulate=True and the CPU path's add_ both become a copy: main_grad is overwritten.
-    "overwrites": "RUN f=\"$(python -c 'import fused_weight_gradient_mlp_cuda as m; print(m.__file__)')\" && "
-                  "sed -i -e 's/main_grad.add_(/main_grad.copy_(/' -e 's/accumulate=True/accumulate=False/' \"$f\" && "
-                  "grep -q 'main_grad.copy_(' \"$f\"",
-}
+    "RUN f=\"$(python -c 'import fused_weight_gradient_mlp_cuda as m; print(m.__file__)')\" && "
+    "sed -i -e 's/main_grad.add_(/main_grad.copy_(/' -e 's/accumulate=True/accumulate=False/' \"$f\" && "
+    "grep -q 'main_grad.copy_(' \"$f\"\n",
+    skip=lambda u: _not_ours_with_megatron(u.image))
 
 
-@pytest.mark.parametrize("mutant", sorted(MUTANTS))
-def test_each_promise_fails_on_an_image_that_breaks_it(mutant: str, image: docker.ImageInfo,
-                                                       labels: dict[str, str]) -> None:
-    """A throwaway image FROM the image under test, with one defect; the check that owns the promise reports it."""
-    _ours_with_megatron(image, labels)
-    tag = f"mcore-images-negative:wgrad-{mutant}-{uuid.uuid4().hex[:8]}"
-    docker.build_image(f"FROM {image.ref}\n{MUTANTS[mutant]}\n", tag)
-    cid = docker.start_container(tag)
-    try:
-        import testinfra
+@pytest.mark.negatives(UNINSTALLED)
+def test_negative_without_the_module_the_provider_check_fails(negative_images: negatives.NegativeImages) -> None:
+    """With this project's module uninstalled, the provider check says the module does not import."""
+    rc, failed, output = negatives.failures(negative_images.ref(UNINSTALLED),
+                                            test_the_fusion_module_imports_from_its_labelled_provider)
+    assert rc == 1 and failed == {"test_the_fusion_module_imports_from_its_labelled_provider"}, \
+        f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+    assert f"{wgrad_fusion.MODULE} does not import" in output, output[-3000:]
 
-        host = testinfra.get_host(f"docker://{cid}")
-        found = provider_problems(host, labels) if mutant == "uninstalled" else accumulation_problems(host)
-    finally:
-        docker.remove_container(cid)
-        docker.remove_image(tag)
-    assert found, f"the {mutant} image passed"
+
+@pytest.mark.negatives(OVERWRITES)
+def test_negative_overwriting_main_grad_the_accumulation_check_fails(
+        negative_images: negatives.NegativeImages) -> None:
+    """With the module overwriting main_grad instead of adding to it, megatron-core's layers miss the exact sum."""
+    rc, failed, output = negatives.failures(negative_images.ref(OVERWRITES),
+                                            test_megatron_core_layers_accumulate_through_it)
+    assert rc == 1 and failed == {"test_megatron_core_layers_accumulate_through_it"}, \
+        f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+    assert "of its limit" in output, output[-3000:]  # the sums are wrong, not the check unable to run

@@ -7,14 +7,12 @@ import http.client
 import json
 import logging
 import os
-import re
 import socket
 import subprocess
 import urllib.parse
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from mcore_images.catalogue import platforms
@@ -200,21 +198,6 @@ def containerd_store() -> bool:
     """True when the engine keeps images in containerd's store (then inspect's Size is the content size)."""
     status = docker("info", "--format", "{{json .DriverStatus}}", timeout=60)
     return "io.containerd.snapshotter" in status
-
-
-def build_image(dockerfile: str, tag: str, secrets: Mapping[str, Path] | None = None,
-                context: Path | None = None) -> str:
-    """`docker build` a Dockerfile given as text, with no build context (FROM an image already here) or the
-    folder ``context`` for its COPY steps. --no-cache: BuildKit's cache key ignores a secret's content, so a
-    cached step would hold the secret of an earlier run (a real trap: a rotated secret does not invalidate
-    a leaky layer)."""
-    parent = re.search(r"^FROM\s+(\S+)", dockerfile, re.M)
-    args = ["build", "-q", "--no-cache", *(platform_args(parent.group(1)) if parent else []), "-t", tag]
-    for sid, path in (secrets or {}).items():
-        args += ["--secret", f"id={sid},src={path}"]
-    where = ["-f", "-", str(context)] if context is not None else ["-"]
-    docker(*args, *where, stdin=dockerfile, timeout=900)
-    return tag
 
 
 def remove_image(tag: str) -> None:

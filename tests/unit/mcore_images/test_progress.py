@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from mcore_images import progress
+from mcore_images.errors import InputError
 
 
 @pytest.mark.parametrize(("seconds", "shown"), [(0, "0:00"), (65.9, "1:05"), (3599, "59:59"), (3661, "1:01:01")])
@@ -54,6 +55,6 @@ def test_a_program_past_its_time_limit_is_stopped() -> None:
     assert done.returncode is None and seen.lines == ["started"]
 
 
-def test_a_missing_program_raises_as_subprocess_does() -> None:
-    with pytest.raises(FileNotFoundError):
+def test_a_missing_program_is_tools_one_line() -> None:
+    with pytest.raises(InputError, match="is not an executable file"):
         progress.follow(["/nonexistent/program"], Seen())

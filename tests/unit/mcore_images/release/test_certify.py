@@ -86,7 +86,7 @@ def test_missing_docker_and_bad_reference_are_input_errors() -> None:
 
     with pytest.raises(InputError, match="docker is not installed"):
         certify.resolve_digest("img", no_docker)
-    with pytest.raises(InputError, match="bad image reference"):
+    with pytest.raises(InputError, match="is not an image reference; give an image reference such as"):
         certify.resolve_digest("--rm", FakeDocker())
 
 
