@@ -22,7 +22,7 @@ from mcore_images.catalogue import platforms
 from mcore_images.catalogue.stacks import LAYERS, Stack
 from mcore_images.image_build.bake import SYSTEM_CA
 from mcore_images.launch import emulation
-from tests.image.shared_checks import hygiene
+from tests.image.shared_checks import archs, hygiene
 from tests.image.utils import docker, layers, negatives, probing, saved_layers
 
 
@@ -222,6 +222,14 @@ def layer_scan(image: docker.ImageInfo, secrets: list[saved_layers.Secret]) -> s
     """One pass over every layer (read from the engine's content store): secret content in any layer, and which
     layers touch torch."""
     return saved_layers.scan_image(image.ref, secrets, watch={"torch": saved_layers.TORCH_PATHS})
+
+
+@pytest.fixture(scope="session")
+def kernel_binaries(host: Any) -> list[dict[str, Any]]:
+    """Every kernel binary in the image and the architectures it serves. Here, not in the test file that uses it:
+    the negative group is built on the first request, which may come from any test file, and a negative's plan
+    (test_negative.py's ARCH_UNSERVED) asks for it."""
+    return archs.scan(host.run)
 
 
 @pytest.fixture(scope="session")

@@ -104,11 +104,6 @@ ARCH_UNSERVED = Negative(
 LABEL-only image: the same binaries)."""
 
 
-@pytest.fixture(scope="session")
-def kernel_binaries(host: Any) -> list[dict[str, Any]]:
-    return archs.scan(host.run)
-
-
 @pytest.mark.negatives(ARCH_UNSERVED)
 def test_negative_declared_arch_not_carried(image: docker.ImageInfo, kernel_binaries: list[dict[str, Any]],
                                             negative_images: negatives.NegativeImages) -> None:
