@@ -95,7 +95,7 @@ def torch_arch(arch: str) -> str:
 
 def serves(text: str | None) -> str:
     """What the architectures of a cuda_archs value are, one GPU list each: "sm_90 H100/H200/GH200; sm_100 …".
-    The label ``io.mcore-images.gpus`` (docker-bake.hcl's generated GPU_ARCHS table) is written the same way."""
+    The label ``io.mcore-images.gpus`` is this text (image_build/bake_file.py)."""
     parts = []
     for arch in parse(text):
         entry = known(arch)

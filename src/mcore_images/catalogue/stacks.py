@@ -1,10 +1,10 @@
 """Read the pinned stacks from env/stacks.json, the one source of truth for every version.
 
-env/stacks.json is written in docker-bake's JSON form (a `STACKS` variable), so bake reads the very
-same file through the `docker-bake.json` link at the top of the tree and no version is ever copied
-into HCL, YAML or a Dockerfile. Its shape is checked against env/stacks.schema.json (jsonschema), its
-component pins against the catalogue (components.py, parsed with `packaging`), before any command
-uses a stack: a bad file is one line naming the stack, the field and what to write instead.
+Bake reads the stacks through docker-bake.json, which `make update` generates from this file
+(image_build/bake_file.py), so no version is ever copied by hand into HCL, YAML or a Dockerfile. Its
+shape is checked against env/stacks.schema.json (jsonschema), its component pins against the catalogue
+(components.py, parsed with `packaging`), before any command uses a stack: a bad file is one line
+naming the stack, the field and what to write instead.
 """
 
 from __future__ import annotations
@@ -375,7 +375,7 @@ def get_stack(name: str, stacks: dict[str, Stack] | None = None) -> Stack:
 
 
 def groups(stacks: dict[str, Stack]) -> dict[str, list[str]]:
-    """Bake group -> stack names, as docker-bake.hcl derives them (plus 'all')."""
+    """Bake group -> stack names, as docker-bake.json's groups name them (plus 'all')."""
     out: dict[str, list[str]] = {}
     for stack in stacks.values():
         for group in stack.groups:
