@@ -109,7 +109,7 @@ def declared(stack: str | None, stacks_json: Path) -> str | None:
     if not stack:
         return None
     try:
-        entries = json.loads(stacks_json.read_text("utf-8"))["variable"]["STACKS"]["default"]
+        entries = json.loads(stacks_json.read_text("utf-8"))["stacks"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     for entry in entries if isinstance(entries, list) else []:

@@ -266,10 +266,10 @@ def pin_problem(key: str, value: str) -> str | None:
 
 
 def _stack_place(data: Any, where: Sequence[Any]) -> tuple[str, Sequence[Any]]:
-    """Names the stack an error path runs through (variable.STACKS.default.<i>.field -> stack 'name')."""
-    if len(where) >= 4 and isinstance(where[3], int):
-        entry = data["variable"]["STACKS"]["default"][where[3]]
-        return f"stack '{shown(entry.get('name', where[3]) if isinstance(entry, dict) else where[3])}'", where[4:]
+    """Names the stack an error path runs through (stacks.<i>.field -> stack 'name')."""
+    if len(where) >= 2 and isinstance(where[1], int):
+        entry = data["stacks"][where[1]]
+        return f"stack '{shown(entry.get('name', where[1]) if isinstance(entry, dict) else where[1])}'", where[2:]
     return "", where
 
 
@@ -335,7 +335,7 @@ def load_stacks(path: Path | None = None) -> dict[str, Stack]:
 def parse_document(data: Any, path: Path) -> dict[str, Stack]:
     """Stacks from a parsed env/stacks.json document (``path`` only names it in errors)."""
     jsonfiles.conform(data, path, "", FIX, schema_file(), place=_stack_place)
-    stacks = [_parse(path, entry) for entry in data["variable"]["STACKS"]["default"]]
+    stacks = [_parse(path, entry) for entry in data["stacks"]]
     names = [s.name for s in stacks]
     twice = sorted(name for name, count in Counter(names).items() if count > 1)
     if twice:

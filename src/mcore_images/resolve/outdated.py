@@ -188,7 +188,7 @@ def bump(stack: Stack, findings: list[Finding], path: Path, write: bool = True) 
     if not clean or not write:
         return clean
     doc = json.loads(path.read_text())
-    for entry in doc["variable"]["STACKS"]["default"]:
+    for entry in doc["stacks"]:
         if entry["name"] == stack.name:
             entry.update(clean)
         elif entry.get("layers_from") == stack.name:  # stacks on its base and kernels layers move with them

@@ -1,7 +1,7 @@
 """Build-time pin overrides (`mcore-images build --stack S --set mcore=0.16.0`) without editing env/.
 
-An override writes a workspace under build/override/<stack>/: env/stacks.json with the changed stack, the bake
-file generated from it (bake_file.py) and that stack's locks (for each of its platforms, laid out as env/locks
+An override writes a workspace under build/override/<stack>/: env/stacks.json with the changed stack (the build
+generates its bake file from it) and that stack's locks (for each of its platforms, laid out as env/locks
 is), copied unchanged for the layers below the first one the change touches and re-resolved from there up. Bake
 then reads that file instead of docker-bake.json and the `locks` context points at the workspace, so the layers
 below stay cached.
@@ -15,7 +15,6 @@ from pathlib import Path
 from mcore_images.catalogue import components
 from mcore_images.catalogue.stacks import SETTING_LOCK_LAYER, Stack, parse_document, pin_problem, repo_root, stacks_file
 from mcore_images.errors import InputError
-from mcore_images.image_build import bake_file
 from mcore_images.resolve import lock_files, lock_update
 
 
@@ -55,7 +54,7 @@ def apply(stack: Stack, changes: dict[str, str], root: Path | None = None) -> St
     """The stack with the changes, checked as env/stacks.json itself is (schema, pins)."""
     path = stacks_file(root)
     document = json.loads(path.read_text())
-    for entry in document["variable"]["STACKS"]["default"]:
+    for entry in document["stacks"]:
         if entry["name"] == stack.name:
             entry.update(changes)
     try:
@@ -66,19 +65,17 @@ def apply(stack: Stack, changes: dict[str, str], root: Path | None = None) -> St
 
 def workspace(stacks: dict[str, Stack], changed: Stack, changes: dict[str, str],
               root: Path | None = None) -> tuple[Path, Path]:
-    """Write the override's bake file and locks; returns (bake file, locks folder)."""
+    """Write the override's stacks file and locks; returns (stacks file, locks folder)."""
     root = root or repo_root()
     base = root / "build" / "override" / changed.name
     locks_root = base / "locks"
     entries = json.loads((root / "env" / "stacks.json").read_text())
-    for entry in entries["variable"]["STACKS"]["default"]:
+    for entry in entries["stacks"]:
         if entry["name"] == changed.name:
             entry.update(changes)
     base.mkdir(parents=True, exist_ok=True)
     stacks_json = base / "stacks.json"
     stacks_json.write_text(json.dumps(entries, indent=2) + "\n")
-    bake_json = base / bake_file.PATH
-    bake_file.write(parse_document(entries, stacks_json).values(), bake_json)
     first = first_changed_layer(changes)
     # x86_64 first: the others agree with it
     for machine in sorted(changed.machines, key=lambda m: m != lock_files.DEFAULT_MACHINE):
@@ -97,4 +94,4 @@ def workspace(stacks: dict[str, Stack], changed: Stack, changes: dict[str, str],
         else:
             lock_update.write_locks(changed, keep_below=first, keep_from=committed, folder=target, machine=machine,
                                     agree_with=locks_root)
-    return bake_json, locks_root
+    return stacks_json, locks_root

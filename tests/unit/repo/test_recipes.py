@@ -41,7 +41,7 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def edit_stacks(root: Path, change: Callable[[list[dict]], None]) -> None:
     path = root / "env" / "stacks.json"
     doc = json.loads(path.read_text())
-    change(doc["variable"]["STACKS"]["default"])
+    change(doc["stacks"])
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 

@@ -49,7 +49,7 @@ def with_made_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         shutil.copy(ROOT / name, tmp_path / name)
     path = tmp_path / "env" / "stacks.json"
     doc = json.loads(path.read_text())
-    for entry in doc["variable"]["STACKS"]["default"]:
+    for entry in doc["stacks"]:
         shares = entry.get("layers_from") == "debian"  # a stack on debian's kernels layer carries it too
         entry["made_up"] = "2.8.3" if entry["name"] == "debian" or shares else "none"
     path.write_text(json.dumps(doc, indent=2))

@@ -106,7 +106,7 @@ def test_the_flash_attention_column_follows_env_stacks_json(root: Path, tmp_path
     shutil.copytree(root / "env", tmp_path / "env", ignore=shutil.ignore_patterns("locks"))
     shutil.copy(root / "README.md", tmp_path / "README.md")
     data = json.loads((tmp_path / "env" / "stacks.json").read_text())
-    for stack in data["variable"]["STACKS"]["default"]:
+    for stack in data["stacks"]:
         if stack["name"] == "debian-verl":
             stack["flash_attn"] = "4.0.0b37"
     (tmp_path / "env" / "stacks.json").write_text(json.dumps(data))

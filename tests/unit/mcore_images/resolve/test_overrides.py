@@ -61,8 +61,9 @@ def test_mcore_bump_keeps_lower_locks_byte_identical(tmp_path: Path, root: Path,
     base_torch = lock_files.pins((committed / "base.txt").read_text())["torch"]
     assert calls and all(below.get("torch") == base_torch for _, below in calls)
     assert not any("torch" in name for name in lock_files.pins((locks / "debian" / "runtime.txt").read_text()))
-    assert json.loads(bake_file.read_text())["target"]["runtime-debian"]["args"]["MCORE_VERSION"] == "0.16.0"
-    assert json.loads((work / "docker-bake.json").read_text()) != json.loads(bake_file.read_text())
+    entry = next(e for e in json.loads(bake_file.read_text())["stacks"] if e["name"] == "debian")
+    assert entry["mcore"] == "0.16.0"
+    assert json.loads((work / "env" / "stacks.json").read_text()) != json.loads(bake_file.read_text())
     # The arm64 locks (debian lists linux/arm64) are laid out as env/locks/aarch64 is, their lower layers kept byte
     # for byte, and resolved at the override's x86_64 versions, not the committed ones.
     for layer in ("base", "builder", "kernels"):
