@@ -104,8 +104,9 @@ def serves(text: str | None) -> str:
 
 
 def declared(stack: str | None, stacks_json: Path) -> str | None:
-    """The cuda_archs env/stacks.json gives a stack, read as plain JSON (no schema library inside an image);
-    None when the file, the stack or the field is missing."""
+    """The cuda_archs env/stacks.json gives a stack, read as plain JSON (no schema library inside an image, so not
+    through catalogue/stacks.py's raw_entries, the tooling's one reader of the file); None when the file, the stack
+    or the field is missing."""
     if not stack:
         return None
     try:

@@ -10,6 +10,7 @@ naming the stack, the field and what to write instead.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from collections import Counter
@@ -24,8 +25,8 @@ from mcore_images.catalogue.components import FROM_BASE, LAYERS, NONE
 from mcore_images.catalogue.versions import InvalidRequirement, InvalidVersion, Requirement, Version
 from mcore_images.errors import InputError, shown
 
-__all__ = ["LAYERS", "NONE", "LeftOut", "Override", "Stack", "get_stack", "groups", "load_stacks", "repo_root",
-           "stacks_file"]
+__all__ = ["LAYERS", "NONE", "LeftOut", "Override", "Stack", "get_stack", "groups", "load_stacks", "raw_entries",
+           "repo_root", "stacks_file", "write_entries"]
 
 _MAJOR_MINOR = re.compile(r"^\d+\.\d+$")
 
@@ -324,18 +325,38 @@ FIX = "correct it (one entry per stack you build), or restore it from git"
 """What every error about env/stacks.json as a file says to do."""
 
 
-def load_stacks(path: Path | None = None) -> dict[str, Stack]:
-    """All stacks by name, in file order; InputError (one line) for a file that is not well-formed."""
+def raw_entries(path: Path | None = None) -> list[dict[str, Any]]:
+    """The stack entries of env/stacks.json (or ``path``) as the file writes them: the one reader of the file.
+    Its shape is checked against the schema (InputError, one line), its pins are not: load_stacks parses the
+    entries, and a command that edits the file (outdated --bump, an override's workspace) changes them and writes
+    them back with write_entries. Inside an image the smoke reads the file without the schema library
+    (gpu_archs.declared, smoke/kit/envinfo.py's stack_entries), so not through this."""
     path = path or stacks_file()
     data = reading.read_json(path, "", FIX, missing="run from the mcore-images checkout or set MCORE_IMAGES_ROOT",
                              max_bytes=MAX_STACKS_BYTES)
-    return parse_document(data, path)
+    jsonfiles.conform(data, path, "", FIX, schema_file(), place=_stack_place)
+    return data["stacks"]
+
+
+def write_entries(entries: list[dict[str, Any]], path: Path) -> None:
+    """Write stack entries as env/stacks.json holds them (``{"stacks": [...]}``) at ``path``."""
+    path.write_text(json.dumps({"stacks": entries}, indent=2) + "\n")
+
+
+def load_stacks(path: Path | None = None) -> dict[str, Stack]:
+    """All stacks by name, in file order; InputError (one line) for a file that is not well-formed."""
+    path = path or stacks_file()
+    return _stacks(raw_entries(path), path)
 
 
 def parse_document(data: Any, path: Path) -> dict[str, Stack]:
     """Stacks from a parsed env/stacks.json document (``path`` only names it in errors)."""
     jsonfiles.conform(data, path, "", FIX, schema_file(), place=_stack_place)
-    stacks = [_parse(path, entry) for entry in data["stacks"]]
+    return _stacks(data["stacks"], path)
+
+
+def _stacks(entries: list[dict[str, Any]], path: Path) -> dict[str, Stack]:
+    stacks = [_parse(path, entry) for entry in entries]
     names = [s.name for s in stacks]
     twice = sorted(name for name, count in Counter(names).items() if count > 1)
     if twice:

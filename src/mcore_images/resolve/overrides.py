@@ -9,11 +9,19 @@ below stay cached.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from mcore_images.catalogue import components
-from mcore_images.catalogue.stacks import SETTING_LOCK_LAYER, Stack, parse_document, pin_problem, repo_root, stacks_file
+from mcore_images.catalogue.stacks import (
+    SETTING_LOCK_LAYER,
+    Stack,
+    parse_document,
+    pin_problem,
+    raw_entries,
+    repo_root,
+    stacks_file,
+    write_entries,
+)
 from mcore_images.errors import InputError
 from mcore_images.resolve import lock_files, lock_update
 
@@ -53,12 +61,12 @@ def first_changed_layer(changes: dict[str, str]) -> str | None:
 def apply(stack: Stack, changes: dict[str, str], root: Path | None = None) -> Stack:
     """The stack with the changes, checked as env/stacks.json itself is (schema, pins)."""
     path = stacks_file(root)
-    document = json.loads(path.read_text())
-    for entry in document["stacks"]:
+    entries = raw_entries(path)
+    for entry in entries:
         if entry["name"] == stack.name:
             entry.update(changes)
     try:
-        return parse_document(document, path)[stack.name]
+        return parse_document({"stacks": entries}, path)[stack.name]
     except InputError as exc:
         raise InputError(f"with --set {' '.join(f'{k}={v}' for k, v in changes.items())}: {exc}") from None
 
@@ -69,13 +77,13 @@ def workspace(stacks: dict[str, Stack], changed: Stack, changes: dict[str, str],
     root = root or repo_root()
     base = root / "build" / "override" / changed.name
     locks_root = base / "locks"
-    entries = json.loads((root / "env" / "stacks.json").read_text())
-    for entry in entries["stacks"]:
+    entries = raw_entries(stacks_file(root))
+    for entry in entries:
         if entry["name"] == changed.name:
             entry.update(changes)
     base.mkdir(parents=True, exist_ok=True)
     stacks_json = base / "stacks.json"
-    stacks_json.write_text(json.dumps(entries, indent=2) + "\n")
+    write_entries(entries, stacks_json)
     first = first_changed_layer(changes)
     # x86_64 first: the others agree with it
     for machine in sorted(changed.machines, key=lambda m: m != lock_files.DEFAULT_MACHINE):
