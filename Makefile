@@ -46,7 +46,7 @@ jobs: ## show the MAX_JOBS / NVCC_THREADS the planner picks on this machine
 lock: ## re-resolve the stale hashed locks in env/locks (lower layers kept byte for byte; needs uv and PyPI)
 	$(FROM_MAKE) lock STACK
 
-update: ## rewrite every generated file from its source: README stacks table, bake components and tag scheme, locks
+update: ## rewrite every generated file from its source: stacks and README tables, docker-bake.json, locks
 	$(MCORE) update
 
 validate: ## check every generated file against its source, and the Dockerfile against the catalogue (what CI runs; offline)

@@ -70,7 +70,7 @@ def _image_info(config: pytest.Config) -> docker.ImageInfo | None:
     if info.layer not in LAYERS:
         raise pytest.UsageError(
             f"image '{ref}' has no valid io.mcore-images.layer label ({info.layer!r}): the image tests "
-            "read what to expect from the labels docker-bake.hcl sets; test an mcore-images image "
+            "read what to expect from the labels docker-bake.json sets; test an mcore-images image "
             "or one built FROM it"
         )
     foreign = platforms.BY_NAME.get(info.platform)

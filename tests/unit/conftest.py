@@ -71,5 +71,5 @@ def variant(stack: Stack, **changes: object) -> Stack:
 
 
 def write_stacks(path: Path, entries: list[dict]) -> Path:
-    path.write_text(json.dumps({"variable": {"STACKS": {"default": entries}}}))
+    path.write_text(json.dumps({"stacks": entries}))
     return path

@@ -2,7 +2,7 @@
 
 A component is something a stack pins in env/stacks.json (under the component's ``key``) and an image
 carries. Everything that needs to know about components derives it from ``CATALOGUE``: the OCI labels and
-build args docker-bake.hcl sets and the tags it computes (its generated ``COMPONENTS`` and tag-scheme blocks),
+build args and tags of the generated bake file (docker-bake.json, image_build/bake_file.py),
 the Dockerfile's ARG and check-version lines (`make validate` holds them to the catalogue), the stack fields
 and their validation, the lock inputs and which lock layer a pin change re-resolves, the stacks table (docs/stacks.md),
 promotion's label and certificate checks, the image tests' version and import checks, and the package list
@@ -34,8 +34,7 @@ PIN_KINDS = ("version", "major_minor", "commit")
 """How a pin is written and compared: a PEP 440 version (compared by public release), a major.minor
 version (Python, CUDA: any patch release matches), or a 40-hex git commit (a source checkout)."""
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
-"""A pin of kind "commit": the full git commit (a branch or tag moves). RE2 reads it alike: bake's generated
-``COMMIT`` block carries it."""
+"""A pin of kind "commit": the full git commit (a branch or tag moves)."""
 COMMIT_SHOWN = 8
 """How many digits of a commit tags and tables show (``apex6424da3b``)."""
 
@@ -43,7 +42,7 @@ COMMIT_SHOWN = 8
 @dataclass(frozen=True)
 class TagPart:
     """How image tags name a component's pin: ``<prefix><pin>`` (``te2.16.0``; a commit by its first 8 digits).
-    tags.py writes every tag from these, and bake computes the same from its generated tag-scheme block."""
+    tags.py writes every tag from these, the bake file's included."""
 
     prefix: str
     """What stands before the pin (``cu`` for CUDA: ``cu12.8``)."""
@@ -94,12 +93,12 @@ class Component:
     It adds no lock input (the lock holds it as that component's requirement); a rule holds the two together,
     and `outdated` reports it as following that component instead of PyPI."""
     build_arg: str | None = None
-    """The Dockerfile build arg bake passes the pin as (``stack_args`` of docker-bake.hcl, from the generated
-    ``COMPONENTS`` block). The Dockerfile declares it in the stages that read it, from the component's layer up,
+    """The Dockerfile build arg bake passes the pin as (image_build/bake_file.py writes it into docker-bake.json).
+    The Dockerfile declares it in the stages that read it, from the component's layer up,
     and checks a PyPI release there with docker/check-version.sh (dockerfile.py; `make validate`). None: no
     build step reads the pin (a lock installs it, or it follows another component)."""
     in_tag: TagPart | None = None
-    """How tags name the pin (tags.py, and bake's generated ``TAG_LAYERS`` block); None: tags do not name it."""
+    """How tags name the pin (tags.py); None: tags do not name it."""
     compile_profile: str | None = None
     """The job planner's memory profile (jobs.PROFILES) of the Dockerfile step that compiles it: `build` judges an
     explicit MAX_JOBS / NVCC_THREADS against it, and a stack that compiles anything locks the builder's compile

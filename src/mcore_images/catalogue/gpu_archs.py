@@ -95,7 +95,7 @@ def torch_arch(arch: str) -> str:
 
 def serves(text: str | None) -> str:
     """What the architectures of a cuda_archs value are, one GPU list each: "sm_90 H100/H200/GH200; sm_100 …".
-    The label ``io.mcore-images.gpus`` (docker-bake.hcl's generated GPU_ARCHS table) is written the same way."""
+    The label ``io.mcore-images.gpus`` is this text (image_build/bake_file.py)."""
     parts = []
     for arch in parse(text):
         entry = known(arch)
@@ -104,12 +104,13 @@ def serves(text: str | None) -> str:
 
 
 def declared(stack: str | None, stacks_json: Path) -> str | None:
-    """The cuda_archs env/stacks.json gives a stack, read as plain JSON (no schema library inside an image);
-    None when the file, the stack or the field is missing."""
+    """The cuda_archs env/stacks.json gives a stack, read as plain JSON (no schema library inside an image, so not
+    through catalogue/stacks.py's raw_entries, the tooling's one reader of the file); None when the file, the stack
+    or the field is missing."""
     if not stack:
         return None
     try:
-        entries = json.loads(stacks_json.read_text("utf-8"))["variable"]["STACKS"]["default"]
+        entries = json.loads(stacks_json.read_text("utf-8"))["stacks"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     for entry in entries if isinstance(entries, list) else []:

@@ -1,15 +1,16 @@
 """Read the pinned stacks from env/stacks.json, the one source of truth for every version.
 
-env/stacks.json is written in docker-bake's JSON form (a `STACKS` variable), so bake reads the very
-same file through the `docker-bake.json` link at the top of the tree and no version is ever copied
-into HCL, YAML or a Dockerfile. Its shape is checked against env/stacks.schema.json (jsonschema), its
-component pins against the catalogue (components.py, parsed with `packaging`), before any command
-uses a stack: a bad file is one line naming the stack, the field and what to write instead.
+Bake reads the stacks through docker-bake.json, which `make update` generates from this file
+(image_build/bake_file.py), so no version is ever copied by hand into HCL, YAML or a Dockerfile. Its
+shape is checked against env/stacks.schema.json (jsonschema), its component pins against the catalogue
+(components.py, parsed with `packaging`), before any command uses a stack: a bad file is one line
+naming the stack, the field and what to write instead.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 from collections import Counter
@@ -24,8 +25,8 @@ from mcore_images.catalogue.components import FROM_BASE, LAYERS, NONE
 from mcore_images.catalogue.versions import InvalidRequirement, InvalidVersion, Requirement, Version
 from mcore_images.errors import InputError, shown
 
-__all__ = ["LAYERS", "NONE", "LeftOut", "Override", "Stack", "get_stack", "groups", "load_stacks", "repo_root",
-           "stacks_file"]
+__all__ = ["LAYERS", "NONE", "LeftOut", "Override", "Stack", "get_stack", "groups", "load_stacks", "raw_entries",
+           "repo_root", "stacks_file", "write_entries"]
 
 _MAJOR_MINOR = re.compile(r"^\d+\.\d+$")
 
@@ -266,10 +267,10 @@ def pin_problem(key: str, value: str) -> str | None:
 
 
 def _stack_place(data: Any, where: Sequence[Any]) -> tuple[str, Sequence[Any]]:
-    """Names the stack an error path runs through (variable.STACKS.default.<i>.field -> stack 'name')."""
-    if len(where) >= 4 and isinstance(where[3], int):
-        entry = data["variable"]["STACKS"]["default"][where[3]]
-        return f"stack '{shown(entry.get('name', where[3]) if isinstance(entry, dict) else where[3])}'", where[4:]
+    """Names the stack an error path runs through (stacks.<i>.field -> stack 'name')."""
+    if len(where) >= 2 and isinstance(where[1], int):
+        entry = data["stacks"][where[1]]
+        return f"stack '{shown(entry.get('name', where[1]) if isinstance(entry, dict) else where[1])}'", where[2:]
     return "", where
 
 
@@ -324,18 +325,38 @@ FIX = "correct it (one entry per stack you build), or restore it from git"
 """What every error about env/stacks.json as a file says to do."""
 
 
-def load_stacks(path: Path | None = None) -> dict[str, Stack]:
-    """All stacks by name, in file order; InputError (one line) for a file that is not well-formed."""
+def raw_entries(path: Path | None = None) -> list[dict[str, Any]]:
+    """The stack entries of env/stacks.json (or ``path``) as the file writes them: the one reader of the file.
+    Its shape is checked against the schema (InputError, one line), its pins are not: load_stacks parses the
+    entries, and a command that edits the file (outdated --bump, an override's workspace) changes them and writes
+    them back with write_entries. Inside an image the smoke reads the file without the schema library
+    (gpu_archs.declared, smoke/kit/envinfo.py's stack_entries), so not through this."""
     path = path or stacks_file()
     data = reading.read_json(path, "", FIX, missing="run from the mcore-images checkout or set MCORE_IMAGES_ROOT",
                              max_bytes=MAX_STACKS_BYTES)
-    return parse_document(data, path)
+    jsonfiles.conform(data, path, "", FIX, schema_file(), place=_stack_place)
+    return data["stacks"]
+
+
+def write_entries(entries: list[dict[str, Any]], path: Path) -> None:
+    """Write stack entries as env/stacks.json holds them (``{"stacks": [...]}``) at ``path``."""
+    path.write_text(json.dumps({"stacks": entries}, indent=2) + "\n")
+
+
+def load_stacks(path: Path | None = None) -> dict[str, Stack]:
+    """All stacks by name, in file order; InputError (one line) for a file that is not well-formed."""
+    path = path or stacks_file()
+    return _stacks(raw_entries(path), path)
 
 
 def parse_document(data: Any, path: Path) -> dict[str, Stack]:
     """Stacks from a parsed env/stacks.json document (``path`` only names it in errors)."""
     jsonfiles.conform(data, path, "", FIX, schema_file(), place=_stack_place)
-    stacks = [_parse(path, entry) for entry in data["variable"]["STACKS"]["default"]]
+    return _stacks(data["stacks"], path)
+
+
+def _stacks(entries: list[dict[str, Any]], path: Path) -> dict[str, Stack]:
+    stacks = [_parse(path, entry) for entry in entries]
     names = [s.name for s in stacks]
     twice = sorted(name for name, count in Counter(names).items() if count > 1)
     if twice:
@@ -375,7 +396,7 @@ def get_stack(name: str, stacks: dict[str, Stack] | None = None) -> Stack:
 
 
 def groups(stacks: dict[str, Stack]) -> dict[str, list[str]]:
-    """Bake group -> stack names, as docker-bake.hcl derives them (plus 'all')."""
+    """Bake group -> stack names, as docker-bake.json's groups name them (plus 'all')."""
     out: dict[str, list[str]] = {}
     for stack in stacks.values():
         for group in stack.groups:

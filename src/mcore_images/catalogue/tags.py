@@ -1,10 +1,8 @@
 """The tag scheme: a tag tells what the image holds. Written once, here and in the catalogue: each component's
 ``in_tag`` (components.py) says how a tag names its pin, ``ORIGINS`` how a tag names where the base comes from,
 ``SEPARATOR`` what joins the parts; the immutable and candidate tags and how long each may grow are computed here
-alone (the `tag-length` rule asks ``immutable_length`` and ``longest_candidate``). docker-bake.hcl computes the same
-tags from the generated ``TAG_LAYERS``, ``ORIGINS`` and ``TAG_SEPARATOR`` blocks that `make update` renders from
-``parts``, ``ORIGINS`` and ``SEPARATOR`` (tests/unit/mcore_images/image_build/test_bake.py compares both on every
-stack)."""
+alone (the `tag-length` rule asks ``immutable_length`` and ``longest_candidate``). The bake file's tags are these
+(docker-bake.json, written by image_build/bake_file.py)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from mcore_images.catalogue import components, images, platforms, tags
 from mcore_images.catalogue.stacks import Stack, checkout_root, load_stacks, repo_root
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
-from mcore_images.image_build import bake_args, debian_base, dockerfile, jobs
+from mcore_images.image_build import bake_args, bake_file, debian_base, dockerfile, jobs
 from mcore_images.image_build.bake_log import BakeLog
 from mcore_images.launch import emulation
 from mcore_images.resolve import engine_records, lock_check, overrides, rules
@@ -352,7 +352,9 @@ def build(request: BuildRequest) -> int:
     stacks_json = root / "docker-bake.json"
     env = bake_env(request)
     if changes:
-        stacks_json, locks = overrides.workspace(stacks, selected[0], changes, root)
+        changed_stacks, locks = overrides.workspace(stacks, selected[0], changes, root)
+        stacks_json = changed_stacks.with_name(bake_file.PATH)
+        bake_file.write(load_stacks(changed_stacks).values(), stacks_json)
         env["LOCKS"] = str(locks)
         say(f"override: {', '.join(f'{k}={v}' for k, v in changes.items())}; bake file {stacks_json}, "
               f"locks {locks} (from layer '{overrides.first_changed_layer(changes)}' up)")

@@ -16,7 +16,6 @@ candidates refuses every one that is set but those ``CANDIDATE_ENV`` names (``ju
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -53,9 +52,9 @@ CANDIDATE_ENV = {
     "NO_CACHE_FILTER": "stages that run again without the cache: how, not what",
 }
 """The bake variables a build that pushes candidates takes from the environment, and why none of them changes
-what a candidate is made from. Every other variable the bake files declare (docker-bake.hcl's, docker-bake.json's
-STACKS) can be set from the environment too, and is refused when set: the locks (LOCKS), the revision label
-(GIT_SHA), the cache (CACHE_FROM, CACHE_TO), the stacks and the catalogue come from the checkout."""
+what a candidate is made from. Every other variable docker-bake.hcl declares can be set from the environment too,
+and is refused when set: the locks (LOCKS), the revision label (GIT_SHA), the cache (CACHE_FROM, CACHE_TO) come from
+the checkout, as the stacks and the catalogue do (docker-bake.json, generated from them, declares no variable)."""
 
 READ_BY_BUILDX = {"SOURCE_DATE_EPOCH": "a candidate is dated by its commit (`mcore-images reproduce` rebuilds it at "
                                        "that date)"}
@@ -132,10 +131,9 @@ def changed(stack_defined: dict, with_user_args: dict) -> list[str]:
 
 
 def declared(root: Path) -> list[str]:
-    """The variables the bake files of the checkout ``root`` declare (docker-bake.hcl's ``variable`` blocks,
-    docker-bake.json's ``variable`` keys): bake sets each from an environment variable of that name."""
+    """The variables the bake files of the checkout ``root`` declare (docker-bake.hcl's ``variable`` blocks; the
+    generated docker-bake.json declares none): bake sets each from an environment variable of that name."""
     names = re.findall(r'^variable\s+"([A-Za-z_][A-Za-z0-9_]*)"', (root / "docker-bake.hcl").read_text(), re.M)
-    names += list(json.loads((root / "docker-bake.json").read_text()).get("variable", {}))
     return sorted(set(names))
 
 

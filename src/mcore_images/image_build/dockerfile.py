@@ -5,7 +5,7 @@ The Dockerfile's ARG and check-version lines stay hand-written rather than gener
 cache on its text and on the build args declared before it, so rewriting them would rebuild every stack, and
 where a pin is read is a choice about which steps it may invalidate. What can drift is checked instead:
 
-- every build arg bake passes (a component's ``build_arg``, or a setting in docker-bake.hcl's ``stack_args``) is
+- every build arg bake passes (a component's ``build_arg``, or a setting of bake_file.py's ``SETTINGS``) is
   declared, and every declared ARG is one bake passes;
 - a stage that reads an arg declares it (an undeclared one expands to '' without a word);
 - a component's arg is declared only in stages of its own layer or above (a higher layer's pin in a lower layer's
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mcore_images.catalogue import components
 from mcore_images.catalogue.components import LAYERS, Component
+from mcore_images.image_build import bake_file
 
 PLATFORM_ARGS = frozenset({
     "TARGETPLATFORM", "TARGETOS", "TARGETARCH", "TARGETVARIANT", "BUILDPLATFORM", "BUILDOS", "BUILDARCH",
@@ -125,15 +126,6 @@ def stage_layers(root: Path) -> dict[str, str]:
     return layer_of(parse(path.read_text())[1]) if path.is_file() else {}
 
 
-def setting_args(bake_text: str) -> list[str] | None:
-    """The hand-written settings of docker-bake.hcl's ``stack_args`` (None when the function is missing)."""
-    body = re.search(r'^function "stack_args" \{\n(.*?)^\}', bake_text, re.M | re.S)
-    if body is None:
-        return None
-    settings = body.group(1).split("for c in COMPONENTS")[0]
-    return re.findall(r"^\s+([A-Z][A-Z0-9_]*)\s*=", settings, re.M)
-
-
 def check_name(c: Component) -> str:
     """What docker/check-version.sh is given for a component: its distribution (``python``: the interpreter)."""
     return c.distribution or c.key
@@ -141,30 +133,27 @@ def check_name(c: Component) -> str:
 
 def problems(root: Path) -> list[str]:
     """Where the Dockerfile and the catalogue (with bake's settings) disagree, one line each with the fix."""
-    dockerfile, bake = root / "Dockerfile", root / "docker-bake.hcl"
-    if not dockerfile.is_file() or not bake.is_file():
-        return [f"{dockerfile.name if not dockerfile.is_file() else bake.name} is missing; restore it from git"]
-    settings = setting_args(bake.read_text())
-    if settings is None:
-        return ["docker-bake.hcl has no `function \"stack_args\"`; restore it from git"]
+    dockerfile = root / "Dockerfile"
+    if not dockerfile.is_file():
+        return ["Dockerfile is missing; restore it from git"]
     global_args, stages = parse(dockerfile.read_text())
-    return edge_problems(global_args, stages, settings)
+    return edge_problems(global_args, stages, list(bake_file.SETTINGS))
 
 
 def edge_problems(global_args: list[str], stages: list[Stage], settings: list[str]) -> list[str]:
     by_arg = {c.build_arg: c for c in components.CATALOGUE if c.build_arg}
     passed = set(settings) | set(by_arg)
     layers = layer_of(stages)
-    out = [f"docker-bake.hcl: stack_args sets {arg} by hand, and bake passes it as {by_arg[arg].key}'s build_arg too "
+    out = [f"bake_file.py: SETTINGS names {arg}, and bake passes it as {by_arg[arg].key}'s build_arg too "
            "(the catalogue's would win); rename one of them" for arg in sorted(set(settings) & set(by_arg))]
     declared_anywhere = set(global_args) | {a for s in stages for a in s.declared}
     for arg in sorted(passed - declared_anywhere):
-        owner = (f"components.py's {by_arg[arg].key}" if arg in by_arg else "docker-bake.hcl's stack_args")
+        owner = (f"components.py's {by_arg[arg].key}" if arg in by_arg else "bake_file.py's SETTINGS")
         out.append(f"Dockerfile: bake passes {arg} ({owner}) but no stage declares it; add `ARG {arg}` to the "
                    "stage that reads it, or drop it there")
     for where, names in [("before the first FROM", global_args), *((f"stage {s.name}", s.declared) for s in stages)]:
         out += [f"Dockerfile {where}: ARG {a} is not a build arg bake passes; name it as a component's build_arg in "
-                "components.py (or a setting in docker-bake.hcl's stack_args), or drop the ARG"
+                "components.py (or a setting in bake_file.py's SETTINGS), or drop the ARG"
                 for a in names if a not in passed and a not in PREDEFINED]
     for stage in stages:
         layer = layers.get(stage.name)

@@ -5,23 +5,14 @@ A region sits between two marker lines in its file and is rendered from the one 
 - docs/stacks.md, the stacks table: from env/stacks.json and the component catalogue;
 - docs/rules.md, the list of compatibility rules: from the rules' own descriptions (rules.py, tag_content.py);
 - docs/tags.md, each layer's tag pattern and an example: from the tag scheme (tags.py and the catalogue);
-- docker-bake.hcl, the ``COMPONENTS`` and ``LAYER_ORDER`` variables its labels and build args are computed from, and
-  the ``commit_pin()`` its tags and apex source read a commit with: from the catalogue (components.py), so bake
-  labels every component and passes its pin without a list of its own;
-- docker-bake.hcl, the ``TAG_LAYERS`` and ``ORIGINS`` variables and the ``tag_separator()`` its tags are computed
-  from: from the tag scheme (tags.py's ``parts``, ``ORIGINS`` and ``SEPARATOR``), so bake and tags.py name the same
-  parts in the same order, joined alike (constants as functions: a variable's value, an environment variable of its
-  name replaces);
-- docker-bake.hcl, the ``GPU_ARCHS`` variable its ``io.mcore-images.gpus`` label is computed from: from the GPU
-  architecture table (gpu_archs.py);
-- docker-bake.hcl, the ``PLATFORMS`` variable its per-platform contexts are computed from: from platforms.py;
 - examples/verl-grpo/README.md, the app images the example names, their versions and GPU runs: from those
   stacks' pins and catalogue/proven.py;
 - README.md, the image table (what each image holds, which carry a FlashAttention, what was proven on a CPU and on a
   GPU, how to get it): from the pins of the stacks it names (``README_IMAGES``), their groups and their GPU runs
   (catalogue/proven.py).
 
-The locks (env/locks) are the other generated files; lock_update.py writes them and lock_check.py checks them.
+The other generated files are written whole: docker-bake.json, every bake target and group (bake_file.py), and
+the locks (env/locks; lock_update.py writes them and lock_check.py checks them).
 `validate` also holds the Dockerfile's hand-written ARG and check-version lines to the catalogue (dockerfile.py).
 """
 
@@ -33,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mcore_images.catalogue import components, gpu_archs, images, platforms, proven, tags
+from mcore_images.catalogue import components, images, proven, tags
 from mcore_images.catalogue.stacks import Stack, checkout_root, load_stacks, stacks_file
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
-from mcore_images.image_build import dockerfile
+from mcore_images.image_build import bake_file, dockerfile
 from mcore_images.resolve import lock_check, lock_update, plan, rules, tag_content
 
 
@@ -67,51 +58,6 @@ def _readme_table(root: Path) -> str:
 def _rules_list(root: Path) -> str:
     described = {**rules.DESCRIPTIONS, tag_content.RULE: tag_content.DESCRIPTION}
     return "".join(f"- `{rule_id}`: {text}.\n" for rule_id, text in described.items())
-
-
-def _hcl(value: object) -> str:
-    """A value as HCL writes it: a quoted string (``${`` and ``%{`` escaped, so bake does not interpolate), a bool,
-    null."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("${", "$${").replace("%{", "%%{")
-    return f'"{text}"'
-
-
-def _bake_components(root: Path) -> str:
-    order = ", ".join(f"{layer} = {i}" for i, layer in enumerate(components.LAYERS))
-    rows = "\n".join(
-        f"    {{ key = {_hcl(c.key)}, label = {_hcl(c.label)}, layer = {_hcl(c.layer)}, pin = {_hcl(c.pin)}, "
-        f"build_arg = {_hcl(c.build_arg)}, tag = {_hcl(c.in_tag and c.in_tag.prefix)}, "
-        f"tag_optional = {_hcl(bool(c.in_tag and c.in_tag.optional))} }},"
-        for c in components.CATALOGUE)
-    commit = f"{{ pattern = {_hcl(components.COMMIT.pattern)}, shown = {components.COMMIT_SHOWN} }}"
-    return (f'variable "LAYER_ORDER" {{\n  default = {{ {order} }}\n}}\n\n'
-            f'variable "COMPONENTS" {{\n  default = [\n{rows}\n  ]\n}}\n\n'
-            f'function "commit_pin" {{\n  params = []\n  result = {commit}\n}}\n')
-
-
-def _bake_tag_scheme(root: Path) -> str:
-    layers = "\n".join(f"    {layer} = [{', '.join(_hcl(c.key) for c in tags.parts(layer))}]"
-                       for layer in components.LAYERS)
-    origins = "\n".join(f"    {flavor} = {{ prefix = {_hcl(o.prefix)}, field = {_hcl(o.field)}, "
-                        f"pattern = {_hcl(o.pattern)} }}" for flavor, o in tags.ORIGINS.items())
-    return (f'variable "TAG_LAYERS" {{\n  default = {{\n{layers}\n  }}\n}}\n\n'
-            f'variable "ORIGINS" {{\n  default = {{\n{origins}\n  }}\n}}\n\n'
-            f'function "tag_separator" {{\n  params = []\n  result = {_hcl(tags.SEPARATOR)}\n}}\n')
-
-
-def _bake_gpu_archs(root: Path) -> str:
-    rows = "\n".join(f'    "{a.sm}" = "{a.gpus}"' for a in gpu_archs.TABLE)
-    return f'variable "GPU_ARCHS" {{\n  default = {{\n{rows}\n  }}\n}}\n'
-
-
-def _bake_platforms(root: Path) -> str:
-    rows = "\n".join(f'    "{p.name}" = {{ machine = {_hcl(p.machine)}, arch = {_hcl(p.arch)}, '
-                     f'default = {_hcl(p == platforms.DEFAULT)} }}' for p in platforms.PLATFORMS)
-    return f'variable "PLATFORMS" {{\n  default = {{\n{rows}\n  }}\n}}\n'
 
 
 VERL_EXAMPLE_STACKS = {"cuda": "to train on", "debian-verl": "where CI checks the launch, on a CPU"}
@@ -228,10 +174,6 @@ REGIONS: tuple[Region, ...] = (
     Region("docs/stacks.md", "<!-- stacks:begin", "<!-- stacks:end -->", _readme_table),
     Region("docs/rules.md", "<!-- rules:begin", "<!-- rules:end -->", _rules_list),
     Region("docs/tags.md", "<!-- tag-parts:begin", "<!-- tag-parts:end -->", _tag_parts),
-    Region("docker-bake.hcl", "# components:begin", "# components:end", _bake_components),
-    Region("docker-bake.hcl", "# tag-scheme:begin", "# tag-scheme:end", _bake_tag_scheme),
-    Region("docker-bake.hcl", "# gpu-archs:begin", "# gpu-archs:end", _bake_gpu_archs),
-    Region("docker-bake.hcl", "# platforms:begin", "# platforms:end", _bake_platforms),
     Region("examples/verl-grpo/README.md", "<!-- versions:begin", "<!-- versions:end -->", _verl_example_versions),
     Region("README.md", "<!-- images:begin", "<!-- images:end -->", _readme_images),
 )
@@ -267,7 +209,10 @@ def _update_arguments(p: argparse.ArgumentParser) -> None:
 
 def _update(args: argparse.Namespace) -> int:
     root = checkout_root("update")
-    report: dict[str, object] = {"regions": update(root), "locks": {}}
+    changed = update(root)
+    if bake_file.write(load_stacks(stacks_file(root)).values(), root / bake_file.PATH):
+        changed.append(bake_file.PATH)
+    report: dict[str, object] = {"regions": changed, "locks": {}}
     if not args.no_locks:
         for stack in load_stacks().values():
             first, written = lock_update.update_locks(stack)
@@ -276,7 +221,7 @@ def _update(args: argparse.Namespace) -> int:
         print_json(report)
         return 0
     for path in report["regions"]:  # type: ignore[attr-defined]
-        print(f"rewrote the generated region of {path}")
+        print(f"rewrote the generated part of {path}")
     for name, result in report["locks"].items():  # type: ignore[attr-defined]
         print(f"{name}: locks current" if result["from_layer"] is None
               else f"{name}: locks re-resolved from layer '{result['from_layer']}' up")
@@ -292,7 +237,7 @@ def validation_problems(root: Path) -> list[str]:
     catalogue. The rules first: they are the cause of what follows from them."""
     stacks = load_stacks(stacks_file(root))
     problems = [str(v) for p in plan.make_plan(list(stacks.values()), every=stacks) for v in p.violations]
-    problems += stale(root) + dockerfile.problems(root)
+    problems += stale(root) + bake_file.stale(stacks.values(), root) + dockerfile.problems(root)
     for stack in stacks.values():
         problems += lock_check.check_locks(stack, root)
     return problems
@@ -307,13 +252,13 @@ def _validate(args: argparse.Namespace) -> int:
             print(f"error: {problem}", file=sys.stderr)
         if not problems:
             print("every stack keeps the compatibility rules; generated files current: the stacks and rules pages, "
-                  "docker-bake.hcl components, tag scheme, GPU architectures and platforms, locks of every platform; "
+                  "the bake file's targets and groups, locks of every platform; "
                   "the Dockerfile's build args and version checks follow the catalogue")
     return 1 if problems else 0
 
 
 COMMANDS = (
-    Command("update", "Rewrite every generated file from its source: the pages' tables, the bake blocks and the locks.",
+    Command("update", "Rewrite every generated file from its source: the pages' tables, the bake file and the locks.",
             _update_arguments, _update, prints_data=True),
     Command("validate", "Check the rules, and every generated file and the Dockerfile against their sources.",
             lambda p: None, _validate, prints_data=True),

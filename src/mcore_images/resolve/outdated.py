@@ -27,7 +27,17 @@ from pathlib import Path
 from typing import Any
 
 from mcore_images.catalogue import components, flash_attention
-from mcore_images.catalogue.stacks import NONE, SHARED_LAYERS, Stack, checkout_root, get_stack, load_stacks, stacks_file
+from mcore_images.catalogue.stacks import (
+    NONE,
+    SHARED_LAYERS,
+    Stack,
+    checkout_root,
+    get_stack,
+    load_stacks,
+    raw_entries,
+    stacks_file,
+    write_entries,
+)
 from mcore_images.catalogue.versions import InvalidVersion, Version
 from mcore_images.command import Command, print_json
 from mcore_images.errors import InputError
@@ -187,13 +197,13 @@ def bump(stack: Stack, findings: list[Finding], path: Path, write: bool = True) 
         clean = {}
     if not clean or not write:
         return clean
-    doc = json.loads(path.read_text())
-    for entry in doc["variable"]["STACKS"]["default"]:
+    entries = raw_entries(path)
+    for entry in entries:
         if entry["name"] == stack.name:
             entry.update(clean)
         elif entry.get("layers_from") == stack.name:  # stacks on its base and kernels layers move with them
             entry.update({k: v for k, v in clean.items() if k in shared})
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    write_entries(entries, path)
     return clean
 
 

@@ -1,18 +1,27 @@
 """Build-time pin overrides (`mcore-images build --stack S --set mcore=0.16.0`) without editing env/.
 
-An override writes a workspace under build/override/<stack>/: a bake variable file with the changed
-stack and that stack's locks (for each of its platforms, laid out as env/locks is), copied unchanged for the
-layers below the first one the change touches and re-resolved from there up. Bake then reads that file
-instead of docker-bake.json and the `locks` context points at the workspace, so the layers below stay cached.
+An override writes a workspace under build/override/<stack>/: env/stacks.json with the changed stack (the build
+generates its bake file from it) and that stack's locks (for each of its platforms, laid out as env/locks
+is), copied unchanged for the layers below the first one the change touches and re-resolved from there up. Bake
+then reads that file instead of docker-bake.json and the `locks` context points at the workspace, so the layers
+below stay cached.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from mcore_images.catalogue import components
-from mcore_images.catalogue.stacks import SETTING_LOCK_LAYER, Stack, parse_document, pin_problem, repo_root, stacks_file
+from mcore_images.catalogue.stacks import (
+    SETTING_LOCK_LAYER,
+    Stack,
+    parse_document,
+    pin_problem,
+    raw_entries,
+    repo_root,
+    stacks_file,
+    write_entries,
+)
 from mcore_images.errors import InputError
 from mcore_images.resolve import lock_files, lock_update
 
@@ -52,29 +61,29 @@ def first_changed_layer(changes: dict[str, str]) -> str | None:
 def apply(stack: Stack, changes: dict[str, str], root: Path | None = None) -> Stack:
     """The stack with the changes, checked as env/stacks.json itself is (schema, pins)."""
     path = stacks_file(root)
-    document = json.loads(path.read_text())
-    for entry in document["variable"]["STACKS"]["default"]:
+    entries = raw_entries(path)
+    for entry in entries:
         if entry["name"] == stack.name:
             entry.update(changes)
     try:
-        return parse_document(document, path)[stack.name]
+        return parse_document({"stacks": entries}, path)[stack.name]
     except InputError as exc:
         raise InputError(f"with --set {' '.join(f'{k}={v}' for k, v in changes.items())}: {exc}") from None
 
 
 def workspace(stacks: dict[str, Stack], changed: Stack, changes: dict[str, str],
               root: Path | None = None) -> tuple[Path, Path]:
-    """Write the override's bake file and locks; returns (bake file, locks folder)."""
+    """Write the override's stacks file and locks; returns (stacks file, locks folder)."""
     root = root or repo_root()
     base = root / "build" / "override" / changed.name
     locks_root = base / "locks"
-    entries = json.loads((root / "env" / "stacks.json").read_text())
-    for entry in entries["variable"]["STACKS"]["default"]:
+    entries = raw_entries(stacks_file(root))
+    for entry in entries:
         if entry["name"] == changed.name:
             entry.update(changes)
     base.mkdir(parents=True, exist_ok=True)
-    bake_file = base / "stacks.json"
-    bake_file.write_text(json.dumps(entries, indent=2) + "\n")
+    stacks_json = base / "stacks.json"
+    write_entries(entries, stacks_json)
     first = first_changed_layer(changes)
     # x86_64 first: the others agree with it
     for machine in sorted(changed.machines, key=lambda m: m != lock_files.DEFAULT_MACHINE):
@@ -93,4 +102,4 @@ def workspace(stacks: dict[str, Stack], changed: Stack, changes: dict[str, str],
         else:
             lock_update.write_locks(changed, keep_below=first, keep_from=committed, folder=target, machine=machine,
                                     agree_with=locks_root)
-    return bake_file, locks_root
+    return stacks_json, locks_root

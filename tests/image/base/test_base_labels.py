@@ -15,7 +15,7 @@ BASE_LABELS = ("layer", "stack", "flavor", "base", *(c.label for c in components
 
 def test_base_labels_present(image: docker.ImageInfo) -> None:
     missing = [label(key) for key in BASE_LABELS if image.label(key) in (None, "")]
-    assert not missing, f"{image.shown} lacks labels {missing}; docker-bake.hcl sets them on every layer"
+    assert not missing, f"{image.shown} lacks labels {missing}; docker-bake.json sets them on every layer"
     assert image.layer in LAYERS
 
 

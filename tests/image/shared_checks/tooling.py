@@ -14,7 +14,7 @@ from tests.image.utils.docker import ImageInfo
 def shipped_stacks_problems(text: str, image: ImageInfo) -> list[str]:
     """/opt/mcore-images/env/stacks.json names the image's stack with the versions its labels carry."""
     try:
-        entries = json.loads(text)["variable"]["STACKS"]["default"]
+        entries = json.loads(text)["stacks"]
     except (KeyError, ValueError) as error:
         return [f"/opt/mcore-images/env/stacks.json is not a bake variable file: {error}"]
     entry = next((e for e in entries if e.get("name") == image.stack_name), None)

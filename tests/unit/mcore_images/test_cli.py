@@ -54,7 +54,7 @@ def test_bad_make_build_fails_before_docker(root: Path, fake_docker: tuple, args
 def test_broken_rule_stops_build(root: Path, tmp_path: Path, fake_docker: tuple) -> None:
     env, log = fake_docker
     import json
-    entries = json.loads((root / "env" / "stacks.json").read_text())["variable"]["STACKS"]["default"]
+    entries = json.loads((root / "env" / "stacks.json").read_text())["stacks"]
     bad = next(e for e in entries if e["name"] == "debian")
     bad = {**bad, "mcore": "0.19.2"}  # mbridge 0.15.1 cannot build models on it
     (tmp_path / "env").mkdir()
@@ -97,7 +97,7 @@ def test_plan_lists_every_stack(root: Path) -> None:
 
 def test_plan_fails_on_release_with_tag_only_base(root: Path, tmp_path: Path) -> None:
     import json
-    entries = json.loads((root / "env" / "stacks.json").read_text())["variable"]["STACKS"]["default"]
+    entries = json.loads((root / "env" / "stacks.json").read_text())["stacks"]
     cuda = {**next(e for e in entries if e["name"] == "cuda"), "base_digest": ""}
     (tmp_path / "env").mkdir()
     write_stacks(tmp_path / "env" / "stacks.json", [cuda])
@@ -117,7 +117,7 @@ def _stacks_with(root: Path, tmp_path: Path, **debian_changes: str) -> Path:
     """A checkout root whose env/stacks.json has the debian stack changed and the committed locks beside it."""
     import json
     import shutil
-    entries = json.loads((root / "env" / "stacks.json").read_text())["variable"]["STACKS"]["default"]
+    entries = json.loads((root / "env" / "stacks.json").read_text())["stacks"]
     debian = {**next(e for e in entries if e["name"] == "debian"), **debian_changes}
     (tmp_path / "env").mkdir()
     for name in ("stacks.schema.json", "engines.json"):  # what upstream releases require, as a checkout has it

@@ -29,7 +29,7 @@ def env_copy(tmp_path: Path, change=None) -> Path:
     if change is not None:
         path = tmp_path / "env" / "stacks.json"
         doc = json.loads(path.read_text())
-        change(doc["variable"]["STACKS"]["default"])
+        change(doc["stacks"])
         path.write_text(json.dumps(doc))
     return tmp_path
 

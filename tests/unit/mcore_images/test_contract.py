@@ -74,7 +74,7 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[Calla
         shutil.copytree(ROOT / "env", tmp_path / "env")
         path = tmp_path / "env" / "stacks.json"
         doc = json.loads(path.read_text())
-        change(next(e for e in doc["variable"]["STACKS"]["default"] if e["name"] == "debian"))
+        change(next(e for e in doc["stacks"] if e["name"] == "debian"))
         path.write_text(json.dumps(doc))
         monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
         return tmp_path

@@ -87,7 +87,7 @@ def apex_root(box: Box, ctx: dict[str, str]) -> dict[str, str]:
     commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], env=env, check=True,
                             capture_output=True, text=True).stdout.strip()
     data = json.loads((ROOT / "env" / "stacks.json").read_text())
-    next(s for s in data["variable"]["STACKS"]["default"] if s["name"] == CUDA.name)["apex"] = commit
+    next(s for s in data["stacks"] if s["name"] == CUDA.name)["apex"] = commit
     tree = box.root / "apex-root"
     (tree / "env").mkdir(parents=True)
     (tree / "env" / "stacks.json").write_text(json.dumps(data))

@@ -16,7 +16,7 @@ import pytest
 
 from mcore_images import cli
 from mcore_images.doctor import model
-from mcore_images.image_build import regions
+from mcore_images.image_build import bake_file, regions
 from mcore_images.smoke import layouts
 from tests.support.host import need
 from tests.unit.conftest import ROOT
@@ -26,12 +26,13 @@ from tests.unit.repo.test_layout import SMOKE_MAY_IMPORT
 
 @pytest.fixture
 def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """env/, the Dockerfile, every file with a generated region (docs/stacks.md, docs/rules.md, docker-bake.hcl,
-    the verl example's README) and the files bake passes as secrets copied; the tooling reads and writes them
-    there."""
+    """env/, the Dockerfile, the bake files (docker-bake.hcl, docker-bake.json), every file with a generated region
+    (docs/stacks.md, docs/rules.md, the verl example's README, …) and the files bake passes as secrets copied; the
+    tooling reads and writes them there."""
     shutil.copytree(ROOT / "env", tmp_path / "env")
     secrets = re.findall(r'"id=\w+,src=([^"$]+)"', (ROOT / "docker-bake.hcl").read_text())
-    for name in sorted({region.path for region in regions.REGIONS} | {"Dockerfile", *secrets}):
+    for name in sorted({region.path for region in regions.REGIONS}
+                       | {"Dockerfile", "docker-bake.hcl", bake_file.PATH, *secrets}):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     monkeypatch.setenv("MCORE_IMAGES_ROOT", str(tmp_path))
@@ -41,7 +42,7 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def edit_stacks(root: Path, change: Callable[[list[dict]], None]) -> None:
     path = root / "env" / "stacks.json"
     doc = json.loads(path.read_text())
-    change(doc["variable"]["STACKS"]["default"])
+    change(doc["stacks"])
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
@@ -67,7 +68,8 @@ def test_bump_a_pin(checkout: Path, capsys: pytest.CaptureFixture) -> None:
 
 
 def test_add_a_stack(checkout: Path, capsys: pytest.CaptureFixture) -> None:
-    """One entry in env/stacks.json: plan and bake know it at once; validate names the locks to write."""
+    """One entry in env/stacks.json: plan knows it at once, bake once `make update` has rewritten docker-bake.json;
+    validate names the locks to write."""
     def add(stacks: list[dict]) -> None:
         stacks.append({**next(s for s in stacks if s["name"] == "debian"), "name": "debian-next", "groups": []})
 
@@ -75,12 +77,13 @@ def test_add_a_stack(checkout: Path, capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["plan", "--stack", "debian-next", "--format", "names"]) == 0
     assert capsys.readouterr().out.strip() == "debian-next"
     assert cli.main(["update", "--no-locks"]) == 0
+    assert f"rewrote the generated part of {bake_file.PATH}" in capsys.readouterr().out
     assert "| `debian-next` |" in (checkout / "docs" / "stacks.md").read_text()
     assert cli.main(["validate"]) == 1
     assert "env/locks/debian-next/base.txt is missing; run `mcore-images lock --stack debian-next`" in \
         capsys.readouterr().err
     need("docker")
-    printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", "env/stacks.json",
+    printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", bake_file.PATH,
                               "--print", "runtime-debian-next"], cwd=checkout, capture_output=True, text=True,
                              check=True).stdout
     assert json.loads(printed)["target"]["runtime-debian-next"]["args"]["STACK"] == "debian-next"
@@ -139,8 +142,8 @@ def test_add_a_compiled_component(checkout: Path) -> None:
 
     # 3. `make update`, then `make validate` names each Dockerfile line still missing
     assert tool(checkout, "update", "--no-locks").stdout.splitlines() == [
-        "rewrote the generated region of docs/stacks.md", "rewrote the generated region of docs/tags.md",
-        "rewrote the generated region of docker-bake.hcl", "rewrote the generated region of README.md"]
+        "rewrote the generated part of docs/stacks.md", "rewrote the generated part of docs/tags.md",
+        "rewrote the generated part of README.md", f"rewrote the generated part of {bake_file.PATH}"]
     missing = tool(checkout, "validate")
     assert missing.returncode == 1
     assert missing.stderr.splitlines() == [
@@ -161,7 +164,7 @@ def test_add_a_compiled_component(checkout: Path) -> None:
     assert tool(checkout, "validate").returncode == 0
 
     need("docker")
-    printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", "env/stacks.json", "--print",
+    printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", bake_file.PATH, "--print",
                               "kernels-debian", "runtime-debian", "kernels-cuda"], cwd=checkout, capture_output=True,
                              text=True, check=True).stdout
     targets = json.loads(printed)["target"]

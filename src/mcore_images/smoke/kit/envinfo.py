@@ -121,9 +121,10 @@ def source(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 
 def stack_entries(stacks_json: Path) -> list[dict[str, Any]]:
     """The raw stack entries of an env/stacks.json, read without mcore_images.catalogue.stacks (no jsonschema inside an
-    image's smoke); [] when the file is missing or not that shape."""
+    image's smoke, and SMOKE_MAY_IMPORT of tests/unit/repo/test_layout.py leaves it out), so a reader of its own
+    beside that module's raw_entries, the tooling's; [] when the file is missing or not that shape."""
     try:
-        entries = json.loads(stacks_json.read_text("utf-8"))["variable"]["STACKS"]["default"]
+        entries = json.loads(stacks_json.read_text("utf-8"))["stacks"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []

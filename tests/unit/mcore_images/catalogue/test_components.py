@@ -16,7 +16,7 @@ import pytest
 from mcore_images.catalogue import components
 from mcore_images.catalogue.stacks import Stack, load_stacks
 from mcore_images.errors import InputError
-from mcore_images.image_build import bake, jobs, regions
+from mcore_images.image_build import bake, bake_file, jobs, regions
 from mcore_images.release import policy
 from mcore_images.resolve import layer_requirements, overrides, plan
 from mcore_images.smoke.kit import envinfo
@@ -36,7 +36,8 @@ def test_the_catalogue_is_consistent() -> None:
 
 @pytest.fixture
 def with_made_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The catalogue with MADE_UP added, and a copy of the checkout's env/ and bake file that pin it."""
+    """The catalogue with MADE_UP added, and a copy of the checkout's env/ that pins it, its bake files and the files
+    with a generated region."""
     catalogue = (*components.CATALOGUE, MADE_UP)
     monkeypatch.setattr(components, "CATALOGUE", catalogue)
     monkeypatch.setattr(components, "BY_KEY", {c.key: c for c in catalogue})
@@ -44,12 +45,12 @@ def with_made_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(components, "KEYS", tuple(c.key for c in catalogue))
     shutil.copytree(ROOT / "env", tmp_path / "env")
     secrets = set(re.findall(r'"id=\w+,src=([^"$]+)"', (ROOT / "docker-bake.hcl").read_text()))  # bake reads them
-    for name in sorted({region.path for region in regions.REGIONS} | secrets):
+    for name in sorted({region.path for region in regions.REGIONS} | {"docker-bake.hcl", bake_file.PATH} | secrets):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, tmp_path / name)
     path = tmp_path / "env" / "stacks.json"
     doc = json.loads(path.read_text())
-    for entry in doc["variable"]["STACKS"]["default"]:
+    for entry in doc["stacks"]:
         shares = entry.get("layers_from") == "debian"  # a stack on debian's kernels layer carries it too
         entry["made_up"] = "2.8.3" if entry["name"] == "debian" or shares else "none"
     path.write_text(json.dumps(doc, indent=2))
@@ -67,12 +68,13 @@ def test_every_consumer_picks_up_a_new_component(with_made_up: Path) -> None:
     assert "| made-up |" in table.splitlines()[0] and "| 2.8.3 |" in table.splitlines()[2]
     assert "made-up" in components.certificate_packages() and "made-up" in envinfo.packages()
 
-    # bake labels it, from the regenerated COMPONENTS block; README's image table names it in runtime-debian
-    assert regions.update(with_made_up) == ["docs/stacks.md", "docker-bake.hcl", "README.md"]
+    # bake labels it, from the regenerated docker-bake.json; README's image table names it in runtime-debian
+    assert regions.update(with_made_up) == ["docs/stacks.md", "README.md"]
+    assert bake_file.write(load_stacks().values(), with_made_up / bake_file.PATH)
     assert "made-up 2.8.3" in (with_made_up / "README.md").read_text()
-    assert regions.stale(with_made_up) == []
+    assert regions.stale(with_made_up) == [] and bake_file.stale(load_stacks().values(), with_made_up) == []
     need("docker")
-    printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", "env/stacks.json",
+    printed = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", bake_file.PATH,
                               "--print", "kernels-debian", "runtime-ngc", "base-debian"], cwd=with_made_up,
                              capture_output=True, text=True, check=True).stdout
     targets = json.loads(printed)["target"]

@@ -43,7 +43,7 @@ def test_apex_build_spells_every_arch_as_torch_does(root: Path) -> None:
 
 def test_declared_reads_the_stacks_entry(tmp_path: Path) -> None:
     path = tmp_path / "stacks.json"
-    path.write_text(json.dumps({"variable": {"STACKS": {"default": [{"name": "a", "cuda_archs": "90;100"}]}}}))
+    path.write_text(json.dumps({"stacks": [{"name": "a", "cuda_archs": "90;100"}]}))
     assert gpu_archs.declared("a", path) == "90;100"
     assert gpu_archs.declared("b", path) is None
     assert gpu_archs.declared(None, path) is None

@@ -30,7 +30,7 @@ from tests.unit.conftest import variant
 
 def _document(root: Path, **changes: Any) -> dict[str, Any]:
     data = json.loads((root / "env" / "stacks.json").read_text())
-    entry = next(e for e in data["variable"]["STACKS"]["default"] if e["name"] == "debian")
+    entry = next(e for e in data["stacks"] if e["name"] == "debian")
     entry.update(changes)
     return data
 
@@ -59,7 +59,7 @@ def test_a_stack_cannot_be_named_after_a_machine_whose_locks_share_env_locks(roo
 
 def test_a_stack_sharing_layers_lists_the_same_platforms(root: Path) -> None:
     data = json.loads((root / "env" / "stacks.json").read_text())
-    entry = next(e for e in data["variable"]["STACKS"]["default"] if e["name"] == "debian-mcore019")
+    entry = next(e for e in data["stacks"] if e["name"] == "debian-mcore019")
     entry["platforms"] = ["linux/amd64"]
     with pytest.raises(InputError, match="platforms differ"):
         parse_document(data, root / "env" / "stacks.json")

@@ -26,7 +26,7 @@ def test_the_shared_stack_builds_only_its_runtime_on_debians_layers() -> None:
 
 def edited(tmp_path: Path, **changes: str) -> Path:
     doc = json.loads((ROOT / "env/stacks.json").read_text())
-    entry = next(e for e in doc["variable"]["STACKS"]["default"] if e["name"] == "debian-mcore019")
+    entry = next(e for e in doc["stacks"] if e["name"] == "debian-mcore019")
     entry.update(changes)
     path = tmp_path / "stacks.json"
     path.write_text(json.dumps(doc))

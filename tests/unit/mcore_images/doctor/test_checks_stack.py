@@ -103,7 +103,7 @@ def in_image(world: World, stack: str, cuda_archs: str) -> None:
     root = world.tmp / "opt"
     (root / "env").mkdir(parents=True, exist_ok=True)
     (root / "env" / "stacks.json").write_text(json.dumps(
-        {"variable": {"STACKS": {"default": [{"name": stack, "cuda_archs": cuda_archs}]}}}))
+        {"stacks": [{"name": stack, "cuda_archs": cuda_archs}]}))
     world.environ.update(MCORE_IMAGES_STACK=stack, MCORE_IMAGES_ROOT=str(root))
 
 

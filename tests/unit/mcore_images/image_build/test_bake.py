@@ -1,9 +1,10 @@
-"""docker-bake.hcl, read by bake itself, agrees with env/stacks.json and the Python tag scheme."""
+"""The bake definition, read by bake itself, agrees with env/stacks.json and the Python tag scheme."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from mcore_images.catalogue import components, gpu_archs, platforms, tags, wgrad_fusion
 from mcore_images.catalogue.images import label
 from mcore_images.catalogue.stacks import Stack, groups
-from mcore_images.image_build import debian_base, dockerfile
+from mcore_images.image_build import bake_file, debian_base
 from mcore_images.resolve import lock_files, plan
 from tests.support.host import need
 
@@ -42,7 +43,7 @@ def test_tags_match_python_scheme(printed: dict, stacks: dict[str, Stack]) -> No
 
 
 def test_args_and_labels_carry_the_pins(printed: dict, stacks: dict[str, Stack], root: Path) -> None:
-    settings = dockerfile.setting_args((root / "docker-bake.hcl").read_text())
+    settings = bake_file.SETTINGS
     for s in stacks.values():
         for layer in s.built_layers:  # every component's pin as its catalogue build_arg, and the settings: no other
             args = printed["target"][tags.target(layer, s)]["args"]
@@ -64,7 +65,7 @@ def test_args_and_labels_carry_the_pins(printed: dict, stacks: dict[str, Stack],
 def test_kernels_and_up_label_the_gpu_architectures_from_the_one_table(printed: dict,
                                                                        stacks: dict[str, Stack]) -> None:
     """io.mcore-images.cuda-archs is the stack's cuda_archs and io.mcore-images.gpus what gpu_archs.serves() says
-    they are (bake reads the table from its generated GPU_ARCHS block); the base layer carries neither."""
+    they are; the base layer carries neither."""
     for s in stacks.values():
         for layer in s.built_layers:
             labels = printed["target"][tags.target(layer, s)]["labels"]
@@ -183,3 +184,42 @@ def test_the_arm64_locks_tree_mirrors_the_default_one(root: Path, stacks: dict[s
             default = lock_files.lock_path(s, name, root).relative_to(lock_files.locks_root(root))
             arm = lock_files.lock_path(s, name, root, "aarch64").relative_to(lock_files.locks_root(root, "aarch64"))
             assert default == arm and (lock_files.locks_root(root, "aarch64") / arm).is_file(), (s.name, name)
+
+
+def test_bake_prints_the_generated_definition_with_its_variables_set(root: Path, stacks: dict[str, Stack]) -> None:
+    """What bake resolves for every target is docker-bake.json as bake_file.py computes it, with the variables a
+    build sets (registry, repository, commit, locks) put in by bake: nothing of a target is computed in HCL."""
+    env = {**os.environ, "REGISTRY": "ghcr.io/acme", "IMAGE_REPO": "img", "GIT_SHA": "abc123", "LOCKS": "/l"}
+    out = subprocess.run(["docker", "buildx", "bake", "--print", "all"], cwd=root, env=env, capture_output=True,
+                         text=True, check=True)
+    printed = json.loads(out.stdout)["target"]
+    expected = bake_file.definition(stacks.values())["target"]
+    assert set(printed) == set(expected)
+    for name, target in expected.items():
+        want = {**target, "tags": [t.replace('${image("', "ghcr.io/acme/img:").replace('")}', "")
+                                   for t in target["tags"]],
+                "labels": {**target["labels"], "org.opencontainers.image.revision": "abc123"},
+                "contexts": {k.replace("$${", "${"): v.replace("${LOCKS}", "/l").replace("$${", "${")
+                             for k, v in target["contexts"].items()}}
+        want.pop("inherits")
+        got = {k: v for k, v in printed[name].items() if k in want}
+        assert got == want, name
+
+
+def test_bake_reads_a_literal_dollar_brace_as_written(tmp_path: Path, root: Path, stacks: dict[str, Stack]) -> None:
+    """A stack's text is not a bake template: ``${…}`` in a description reaches the label as written."""
+    stack = next(iter(stacks.values())).replace(description="costs ${PRICE} and %{x}")
+    (tmp_path / "docker-bake.json").write_text(bake_file.render([stack]))
+    out = subprocess.run(["docker", "buildx", "bake", "-f", "docker-bake.hcl", "-f", str(tmp_path / "docker-bake.json"),
+                          "--print", tags.target("runtime", stack)], cwd=root, capture_output=True, text=True,
+                         check=True)
+    labels = json.loads(out.stdout)["target"][tags.target("runtime", stack)]["labels"]
+    assert labels["org.opencontainers.image.description"] == "costs ${PRICE} and %{x}"
+
+
+def test_docker_bake_hcl_computes_nothing_of_a_target(root: Path) -> None:
+    """docker-bake.hcl holds variables, the common target and the image name; every target is generated."""
+    text = (root / "docker-bake.hcl").read_text()
+    assert re.findall(r'^function "(\w+)"', text, re.M) == ["image"]
+    assert re.findall(r'^target "([\w-]+)"', text, re.M) == ["_common"]
+    assert not re.search(r"^(group|matrix)\b", text, re.M)

@@ -11,7 +11,7 @@ import pytest
 from mcore_images.catalogue import platforms
 from mcore_images.catalogue.stacks import Stack, load_stacks
 from mcore_images.errors import InputError
-from mcore_images.image_build import debian_base
+from mcore_images.image_build import bake_file, debian_base
 
 
 def test_host_identity_files_are_emptied(tmp_path: Path) -> None:
@@ -63,8 +63,10 @@ def test_the_arm64_base_is_debootstrapped_for_arm64_and_imported_as_arm64_under_
 
 
 def test_the_arm64_base_tag_is_the_one_bake_hands_to_buildkit(root: Path) -> None:
-    text = (root / "docker-bake.hcl").read_text()
-    assert '"${s.base_image}::${p}" = "docker-image://${s.base_image}-${PLATFORMS[p].arch}"' in text
+    arm64 = platforms.BY_NAME["linux/arm64"]
+    stack = _stack().replace(platforms=("linux/amd64", "linux/arm64"))
+    contexts = bake_file.contexts("base", stack)
+    assert contexts[f"{stack.base_image}::linux/arm64"] == f"docker-image://{debian_base.local_tag(stack, arm64)}"
 
 
 def test_a_foreign_base_needs_qemu_registered_first(monkeypatch: pytest.MonkeyPatch, tools_on_path: None) -> None:

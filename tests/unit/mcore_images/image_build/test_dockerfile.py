@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.image_build import dockerfile
+from mcore_images.image_build import bake_file, dockerfile
 from tests.unit.conftest import ROOT
 
 TEXT = (ROOT / "Dockerfile").read_text()
-SETTINGS = dockerfile.setting_args((ROOT / "docker-bake.hcl").read_text())
+SETTINGS = list(bake_file.SETTINGS)
 
 
 def problems(text: str, settings: list[str] | None = SETTINGS) -> list[str]:
@@ -59,7 +59,7 @@ KERNELS_ARGS = "FROM base AS kernels\nARG LAYERS_STACK\nARG TE_VERSION\n"
      "would rebuild the kernels layer; declare it from the app layer up"),
     (edit(KERNELS_ARGS, KERNELS_ARGS + "ARG TE_COMMIT\n"),
      "Dockerfile stage kernels: ARG TE_COMMIT is not a build arg bake passes; name it as a component's build_arg in "
-     "components.py (or a setting in docker-bake.hcl's stack_args), or drop the ARG"),
+     "components.py (or a setting in bake_file.py's SETTINGS), or drop the ARG"),
     (edit(' \\\n && /mnt/build/check-version.sh transformer-engine "${TE_VERSION}"', ""),
      'Dockerfile stage kernels does not check TE\'s release: add `/mnt/build/check-version.sh transformer-engine '
      '"${TE_VERSION}"` to its install step'),
@@ -82,18 +82,17 @@ def test_each_drift_is_one_line_naming_the_fix(text: str, problem: str) -> None:
 
 def test_a_setting_bake_passes_must_be_declared() -> None:
     assert problems(TEXT, [*SETTINGS, "NEW_SETTING"]) == [
-        "Dockerfile: bake passes NEW_SETTING (docker-bake.hcl's stack_args) but no stage declares it; add "
+        "Dockerfile: bake passes NEW_SETTING (bake_file.py's SETTINGS) but no stage declares it; add "
         "`ARG NEW_SETTING` to the stage that reads it, or drop it there"]
 
 
 def test_a_setting_may_not_take_a_components_build_arg() -> None:
     assert problems(TEXT, [*SETTINGS, "TE_VERSION"]) == [
-        "docker-bake.hcl: stack_args sets TE_VERSION by hand, and bake passes it as te's build_arg too (the "
+        "bake_file.py: SETTINGS names TE_VERSION, and bake passes it as te's build_arg too (the "
         "catalogue's would win); rename one of them"]
 
 
-def test_a_missing_file_or_stack_args_is_named(tmp_path: Path) -> None:
+def test_a_missing_dockerfile_is_named(tmp_path: Path) -> None:
     assert dockerfile.problems(tmp_path) == ["Dockerfile is missing; restore it from git"]
     (tmp_path / "Dockerfile").write_text(TEXT)
-    (tmp_path / "docker-bake.hcl").write_text('function "other" {\n}\n')
-    assert dockerfile.problems(tmp_path) == ['docker-bake.hcl has no `function "stack_args"`; restore it from git']
+

@@ -30,9 +30,8 @@ def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root.mkdir()
     shutil.copytree(ROOT / "env", root / "env")
     shutil.copytree(ROOT / "docker", root / "docker")
-    for name in ("docker-bake.hcl", "Dockerfile"):
+    for name in ("docker-bake.hcl", "docker-bake.json", "Dockerfile"):
         shutil.copy(ROOT / name, root / name)
-    (root / "docker-bake.json").symlink_to("env/stacks.json")
     log = tmp_path / "docker.log"
     recorder = tmp_path / "bin" / "docker"
     recorder.parent.mkdir()
@@ -42,7 +41,7 @@ def engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PATH", f"{recorder.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("MCORE_IMAGES_ROOT", str(root))
     declared = re.findall(r'^variable\s+"(\w+)"', (root / "docker-bake.hcl").read_text(), re.M)
-    for name in [*declared, "STACKS", "SOURCE_DATE_EPOCH", "DEBIAN_MIRROR"]:  # this machine's own settings
+    for name in [*declared, "SOURCE_DATE_EPOCH", "DEBIAN_MIRROR"]:  # this machine's own settings
         monkeypatch.delenv(name, raising=False)
     return log
 
@@ -53,7 +52,7 @@ def baked(log: Path) -> list[str]:
 
 @pytest.mark.parametrize(("name", "value"), [
     ("LOCKS", "{tmp}/locks"), ("GIT_SHA", "0" * 40), ("CACHE_FROM", "type=local,src={tmp}/cache"),
-    ("CACHE_TO", "type=local,dest={tmp}/cache"), ("SOURCE_DATE_EPOCH", "1"), ("STACKS", "[]"), ("COMPONENTS", "[]"),
+    ("CACHE_TO", "type=local,dest={tmp}/cache"), ("SOURCE_DATE_EPOCH", "1"),
 ])
 def test_a_variable_that_changes_what_a_candidate_is_made_of_is_refused_before_bake(
         name: str, value: str, engine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

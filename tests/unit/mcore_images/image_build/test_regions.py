@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mcore_images.catalogue import components, tags
 from mcore_images.catalogue.stacks import Stack
-from mcore_images.image_build import regions
-from mcore_images.image_build.regions import _hcl
+from mcore_images.image_build import bake_file, regions
 from mcore_images.resolve.plan import make_plan, render_markdown
 
 
@@ -31,11 +29,9 @@ def test_readme_commands_exist(root: Path) -> None:
     assert "bash .ci/run" in text and (root / ".ci" / "run").is_file()
 
 
-def test_generated_hcl_strings_are_taken_literally() -> None:
-    """A catalogue string reaches bake as written: quotes and backslashes escaped, and ${ and %{ doubled so that
-    bake does not interpolate them."""
-    assert _hcl('a${b}%{c}"d\\') == '"a$${b}%%{c}\\"d\\\\"'
-    assert (_hcl(None), _hcl(True), _hcl(False)) == ("null", "true", "false")
+def test_generated_bake_strings_are_taken_literally() -> None:
+    """A catalogue string reaches bake as written: ${ and %{ doubled so that bake does not interpolate them."""
+    assert bake_file.literal('a${b}%{c}"d\\') == 'a$${b}%%{c}"d\\'
 
 
 def documented_commands(root: Path) -> list[tuple[str, str]]:
@@ -91,7 +87,6 @@ def test_the_readme_image_table_says_which_images_carry_a_flash_attention(root: 
                                                                           stacks: dict[str, Stack]) -> None:
     """Before: the table named FlashAttention 4 by hand in two rows, with no column and nothing that followed the
     pins. Now the region is current and each row's column is its stack's pin."""
-    from mcore_images.image_build import regions
 
     assert not [p for p in regions.stale(root) if p.startswith("README.md")], "run `make update`"
     rows = readme_rows((root / "README.md").read_text())
@@ -107,26 +102,13 @@ def test_the_flash_attention_column_follows_env_stacks_json(root: Path, tmp_path
     import json
     import shutil
 
-    from mcore_images.image_build import regions
 
     shutil.copytree(root / "env", tmp_path / "env", ignore=shutil.ignore_patterns("locks"))
     shutil.copy(root / "README.md", tmp_path / "README.md")
     data = json.loads((tmp_path / "env" / "stacks.json").read_text())
-    for stack in data["variable"]["STACKS"]["default"]:
+    for stack in data["stacks"]:
         if stack["name"] == "debian-verl":
             stack["flash_attn"] = "4.0.0b37"
     (tmp_path / "env" / "stacks.json").write_text(json.dumps(data))
     rows = readme_rows(f"<!-- images:begin -->\n{regions._readme_images(tmp_path)}<!-- images:end -->")
     assert rows["app-debian-verl"][3] == "4.0.0b37" and rows["runtime-debian"][3] == "none"
-
-
-def test_the_hand_written_bake_file_keeps_no_tag_format_of_its_own(root: Path) -> None:
-    """Before: the separator, what a commit pin looks like and how many of its digits a tag shows were written in the
-    HCL's tag functions as well as in tags.py and components.py. Outside the generated regions the HCL names none."""
-    hand = (root / "docker-bake.hcl").read_text()
-    for region in (r for r in regions.REGIONS if r.path == "docker-bake.hcl"):
-        hand = re.sub(re.escape(region.begin) + ".*?" + re.escape(region.end), "", hand, flags=re.S)
-    assert components.COMMIT.pattern not in hand
-    assert f", {components.COMMIT_SHOWN})" not in hand
-    assert f'join("{tags.SEPARATOR}"' not in hand
-    assert "${layer}" + tags.SEPARATOR not in hand

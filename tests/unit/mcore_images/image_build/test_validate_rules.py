@@ -30,7 +30,7 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def edit_stack(root: Path, name: str, change: Callable[[dict], None]) -> None:
     path = root / "env" / "stacks.json"
     doc = json.loads(path.read_text())
-    change(next(s for s in doc["variable"]["STACKS"]["default"] if s["name"] == name))
+    change(next(s for s in doc["stacks"] if s["name"] == name))
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 

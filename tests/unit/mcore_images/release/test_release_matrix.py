@@ -49,7 +49,7 @@ def workflows_digest() -> str:
 
 
 def test_the_release_matrix_is_derived_from_env_not_yaml(tmp_path: Path) -> None:
-    entries = json.loads((ROOT / "env" / "stacks.json").read_text())["variable"]["STACKS"]["default"]
+    entries = json.loads((ROOT / "env" / "stacks.json").read_text())["stacks"]
     (tmp_path / "env").mkdir()
     (tmp_path / "env" / "engines.json").write_bytes((ROOT / "env" / "engines.json").read_bytes())
     before_yaml = workflows_digest()
@@ -77,7 +77,7 @@ def test_the_release_matrix_is_derived_from_env_not_yaml(tmp_path: Path) -> None
 
 
 def test_the_build_matrix_checks_rules_first(tmp_path: Path) -> None:
-    entries = json.loads((ROOT / "env" / "stacks.json").read_text())["variable"]["STACKS"]["default"]
+    entries = json.loads((ROOT / "env" / "stacks.json").read_text())["stacks"]
     (tmp_path / "env").mkdir()
     (tmp_path / "env" / "engines.json").write_bytes((ROOT / "env" / "engines.json").read_bytes())
     cuda = next(e for e in entries if e["name"] == "cuda")

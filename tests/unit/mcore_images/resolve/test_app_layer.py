@@ -125,7 +125,7 @@ def test_rules_refuse_verl_on_python_313(debian: Stack) -> None:
 
 def test_plan_refuses_the_app_layer_on_debian(tmp_path: Path, stacks: dict[str, Stack]) -> None:
     entries = json.loads((ROOT / "env" / "stacks.json").read_text())
-    entries = entries["variable"]["STACKS"]["default"]
+    entries = entries["stacks"]
     for entry in entries:
         if entry["name"] == "debian":
             entry["verl"] = "0.9.1"

@@ -69,7 +69,7 @@ def test_lock_refuses_a_stack_whose_rules_fail_before_writing_anything(
     name = with_overrides(stacks).name
     path = tmp_path / "env" / "stacks.json"
     doc = json.loads(path.read_text())
-    entry = next(e for e in doc["variable"]["STACKS"]["default"] if e["name"] == name)
+    entry = next(e for e in doc["stacks"] if e["name"] == name)
     pin = entry["overrides"][0]["pin"]
     entry["overrides"][0]["pin"] = f"{pin.rsplit('==', 1)[0]}=={written}"
     path.write_text(json.dumps(doc, indent=2) + "\n")

@@ -30,6 +30,7 @@ def test_bad_assignments(bad: str) -> None:
 def fake_root(tmp_path: Path, root: Path) -> Path:
     (tmp_path / "env").mkdir()
     shutil.copy(root / "env" / "stacks.json", tmp_path / "env" / "stacks.json")
+    shutil.copy(root / "docker-bake.json", tmp_path / "docker-bake.json")
     shutil.copytree(root / "env" / "locks", tmp_path / "env" / "locks")
     return tmp_path
 
@@ -60,8 +61,7 @@ def test_mcore_bump_keeps_lower_locks_byte_identical(tmp_path: Path, root: Path,
     base_torch = lock_files.pins((committed / "base.txt").read_text())["torch"]
     assert calls and all(below.get("torch") == base_torch for _, below in calls)
     assert not any("torch" in name for name in lock_files.pins((locks / "debian" / "runtime.txt").read_text()))
-    entry = next(e for e in json.loads(bake_file.read_text())["variable"]["STACKS"]["default"]
-                 if e["name"] == "debian")
+    entry = next(e for e in json.loads(bake_file.read_text())["stacks"] if e["name"] == "debian")
     assert entry["mcore"] == "0.16.0"
     assert json.loads((work / "env" / "stacks.json").read_text()) != json.loads(bake_file.read_text())
     # The arm64 locks (debian lists linux/arm64) are laid out as env/locks/aarch64 is, their lower layers kept byte

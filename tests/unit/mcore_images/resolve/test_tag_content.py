@@ -23,7 +23,7 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     shutil.copytree(ROOT / "env", tmp_path / "env")
     path = tmp_path / "env" / "stacks.json"
     doc = json.loads(path.read_text())
-    entries = doc["variable"]["STACKS"]["default"]
+    entries = doc["stacks"]
     cuda = next(e for e in entries if e["name"] == "cuda")
     entries.append({**cuda, "name": TWIN, "constraints": [*cuda["constraints"], "numpy<3"]})
     path.write_text(json.dumps(doc))

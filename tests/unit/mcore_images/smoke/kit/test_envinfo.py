@@ -53,7 +53,7 @@ def test_another_python_than_the_stacks_is_a_difference(tmp_path: Path) -> None:
     (tmp_path / "env").mkdir()
     here = ".".join(platform.python_version_tuple()[:2])
     stacks = [{"name": "same", "python": here}, {"name": "other", "python": "3.0"}]
-    (tmp_path / "env" / "stacks.json").write_text(json.dumps({"variable": {"STACKS": {"default": stacks}}}))
+    (tmp_path / "env" / "stacks.json").write_text(json.dumps({"stacks": stacks}))
     path = _constraints(tmp_path, f"packaging=={md.version('packaging')}")
     env = {"PIP_CONSTRAINT": str(path), "MCORE_IMAGES_ROOT": str(tmp_path)}
     assert envinfo.source({**env, "MCORE_IMAGES_STACK": "same"})["kind"] == schemas.IMAGE_ENVIRONMENT
@@ -112,7 +112,7 @@ def test_the_declared_gpu_architectures_come_from_the_images_stack(tmp_path: Pat
 
     (tmp_path / "env").mkdir()
     stacks = [{"name": "cuda", "cuda_archs": "90;100;103"}]
-    (tmp_path / "env" / "stacks.json").write_text(json.dumps({"variable": {"STACKS": {"default": stacks}}}))
+    (tmp_path / "env" / "stacks.json").write_text(json.dumps({"stacks": stacks}))
     env = {"MCORE_IMAGES_ROOT": str(tmp_path), "MCORE_IMAGES_STACK": "cuda"}
     assert envinfo.declared_archs(env) == {"declared": "90;100;103",
                                            "gpus": "sm_90 H100/H200/GH200; sm_100 B200/GB200; sm_103 B300/GB300"}
