@@ -183,3 +183,11 @@ def failures(ref: str, *tests: Callable[..., Any] | str) -> tuple[int, set[str],
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False, cwd=ROOT)
     output = proc.stdout + proc.stderr
     return proc.returncode, set(re.findall(r"^FAILED \S+::(\S+)", output, re.M)), output
+
+
+def fails_only(ref: str, expected: str, *tests: Callable[..., Any] | str) -> str:
+    """Run only ``tests`` against the negative image ``ref`` and assert that exactly ``expected`` (a test's name)
+    failed, and no other of them: the output, for a check of why it failed."""
+    rc, failed, output = failures(ref, *tests)
+    assert rc == 1 and failed == {expected}, f"exit {rc}, failed {sorted(failed)}:\n{output[-3000:]}"
+    return output
