@@ -34,6 +34,7 @@ from typing import Any, NoReturn
 from mcore_images import create_only, reading
 from mcore_images.errors import InputError
 from mcore_images.options import OneLineParser, number, whole
+from mcore_images.smoke.kit import folders
 
 TERM_GRACE_S = 20.0
 """How long SIGTERM waits for a background save in flight. Slurm sends SIGKILL KillWait (30 s by default)
@@ -233,8 +234,8 @@ def main(argv: list[str]) -> int:
 
 def judged_first(args: argparse.Namespace) -> Path | None:
     """What can be judged before any process group starts, on every rank alike (rank 0 says it): the layout on
-    WORLD_SIZE ranks, the checkpoint --load names, and that no save would move --save's ``latest`` back. Returns the
-    checkpoint to resume from (None: step 0)."""
+    WORLD_SIZE ranks, the checkpoint --load names, that no other job holds --save, and that no save would move
+    --save's ``latest`` back. Returns the checkpoint to resume from (None: step 0)."""
     say = rank_zero()
     if problem := layout_problem(args, int(os.environ.get("WORLD_SIZE", "1"))):
         fail(problem, say=say)
@@ -246,6 +247,11 @@ def judged_first(args: argparse.Namespace) -> Path | None:
             fail(str(exc), say=say)
         if resume is None and say:
             print(f"--load {args.load}: no checkpoint there yet, starting from step 0", flush=True)
+    if args.save:  # a job writing there now is named before what it has written is judged
+        try:
+            folders.check_not_held(Path(args.save))
+        except folders.FolderBusy as exc:
+            fail(f"--save {args.save}: {exc}", say=say)
     if args.save and args.save_interval and (problem := backwards_problem(Path(args.save), resume, args.steps)):
         fail(problem, say=say)
     if args.log_file and os.path.lexists(args.log_file) and (problem := reading.file_problem(
@@ -361,8 +367,6 @@ def to_load(folder: Path) -> Path | None:
     when the folder holds no checkpoint yet (missing, or empty but for this job's lock and write probes), so a first
     run with ``--save DIR --load DIR`` starts from step 0, as Megatron-LM's does. Anything else raises
     NothingToResume: a folder with files in it but no checkpoint is not silently trained over."""
-    from mcore_images.smoke.kit import folders
-
     if (folder / "train_state.json").is_file():
         return folder
     latest = folder / "latest"
@@ -428,8 +432,6 @@ def claim_outputs(args: argparse.Namespace, rank: int, world: int) -> dict[str, 
     """Before anything is built: every rank can write the --save folder, no other job writes into it (rank 0
     holds its lock until the job ends), rank 0 can write --log-file. Returns what it holds (``owner``,
     ``log``); one line and exit 2 otherwise, on every rank."""
-    from mcore_images.smoke.kit import folders
-
     held: dict[str, Any] = {}
     problem = None
     try:

@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import IO
 
@@ -82,6 +83,51 @@ def free_bytes(folder: Path) -> int:
     return blocks * st.f_frsize
 
 
+def busy_error(folder: Path) -> FolderBusy:
+    """The refusal for a folder another job holds, naming that job from its lock file."""
+    try:
+        holder = describe((folder / LOCK_NAME).read_text())
+    except OSError:
+        holder = "its lock file is gone"
+    return FolderBusy(f"{folder} is being written by another job ({holder}): let it finish or stop it, or pass "
+                      "another folder")
+
+
+def check_not_held(folder: Path) -> None:
+    """Raise ``FolderBusy`` when another job holds ``folder`` now, without taking it: a job judges this before it
+    judges what the folder holds, so that a second job is told of the first rather than of the first's checkpoints.
+    The probe takes a shared lock for an instant: the ranks of one job may probe at once, and an ``Owner``'s
+    exclusive lock, held by a running job, refuses it. A folder that is missing or cannot be locked here is not
+    held, as far as this can tell; ``Owner`` decides when the job claims it."""
+    for target, flags in ((folder, os.O_RDONLY | os.O_DIRECTORY), (folder / LOCK_NAME, os.O_RDONLY)):
+        try:
+            fd = os.open(target, flags)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise busy_error(folder) from None
+        except OSError:
+            continue  # no locks on this file system: Owner says so when it claims the folder
+        finally:
+            os.close(fd)  # closing drops the probe's lock
+
+
+def lock_exclusive(fd: int, tries: int = 5, pause_s: float = 0.05) -> None:
+    """Take ``fd``'s exclusive lock without waiting on a holder: a few short tries let another job's
+    ``check_not_held`` probe (an instant's shared lock) pass; a running job's lock still refuses within
+    ``tries * pause_s`` (BlockingIOError)."""
+    for attempt in range(tries):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(pause_s)
+
+
 class Owner:
     """This job's hold on a checkpoint folder: an exclusive ``flock`` on the folder itself, kept until the process
     ends, and ``LOCK_NAME`` in it saying which job holds it. The kernel drops the lock when its holder dies, SIGKILL
@@ -98,12 +144,11 @@ class Owner:
         self.warning: str | None = None
         try:
             self.folder_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-            fcntl.flock(self.folder_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lock_exclusive(self.folder_fd)
         except BlockingIOError:
             os.close(self.folder_fd)  # type: ignore[arg-type]
             self.folder_fd = None
-            raise FolderBusy(f"{folder} is being written by another job ({self._holder()}): let it finish or stop "
-                              "it, or pass another folder") from None
+            raise busy_error(folder) from None
         except OSError:  # the folder cannot be opened or locked here (some network file systems): lock the file
             if self.folder_fd is not None:
                 os.close(self.folder_fd)
@@ -113,12 +158,11 @@ class Owner:
         except OSError as exc:
             raise FolderError(f"cannot write in {folder} ({exc.strerror})") from exc
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lock_exclusive(handle.fileno())
         except BlockingIOError:
             handle.close()
             self.__del__()
-            raise FolderBusy(f"{folder} is being written by another job ({self._holder()}): let it finish or stop "
-                              "it, or pass another folder") from None
+            raise busy_error(folder) from None
         except OSError as exc:  # a file system without locks (e.g. Lustre mounted without -o flock)
             if self.folder_fd is None:
                 self.warning = (f"cannot lock {self.path} ({exc.strerror}): nothing stops a second job from "
@@ -142,12 +186,6 @@ class Owner:
         if self.folder_fd is not None:
             os.close(self.folder_fd)
             self.folder_fd = None
-
-    def _holder(self) -> str:
-        try:
-            return describe(self.path.read_text())
-        except OSError:
-            return "its lock file is gone"
 
 
 def describe(text: str) -> str:

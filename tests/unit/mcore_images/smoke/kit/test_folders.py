@@ -128,3 +128,39 @@ def test_deleting_the_lock_file_does_not_let_a_second_writer_in(tmp_path: Path) 
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": PYTHONPATH}, timeout=60)
     assert proc.returncode != 0 and "is being written by another job (its lock file" in proc.stderr, proc.stderr
     assert kept.folder_fd is not None and kept.warning is None
+
+
+def test_a_held_folder_is_named_by_a_probe_that_does_not_take_it(tmp_path: Path) -> None:
+    """A job judges whether another holds its folder before it judges the checkpoints there (before: a second job
+    on a running job's folder was told its saves would move `latest` back, not that a job was writing there)."""
+    folders.check_not_held(tmp_path / "missing")  # nothing there: nothing to name
+    folders.check_not_held(tmp_path)  # free: the probe passes and leaves the folder free
+    folders.check_not_held(tmp_path)
+    proc = holder(tmp_path)
+    try:
+        with pytest.raises(folders.FolderBusy) as refused:
+            folders.check_not_held(tmp_path)
+        assert f"{tmp_path} is being written by another job (holder, pid {proc.pid} on host " in str(refused.value)
+    finally:
+        proc.kill()
+        proc.wait()
+    folders.check_not_held(tmp_path)
+    owner = folders.Owner(tmp_path, "train-gpt")  # the probes left no lock behind
+    assert owner.folder_fd is not None
+
+
+def test_a_probe_of_another_job_does_not_refuse_the_claim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe holds a shared lock for an instant; a job claiming the folder in that instant tries again rather
+    than naming a holder that is not there."""
+    calls = []
+    real = folders.fcntl.flock
+
+    def flock(fd: int, op: int) -> None:
+        calls.append(op)
+        if len(calls) == 1:  # another job's probe holds its instant
+            raise BlockingIOError
+        real(fd, op)
+
+    monkeypatch.setattr(folders.fcntl, "flock", flock)
+    owner = folders.Owner(tmp_path, "train-gpt")
+    assert owner.folder_fd is not None and len(calls) >= 2
