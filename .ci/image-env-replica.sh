@@ -26,6 +26,7 @@
 #                                               processed as the image's interpreter processes its site-packages
 #                                               ($REPLICA/startup/sitecustomize.py calls site.addsitedir on it:
 #                                               nvidia-cutlass-dsl puts its cutlass package on sys.path so)
+#                                               NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE pass through
 #   .ci/image-env-replica.sh differences DIR    (GPU host) every remaining difference from the image, one a line
 #                                               (install prints them too)
 #
@@ -321,6 +322,11 @@ for item in json.load(open(sys.argv[1])):
     name = item.split("=", 1)[0]
     if name not in ("PATH", "VIRTUAL_ENV", "PIP_CONSTRAINT", "MCORE_IMAGES_ROOT"):
         print(item)' "$dir/image-env.json")
+  # NCCL's diagnostics pass through from the caller: they change what NCCL prints, not what it does.
+  local name
+  for name in NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE; do
+    [[ -z "${!name:-}" ]] || vars+=("$name=${!name}")
+  done
   local torch_dir
   torch_dir="$("$(host_python)" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')"
   # The image finds cuDNN in its own pip package; a host with a system cuDNN must be pointed at torch's. The
