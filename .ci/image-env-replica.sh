@@ -86,16 +86,23 @@ export_image() {
 from_locks() {
   local stack="$1" dir="$2" freeze="${3:-}" python
   [[ -z "$freeze" || -f "$freeze" ]] || die "$freeze is not a file: give what \`pip freeze\` printed on the GPU host"
+  # REPLICA_LAYERS: the layers whose wheels travel; "kernels runtime" is enough for the smoke and the bench (no
+  # vLLM, no verl), a quarter of the cuda stack's parts. The constraints stay the whole image's.
+  local layers="${REPLICA_LAYERS:-kernels runtime app}" layer
+  for layer in $layers; do
+    [[ " kernels runtime app " == *" $layer "* ]] || die "REPLICA_LAYERS has $layer: use some of kernels runtime app"
+  done
+  [[ -n "${layers// /}" ]] || die "REPLICA_LAYERS is empty: use some of kernels runtime app (all by default)"
   python="$(stack_field "$stack" python)"
   mkdir -p "$dir/wheels" "$dir/parts"
-  PYTHONPATH="$ROOT/src" python3 - "$stack" "$dir" "$freeze" <<'PY'
+  PYTHONPATH="$ROOT/src" python3 - "$stack" "$dir" "$freeze" "$layers" <<'PY'
 import json, re, sys
 from pathlib import Path
 from mcore_images.catalogue import constraints
 from mcore_images.catalogue.stacks import get_stack, repo_root
 from mcore_images.resolve import lock_files
 
-stack, out, freeze = get_stack(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+stack, out, freeze, carry_layers = get_stack(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4].split()
 have = {}
 for line in (Path(freeze).read_text().splitlines() if freeze else []):
     name, sep, version = line.partition("==")
@@ -106,8 +113,8 @@ for layer in ("base", "kernels", "runtime", "app"):
     path = lock_files.lock_path(stack, layer)
     text = path.read_text() if path.is_file() else ""
     installed.update(lock_files.pins(text))
-    if layer == "base":
-        continue  # the host's torch and its CUDA wheels
+    if layer not in carry_layers:
+        continue  # base: the host's torch and its CUDA wheels; a layer REPLICA_LAYERS leaves out
     keep, block = [], []
     for line in text.splitlines():
         match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==(\S+)", line)
@@ -145,14 +152,14 @@ PY
   # comes as its sdist, fetched by its index URL and checked against the lock's hashes (building its metadata
   # here could need torch), and is built on the GPU host, offline: `lock` refuses a locked sdist whose build reaches
   # for the network (src/mcore_images/resolve/sdist_builds.py), and the stack's left_out keeps one out of the locks.
-  PYTHONPATH="$ROOT/src" python3 - "$dir" "$python" <<'PY'
+  PYTHONPATH="$ROOT/src" python3 - "$dir" "$python" "$layers" <<'PY'
 import hashlib, re, subprocess, sys, urllib.request
 from pathlib import Path
 from mcore_images.resolve import pypi
 
 out, python = Path(sys.argv[1]), sys.argv[2]
 tags = [*pypi.wheel_platforms("x86_64"), "--platform", "linux_x86_64", "--platform", "any"]  # every manylinux tag
-for layer in ("kernels", "runtime", "app"):
+for layer in sys.argv[3].split():
     carry = out / f"{layer}.carry.txt"
     for _ in range(20):
         if not carry.read_text().strip():
