@@ -143,3 +143,19 @@ def test_a_step_before_the_one_that_prepares_it_refuses_in_one_line(step: Step, 
         assert checks.state(box.root) == before, f"wrote before refusing: {shown}"
     else:
         assert result.rc == 0, shown
+
+
+@pytest.mark.parametrize("layers", ["apps", " ", "kernels base"])
+def test_replica_layers_outside_the_carried_ones_are_refused_in_one_line(layers: str, tmp_path: Path) -> None:
+    """REPLICA_LAYERS names the layers whose wheels `locks` carries: a name that is not one (a typo, base, which is
+    the host's torch) or none at all is refused before anything is downloaded or written."""
+    host.need("unshare")
+    box = make_box(tmp_path)
+    step = next(s for s in CALLS if s.key == ("image-env-replica.sh", "locks"))
+    ctx = box.context(step)
+    before = checks.state(box.root)
+    result = _confined(box.run(step, calls.flat(calls.arguments(step, ctx)), ctx, {"REPLICA_LAYERS": layers}))
+    line = checks.refusal(result)
+    assert line and "REPLICA_LAYERS" in line, f"REPLICA_LAYERS={layers!r}: exit {result.rc}\n{result.text}"
+    assert not result.records, f"REPLICA_LAYERS={layers!r} reached {result.records}"
+    assert checks.state(box.root) == before
