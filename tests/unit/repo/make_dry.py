@@ -25,8 +25,11 @@ VALUES = {"STACK": "debian", "GROUP": "ci", "LAYER": "runtime", "PLATFORM": "lin
 
 
 def dry_run(target: str, values: dict[str, str]) -> list[str]:
-    """The recipe lines `make -n` prints, continuation lines joined."""
-    env = {**os.environ, "MAKEFLAGS": "", **values}
+    """The recipe lines `make -n` prints, continuation lines joined. make runs a line that names $(MAKE) even
+    under -n, so `ci`'s `.ci/phase.sh` lines run: without CI_PHASES and CI_STARTED they record nothing in the
+    phase table of a CI run these tests are part of."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI_PHASES", "CI_STARTED")}
+    env = {**env, "MAKEFLAGS": "", **values}
     out = subprocess.run(["make", "-n", "-s", "-C", str(ROOT), target, *(f"{k}={v}" for k, v in values.items())],
                          capture_output=True, text=True, env=env, check=False)
     return out.stdout.replace("\\\n", " ").splitlines()

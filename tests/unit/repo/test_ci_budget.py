@@ -10,7 +10,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.unit.conftest import ROOT
+from tests.unit.repo.make_dry import VALUES, dry_run
 
 PHASE = ROOT / ".ci" / "phase.sh"
 CI_LIMIT_S = 90 * 60
@@ -78,3 +81,17 @@ def test_outside_a_run_a_phase_is_timed_and_never_stopped(tmp_path: Path) -> Non
                           text=True, timeout=60, check=False)
     assert done.returncode == 3, done.stdout + done.stderr
     assert re.search(r"::phase example-job: \d+ s \(exit 3\), budget \d+ s", done.stdout), done.stdout
+
+
+def test_the_makefile_dry_runs_of_the_unit_tests_add_no_row_to_the_runs_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """make runs a recipe line that names $(MAKE) even under -n, so the unit tests' `make -n ci` ran every
+    `.ci/phase.sh` line of the ci target: inside CI's lint+unit phase each added a 1-second row to the run's own
+    table (`::ci release-local 1 1290 0`, …), ahead of the real ones."""
+    table = tmp_path / "phases.tsv"
+    table.write_text("")
+    monkeypatch.setenv("CI_PHASES", str(table))
+    monkeypatch.setenv("CI_STARTED", str(int(time.time())))
+    lines = dry_run("ci", VALUES)
+    assert any("phase.sh" in line for line in lines), lines[:5]
+    assert table.read_text() == "", table.read_text()
