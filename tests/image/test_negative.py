@@ -22,11 +22,13 @@ import pytest
 
 from mcore_images.catalogue import components, gpu_archs
 from mcore_images.catalogue.images import label
+from mcore_images.catalogue.versions import at_least
+from mcore_images.resolve.layer_requirements import NATIVE_DLPACK_EXCHANGE_TORCH
 from tests.image import test_versions
 from tests.image.app import test_ray, test_verl, test_verl_example, test_verl_user
 from tests.image.base import test_base_hygiene, test_base_labels, test_base_versions
 from tests.image.kernels import test_gpu_archs
-from tests.image.runtime import test_runtime, test_toolchain
+from tests.image.runtime import test_runtime, test_startup, test_toolchain
 from tests.image.shared_checks import archs, hygiene, versions
 from tests.image.shared_checks import layers as layer_checks
 from tests.image.utils import docker, layers, negatives, probing, runtime_paths, saved_layers
@@ -460,3 +462,27 @@ def test_negative_verl_finds_no_megatron_core(negative_images: negatives.Negativ
     """verl's own find_spec("megatron.core") check fails where a `megatron` package without `core` shadows it."""
     failed, output = _failed(negative_images.ref(SHADOWED), test_verl.test_verl_finds_megatron_core)
     assert "test_verl_finds_megatron_core" in failed, output[-3000:]
+
+
+def _prebuilt_addon(under: Under) -> str | None:
+    image = under.image
+    engine = next((name for name in ("vllm", "sglang") if image.label(name) not in (None, "none")), None)
+    if engine is None:
+        return "no rollout engine: nothing in the image imports apache-tvm-ffi"
+    torch = image.label("torch")
+    if torch in (None, "none") or at_least(torch, NATIVE_DLPACK_EXCHANGE_TORCH):
+        return f"torch {torch} carries DLPack's exchange API itself: there is no prebuilt addon to take away"
+    return None
+
+
+NO_PREBUILT_ADDON = Negative("dlpack", "RUN python -m pip uninstall -y torch-c-dlpack-ext\n", skip=_prebuilt_addon)
+"""torch-c-dlpack-ext uninstalled: tvm-ffi compiles its torch addon at every import again."""
+
+
+@pytest.mark.negatives(NO_PREBUILT_ADDON)
+def test_negative_megatron_core_compiles_at_import(negative_images: negatives.NegativeImages) -> None:
+    """Without the prebuilt addon, importing megatron-core compiles one into tvm-ffi's cache, and the check says so."""
+    failed, output = _failed(negative_images.ref(NO_PREBUILT_ADDON),
+                             test_startup.test_importing_megatron_core_compiles_no_tvm_ffi_addon)
+    assert "test_importing_megatron_core_compiles_no_tvm_ffi_addon" in failed, output[-3000:]
+    assert "install torch-c-dlpack-ext" in output, output[-3000:]

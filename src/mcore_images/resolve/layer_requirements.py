@@ -88,6 +88,19 @@ UNDECLARED_APP_V1_TRAINER: dict[str, str] = {
 smoke.verl_step.trainer_imports); the app lock of a stack with such a verl holds them."""
 
 
+NATIVE_DLPACK_EXCHANGE_TORCH = "2.10"
+"""The torch release from which torch.Tensor carries DLPack's C exchange API itself."""
+UNDECLARED_APP_OLD_TORCH: dict[str, str] = {
+    "torch-c-dlpack-ext": "apache-tvm-ffi (vLLM's flashinfer imports it, and megatron-core imports flashinfer) "
+                          "compiles torch's DLPack exchange addon at every process start where torch lacks it "
+                          "and this prebuilt one is absent: `import megatron.core` took 31.5 s in app-debian-verl "
+                          "on 2 cores, 5.7 s with it; the compile needs a compiler at run time, and ranks that "
+                          "start together wait on one build lock",
+}
+"""What the app layer of a rollout engine over a torch before NATIVE_DLPACK_EXCHANGE_TORCH needs beyond its
+packages' metadata, and why."""
+
+
 def tooling_requirements(root: Path | None = None) -> list[str]:
     """What the tool's own wheel requires (pyproject.toml's ``[project].dependencies``; installed without a
     checkout, its metadata): the runtime layer installs that wheel without deps, so its lock holds them."""
@@ -117,6 +130,9 @@ def layer_inputs(stack: Stack, te_torch_requires: list[str] | None = None) -> di
         inputs["app"] += list(UNDECLARED_APP_NUMPY1)
     if stack.verl != components.NONE and at_least(stack.verl, V1_TRAINER_FROM):
         inputs["app"] += list(UNDECLARED_APP_V1_TRAINER)
+    if (stack.vllm != components.NONE or stack.sglang != components.NONE) and not at_least(
+            stack.torch, NATIVE_DLPACK_EXCHANGE_TORCH):
+        inputs["app"] += list(UNDECLARED_APP_OLD_TORCH)
     if compiles and stack.flavor == "debian":
         # No CUDA toolkit in a plain Debian base: nvcc comes from PyPI, as wheels that must all match torch's
         # CUDA minor. CUDA 13 splits it into four wheels; CUDA 12's nvcc wheel carries crt and nvvm itself,
