@@ -88,11 +88,12 @@ from_locks() {
   [[ -z "$freeze" || -f "$freeze" ]] || die "$freeze is not a file: give what \`pip freeze\` printed on the GPU host"
   # REPLICA_LAYERS: the layers whose wheels travel; "kernels runtime" is enough for the smoke and the bench (no
   # vLLM, no verl), a quarter of the cuda stack's parts. The constraints stay the whole image's.
-  local layers="${REPLICA_LAYERS:-kernels runtime app}" layer
+  local known="kernels runtime app"
+  local layers="${REPLICA_LAYERS:-$known}" layer
   for layer in $layers; do
-    [[ " kernels runtime app " == *" $layer "* ]] || die "REPLICA_LAYERS has $layer: use some of kernels runtime app"
+    [[ " $known " == *" $layer "* ]] || die "REPLICA_LAYERS has $layer: use some of $known"
   done
-  [[ -n "${layers// /}" ]] || die "REPLICA_LAYERS is empty: use some of kernels runtime app (all by default)"
+  [[ -n "${layers// /}" ]] || die "REPLICA_LAYERS is empty: use some of $known (all by default)"
   python="$(stack_field "$stack" python)"
   mkdir -p "$dir/wheels" "$dir/parts"
   PYTHONPATH="$ROOT/src" python3 - "$stack" "$dir" "$freeze" "$layers" <<'PY'

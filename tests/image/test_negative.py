@@ -22,8 +22,7 @@ import pytest
 
 from mcore_images.catalogue import components, gpu_archs
 from mcore_images.catalogue.images import label
-from mcore_images.catalogue.versions import at_least
-from mcore_images.resolve.layer_requirements import NATIVE_DLPACK_EXCHANGE_TORCH
+from mcore_images.resolve.layer_requirements import needs_prebuilt_dlpack_addon
 from tests.image import test_versions
 from tests.image.app import test_ray, test_verl, test_verl_example, test_verl_user
 from tests.image.base import test_base_hygiene, test_base_labels, test_base_versions
@@ -466,12 +465,10 @@ def test_negative_verl_finds_no_megatron_core(negative_images: negatives.Negativ
 
 def _prebuilt_addon(under: Under) -> str | None:
     image = under.image
-    engine = next((name for name in ("vllm", "sglang") if image.label(name) not in (None, "none")), None)
-    if engine is None:
-        return "no rollout engine: nothing in the image imports apache-tvm-ffi"
-    torch = image.label("torch")
-    if torch in (None, "none") or at_least(torch, NATIVE_DLPACK_EXCHANGE_TORCH):
-        return f"torch {torch} carries DLPack's exchange API itself: there is no prebuilt addon to take away"
+    torch, vllm, sglang = (image.label(name) or components.NONE for name in ("torch", "vllm", "sglang"))
+    if torch == components.NONE or not needs_prebuilt_dlpack_addon(torch, vllm, sglang):
+        return (f"torch {torch} with vllm {vllm}, sglang {sglang}: the app layer locks no prebuilt DLPack addon to "
+                "take away")
     return None
 
 

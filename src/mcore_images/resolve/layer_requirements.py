@@ -101,6 +101,12 @@ UNDECLARED_APP_OLD_TORCH: dict[str, str] = {
 packages' metadata, and why."""
 
 
+def needs_prebuilt_dlpack_addon(torch: str, vllm: str, sglang: str) -> bool:
+    """Whether a rollout engine (which brings apache-tvm-ffi) sits over a torch without DLPack's exchange API, so
+    that the app layer needs UNDECLARED_APP_OLD_TORCH (versions as the stack and the image labels give them)."""
+    return (vllm != components.NONE or sglang != components.NONE) and not at_least(torch, NATIVE_DLPACK_EXCHANGE_TORCH)
+
+
 def tooling_requirements(root: Path | None = None) -> list[str]:
     """What the tool's own wheel requires (pyproject.toml's ``[project].dependencies``; installed without a
     checkout, its metadata): the runtime layer installs that wheel without deps, so its lock holds them."""
@@ -130,8 +136,7 @@ def layer_inputs(stack: Stack, te_torch_requires: list[str] | None = None) -> di
         inputs["app"] += list(UNDECLARED_APP_NUMPY1)
     if stack.verl != components.NONE and at_least(stack.verl, V1_TRAINER_FROM):
         inputs["app"] += list(UNDECLARED_APP_V1_TRAINER)
-    if (stack.vllm != components.NONE or stack.sglang != components.NONE) and not at_least(
-            stack.torch, NATIVE_DLPACK_EXCHANGE_TORCH):
+    if needs_prebuilt_dlpack_addon(stack.torch, stack.vllm, stack.sglang):
         inputs["app"] += list(UNDECLARED_APP_OLD_TORCH)
     if compiles and stack.flavor == "debian":
         # No CUDA toolkit in a plain Debian base: nvcc comes from PyPI, as wheels that must all match torch's
