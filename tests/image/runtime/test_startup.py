@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from mcore_images.resolve.layer_requirements import NATIVE_DLPACK_EXCHANGE_TORCH
+
 PROBE = ("import megatron.core, torch, tvm_ffi; "
          "print('exchange-api', hasattr(torch.Tensor, '__dlpack_c_exchange_api__'))")
 IMPORT_IN_AN_EMPTY_CACHE = (f'cache=$(mktemp -d) && TVM_FFI_CACHE_DIR="$cache" python -c "{PROBE}" '
@@ -29,4 +31,4 @@ def test_importing_megatron_core_compiles_no_tvm_ffi_addon(host: Any, facts: dic
     assert "exchange-api True" in lines, f"torch has no DLPack exchange API after the import:\n{done.stdout}"
     built = next(line for line in lines if line.startswith("built:")).removeprefix("built:").split()
     assert not built, (f"importing megatron.core compiled {built}: install torch-c-dlpack-ext (its prebuilt addon) "
-                       "where torch is older than 2.10")
+                       f"where torch is older than {NATIVE_DLPACK_EXCHANGE_TORCH}")
