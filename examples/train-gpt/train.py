@@ -43,8 +43,9 @@ for the last collectives, ``latest`` and the exit."""
 STOPPED = 128 + signal.SIGTERM
 """The exit code after SIGTERM, the one a shell reports for a process that SIGTERM ended."""
 PEER_WAIT_S = 5.0
-"""How long a rank other than 0 whose save failed on it alone waits before it speaks: when rank 0 failed
-too, it has said so, and torchrun's SIGTERM (sent once a rank exits) tells this one to stay quiet."""
+"""How long a rank other than 0 waits for rank 0 before it ends: when its save failed on it alone, before it
+speaks (when rank 0 failed too, it has said so, and torchrun's SIGTERM, sent once a rank exits, tells this one to
+stay quiet); when rank 0 says the problem, before it ends quietly, so that rank 0 has said it first."""
 PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
 """How gloo reports a collective whose peer rank has exited: that rank has said why (or torchrun will)."""
 TERM = threading.Event()
@@ -147,9 +148,13 @@ def value_problem(name: str, value: Any) -> str | None:
 
 def fail(message: str, code: int = 2, *, say: bool = True) -> NoReturn:
     """One line naming the problem, then exit: 2 (the default) when nothing was trained or loaded. ``say``
-    is False on the ranks whose rank 0 reports the same problem, so that it is said once."""
+    is False on the ranks whose rank 0 reports the same problem, so that it is said once. Such a rank that
+    torchrun started waits up to PEER_WAIT_S first: torchrun ends every rank once one exits, and a quiet rank that
+    left first had rank 0 ended before it said why. Rank 0's exit ends the wait (torchrun's SIGTERM)."""
     if say:
         print(f"train-gpt: {message}", file=sys.stderr, flush=True)
+    elif "LOCAL_RANK" in os.environ:
+        TERM.wait(PEER_WAIT_S)
     for end in AT_EXIT:
         end()
     os._exit(code)
@@ -415,7 +420,7 @@ def stop(saves: Checkpoints | None, step: int, rank: int) -> None:
 
 
 def agreed(problem: str | None, rank: int, world: int) -> None:
-    """Every rank's verdict (a collective): when any rank has a problem, every rank exits 2 and rank 0 says
+    """Every rank's verdict (a collective): when any rank has a problem, the job exits 2 and rank 0 says
     the first, once. The line names the file at fault; the rank that read it is said after it, since the rank
     that checks a file is not the rank that wrote it."""
     import torch

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,15 +21,22 @@ from tests.support.host import without_modules
 from tests.unit.conftest import PYTHONPATH, ROOT
 
 TRAIN = ROOT / "examples" / "train-gpt" / "train.py"
+PEER_WAIT_S = float(re.search(r"^PEER_WAIT_S = ([0-9.]+)$", TRAIN.read_text(), re.M).group(1))  # type: ignore[union-attr]
+"""train.py's own, read from its text: importing the script needs what the image holds."""
+
+
+def rank_env(tmp_path: Path, rank: str, world: str) -> dict[str, str]:
+    """One rank's environment, on a machine without torch or megatron-core (no LOCAL_RANK: not under torchrun)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK",)}
+    env.update(PYTHONPATH=os.pathsep.join([without_modules(tmp_path / "hidden", "torch", "megatron"), PYTHONPATH]),
+               RANK=rank, WORLD_SIZE=world)
+    return env
 
 
 def train(tmp_path: Path, *args: str, rank: str = "0", world: str = "1") -> subprocess.CompletedProcess:
     """train.py as torchrun starts one rank of it, on a machine without torch or megatron-core."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK",)}
-    env.update(PYTHONPATH=os.pathsep.join([without_modules(tmp_path / "hidden", "torch", "megatron"), PYTHONPATH]),
-               RANK=rank, WORLD_SIZE=world)
-    return subprocess.run([sys.executable, str(TRAIN), *args], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=60)
+    return subprocess.run([sys.executable, str(TRAIN), *args], capture_output=True, text=True,
+                          env=rank_env(tmp_path, rank, world), cwd=tmp_path, timeout=60)
 
 
 @pytest.mark.parametrize(("args", "said"), [
@@ -84,3 +94,21 @@ def test_saves_that_would_move_latest_back_are_refused_naming_load(tmp_path: Pat
     finished(older, 4)
     done = train(tmp_path, "--cpu", "--load", str(older), "--save", str(ckpt), "--save-interval", "4", "--steps", "40")
     assert done.returncode == 2 and "this run starts at step 4: its saves would move latest back" in done.stderr
+
+
+def test_a_quiet_rank_under_torchrun_waits_for_rank_0_to_say_it_and_ends_on_sigterm(tmp_path: Path) -> None:
+    """Before: rank 1 refused as fast as rank 0 but said nothing, and when it exited first, torchrun ended rank 0
+    (SIGTERM) before rank 0 printed: the job stopped with exit 1 and no line saying why (seen in CI). Now a quiet rank
+    that torchrun started (LOCAL_RANK) waits PEER_WAIT_S, and rank 0's exit ends it: torchrun's SIGTERM."""
+    env = rank_env(tmp_path, "1", "2") | {"LOCAL_RANK": "1"}
+    started = time.monotonic()
+    alone = subprocess.run([sys.executable, str(TRAIN), "--tp", "0"], capture_output=True, text=True, env=env,
+                           cwd=tmp_path, timeout=60)
+    assert alone.returncode == 2 and alone.stderr == "", alone.stderr  # no rank 0 ended it: it ends on its own
+    assert time.monotonic() - started >= PEER_WAIT_S
+    waiting = subprocess.Popen([sys.executable, str(TRAIN), "--tp", "0"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    time.sleep(1)
+    waiting.send_signal(signal.SIGTERM)  # what torchrun sends once rank 0 has exited
+    _, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == -signal.SIGTERM and err == "", err
