@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -18,11 +17,10 @@ from pathlib import Path
 import pytest
 
 from tests.support.host import without_modules
-from tests.unit.conftest import PYTHONPATH, ROOT
+from tests.unit.conftest import PYTHONPATH
+from tests.unit.repo import train_gpt_script
 
-TRAIN = ROOT / "examples" / "train-gpt" / "train.py"
-PEER_WAIT_S = float(re.search(r"^PEER_WAIT_S = ([0-9.]+)$", TRAIN.read_text(), re.M).group(1))  # type: ignore[union-attr]
-"""train.py's own, read from its text: importing the script needs what the image holds."""
+TRAIN = train_gpt_script.SCRIPT
 
 
 def rank_env(tmp_path: Path, rank: str, world: str) -> dict[str, str]:
@@ -105,7 +103,7 @@ def test_a_quiet_rank_under_torchrun_waits_for_rank_0_to_say_it_and_ends_on_sigt
     alone = subprocess.run([sys.executable, str(TRAIN), "--tp", "0"], capture_output=True, text=True, env=env,
                            cwd=tmp_path, timeout=60)
     assert alone.returncode == 2 and alone.stderr == "", alone.stderr  # no rank 0 ended it: it ends on its own
-    assert time.monotonic() - started >= PEER_WAIT_S
+    assert time.monotonic() - started >= train_gpt_script.load().PEER_WAIT_S
     waiting = subprocess.Popen([sys.executable, str(TRAIN), "--tp", "0"], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     time.sleep(1)

@@ -4,25 +4,18 @@ folder with files but no checkpoint stops it. tests/example runs the README's li
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tests.unit.conftest import ROOT
+from tests.unit.repo import train_gpt_script
 
 
 @pytest.fixture(scope="module")
 def train() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("train_gpt", ROOT / "examples" / "train-gpt" / "train.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("train_gpt", module)
-    spec.loader.exec_module(module)
-    return module
+    return train_gpt_script.load()
 
 
 def saved(folder: Path, step: int) -> Path:
