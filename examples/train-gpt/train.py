@@ -43,9 +43,9 @@ for the last collectives, ``latest`` and the exit."""
 STOPPED = 128 + signal.SIGTERM
 """The exit code after SIGTERM, the one a shell reports for a process that SIGTERM ended."""
 PEER_WAIT_S = 5.0
-"""How long a rank other than 0 waits for rank 0 before it ends: when its save failed on it alone, before it
-speaks (when rank 0 failed too, it has said so, and torchrun's SIGTERM, sent once a rank exits, tells this one to
-stay quiet); when rank 0 says the problem, before it ends quietly, so that rank 0 has said it first."""
+"""How long a rank other than 0 waits for rank 0, whose exit ends the wait (torchrun's SIGTERM, sent once a rank
+exits): in ``fail``, before it ends quietly on a problem rank 0 says; and before it speaks of a save that failed on
+it alone (``Checkpoints.failed``), since a rank 0 that failed too has said so."""
 PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
 """How gloo reports a collective whose peer rank has exited: that rank has said why (or torchrun will)."""
 TERM = threading.Event()
